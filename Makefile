@@ -1,0 +1,36 @@
+# make demo   set up .venv if needed, then run the whole study on the embedded CPU default
+# make test   set up .venv if needed, then the test suite (unit + one end-to-end run)
+# make lint   ruff + snakemake --lint
+# make lock   re-resolve requirements/cpu.in into requirements/cpu.txt
+# make clean  remove generated data, models, results, reports and logs (keeps the folders)
+
+VENV ?= .venv
+BIN := $(VENV)/bin
+CORES ?= all
+GENERATED := data/raw data/processed resources results reports logs
+
+.PHONY: setup demo test test-unit lint lock clean
+
+setup:
+	@bash scripts/setup_venv.sh $(VENV)
+
+demo: setup
+	$(BIN)/snakemake --cores $(CORES) --resources gpu=1 --configfile config/demo.yaml
+	@echo ""
+	@echo "Reports: $(CURDIR)/reports/index.html"
+
+test: setup
+	$(BIN)/python -m pytest
+
+test-unit: setup
+	$(BIN)/python -m pytest -m "not e2e"
+
+lint: setup
+	$(BIN)/ruff check src tests workflow
+	$(BIN)/snakemake --lint --configfile config/demo.yaml
+
+lock:
+	bash scripts/setup_venv.sh --lock $(VENV)
+
+clean:
+	find $(GENERATED) -mindepth 1 ! -name .gitkeep -delete
