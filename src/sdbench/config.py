@@ -1,0 +1,150 @@
+"""Loading and checking the workflow configuration.
+
+The JSON-Schema (workflow/schemas/config.schema.yaml) is applied with
+`snakemake.utils.validate`, which also fills in defaults; `check_config` then does the
+cross-field checks a schema cannot express. Every error names the key, the value and what is
+allowed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+
+# Methods of vLLM's speculative_config that load a second set of weights (config key `draft`)
+# and those that take none. Anything else is passed through and left to vLLM to judge.
+METHODS_WITH_DRAFT = frozenset({"draft_model", "eagle", "eagle3", "medusa", "mlp_speculator"})
+METHODS_WITHOUT_DRAFT = frozenset({"ngram", "ngram_gpu", "suffix", "mtp"})
+VANILLA = "vanilla"
+
+# The prompt subsets each dataset builder writes (data/processed/<dataset>/<subset>.jsonl).
+BUILDER_SUBSETS = {
+    "spec_bench": (
+        "conversation", "translation", "summarization", "qa", "math_reasoning", "rag", "all",
+    ),
+    "cnn_dm_summary": ("all",),
+}
+# The raw source each builder reads.
+BUILDER_SOURCE = {"spec_bench": "spec_bench", "cnn_dm_summary": "cnn_dailymail"}
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message names key, value and remedy."""
+
+
+def load_config(path: str | Path) -> dict:
+    """Read a YAML config file, validate it (defaults filled in) and return it."""
+    path = Path(path)
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path} does not exist") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(config, dict):
+        raise ConfigError(
+            f"{path}: expected a mapping at the top level, got {type(config).__name__}")
+    return validate_config(config, source=str(path))
+
+
+def validate_config(config: dict, source: str = "config") -> dict:
+    """Schema validation (with defaults) plus cross-field checks; mutates and returns `config`."""
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    try:
+        validate(config, str(SCHEMA_PATH), set_default=True)
+    except WorkflowError as exc:
+        raise ConfigError(f"{source}: {_schema_error(config)}") from exc
+    check_config(config, source=source)
+    return config
+
+
+def _schema_error(config: dict) -> str:
+    """The most relevant schema violation as `key = value: problem` (snakemake's own message
+    prints the whole schema)."""
+    import jsonschema
+    from jsonschema.exceptions import best_match
+
+    schema = yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8"))
+    error = best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    if error is None:  # pragma: no cover - snakemake and jsonschema disagree
+        return "does not match the schema"
+    key = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in error.absolute_path)
+    key = key.replace(".[", "[") or "(top level)"
+    return (f"{key} = {error.instance!r} is not allowed: {error.message} "
+            f"(schema: {SCHEMA_PATH.relative_to(REPO_ROOT)})")
+
+
+def _fail(source: str, key: str, value: Any, allowed: str) -> None:
+    raise ConfigError(f"{source}: {key} = {value!r} is not allowed: {allowed}")
+
+
+def check_config(config: dict, source: str = "config") -> None:
+    """Cross-field checks: every reference resolves and every method gets what it needs."""
+    models = config["models"]
+    for name, model in models.items():
+        src = model["source"]
+        if src["kind"] == "truncate":
+            if src["model"] not in models:
+                _fail(source, f"models.{name}.source.model", src["model"],
+                      f"must be one of the models defined: {sorted(models)}")
+            if models[src["model"]]["source"]["kind"] == "truncate":
+                _fail(source, f"models.{name}.source.model", src["model"],
+                      "a truncated model must be derived from a model that is not itself truncated")
+
+    sources = config["sources"]
+    for name, dataset in config["datasets"].items():
+        wanted = BUILDER_SOURCE[dataset["builder"]]
+        if dataset["source"] != wanted:
+            _fail(source, f"datasets.{name}.source", dataset["source"],
+                  f"builder {dataset['builder']!r} reads the raw source {wanted!r}")
+        if dataset["source"] not in sources:
+            _fail(source, f"datasets.{name}.source", dataset["source"],
+                  f"no such entry under sources (defined: {sorted(sources)})")
+
+    datasets = config["datasets"]
+    for name, workload in config["workloads"].items():
+        if workload["dataset"] not in datasets:
+            _fail(source, f"workloads.{name}.dataset", workload["dataset"],
+                  f"must be one of the datasets defined: {sorted(datasets)}")
+        subsets = BUILDER_SUBSETS[datasets[workload["dataset"]]["builder"]]
+        if workload["subset"] not in subsets:
+            _fail(source, f"workloads.{name}.subset", workload["subset"],
+                  f"dataset {workload['dataset']!r} has the subsets {list(subsets)}")
+
+    round1 = config["round1"]
+    for i, target in enumerate(round1["targets"]):
+        if target not in models:
+            _fail(source, f"round1.targets[{i}]", target,
+                  f"must be one of the models defined: {sorted(models)}")
+    for i, workload in enumerate(round1["workloads"]):
+        if workload not in config["workloads"]:
+            _fail(source, f"round1.workloads[{i}]", workload,
+                  f"must be one of the workloads defined: {sorted(config['workloads'])}")
+    for i, spec in enumerate(round1["methods"]):
+        key = f"round1.methods[{i}]"
+        method = spec["method"]
+        if method == VANILLA:
+            _fail(source, f"{key}.method", method,
+                  "no speculation is always measured for every target; "
+                  "list only speculative methods")
+        draft = spec.get("draft")
+        if method in METHODS_WITH_DRAFT and draft is None:
+            _fail(source, f"{key}.draft", None,
+                  f"method {method!r} needs a draft model / head: set `draft` to a model key")
+        if method in METHODS_WITHOUT_DRAFT and draft is not None:
+            _fail(source, f"{key}.draft", draft,
+                  f"method {method!r} takes no draft model; remove `draft`")
+        if draft is not None and draft not in models:
+            _fail(source, f"{key}.draft", draft,
+                  f"must be one of the models defined: {sorted(models)}")
+        reserved = {"method", "num_speculative_tokens", "model"} & set(spec["options"])
+        if reserved:
+            _fail(source, f"{key}.options", sorted(reserved),
+                  "set these through `method`, `k` and `draft`, not `options`")

@@ -1,0 +1,80 @@
+import copy
+
+import pytest
+
+from sdbench.config import ConfigError, load_config, validate_config
+
+
+def test_demo_and_real_configs_validate_with_defaults(repo):
+    demo = load_config(repo / "config" / "demo.yaml")
+    assert demo["loadgen"]["endpoint"] == "chat"          # default filled in
+    assert demo["loadgen"]["temperature"] == 0
+    assert demo["server"]["host"] == "127.0.0.1"
+    assert demo["models"]["smollm2-135m"]["quantization"] is None
+    real = load_config(repo / "config" / "config.yaml")
+    assert real["models"]["qwen2.5-7b-instruct"]["source"]["repo"] == "Qwen/Qwen2.5-7B-Instruct"
+    assert real["round1"]["targets"] == ["qwen2.5-7b-instruct"]
+
+
+def _broken(raw, mutate):
+    config = copy.deepcopy(raw)
+    mutate(config)
+    with pytest.raises(ConfigError) as info:
+        validate_config(config, source="test.yaml")
+    return str(info.value)
+
+
+def test_unknown_target_names_key_value_and_choices(demo_config_raw):
+    msg = _broken(demo_config_raw, lambda c: c["round1"]["targets"].append("gpt-9"))
+    assert "round1.targets[1]" in msg and "'gpt-9'" in msg and "smollm2-135m" in msg
+    assert msg.startswith("test.yaml")
+
+
+def test_k_below_one_is_a_schema_error(demo_config_raw):
+    msg = _broken(demo_config_raw, lambda c: c["round1"]["methods"][0].update(k=[0, 2]))
+    assert "0" in msg and "minimum" in msg
+
+
+def test_draft_rules(demo_config_raw):
+    msg = _broken(demo_config_raw, lambda c: c["round1"]["methods"][1].pop("draft"))
+    assert "round1.methods[1].draft" in msg and "draft_model" in msg
+    msg = _broken(demo_config_raw,
+                  lambda c: c["round1"]["methods"][0].update(draft="smollm2-135m-6l"))
+    assert "round1.methods[0].draft" in msg and "takes no draft" in msg
+    msg = _broken(demo_config_raw, lambda c: c["round1"]["methods"][1].update(draft="nope"))
+    assert "'nope'" in msg
+
+
+def test_vanilla_is_implicit(demo_config_raw):
+    msg = _broken(demo_config_raw,
+                  lambda c: c["round1"]["methods"].append({"method": "vanilla", "k": [1]}))
+    assert "always measured" in msg
+
+
+def test_reserved_options(demo_config_raw):
+    msg = _broken(demo_config_raw, lambda c: c["round1"]["methods"][0]["options"].update(
+        num_speculative_tokens=3))
+    assert "num_speculative_tokens" in msg and "round1.methods[0].options" in msg
+
+
+def test_workload_references(demo_config_raw):
+    msg = _broken(demo_config_raw, lambda c: c["workloads"]["spec_bench"].update(subset="poetry"))
+    assert "workloads.spec_bench.subset" in msg and "translation" in msg
+    msg = _broken(demo_config_raw, lambda c: c["workloads"]["spec_bench"].update(dataset="x"))
+    assert "workloads.spec_bench.dataset" in msg
+    msg = _broken(demo_config_raw, lambda c: c["round1"]["workloads"].append("missing"))
+    assert "round1.workloads[2]" in msg
+
+
+def test_unknown_top_level_key_is_rejected(demo_config_raw):
+    msg = _broken(demo_config_raw, lambda c: c.update(round_one={}))
+    assert "round_one" in msg
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models: [unclosed\n")
+    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+        load_config(bad)

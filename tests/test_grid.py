@@ -1,0 +1,72 @@
+import copy
+
+import pytest
+
+from sdbench import grid
+from sdbench.config import ConfigError, validate_config
+
+
+def cells_of(raw):
+    return grid.all_cells(validate_config(copy.deepcopy(raw)))
+
+
+def test_demo_grid_shape(demo_config):
+    cells = grid.all_cells(demo_config)
+    # (vanilla + ngram k=2,4 + draft k=2) x 2 workloads
+    assert len(cells) == 8
+    assert len({c.cell_id for c in cells}) == 8
+    assert {c.speculator for c in cells} == {"vanilla", "ngram", "draft-6l"}
+    assert all(c.concurrency == (1, 4) for c in cells)
+
+
+def test_every_speculative_cell_points_to_its_own_vanilla(demo_config):
+    cells = grid.cells_by_id(demo_config)
+    for cell in cells.values():
+        if cell.is_baseline:
+            assert cell.baseline_cell_id is None
+            continue
+        base = cells[cell.baseline_cell_id]
+        assert base.is_baseline
+        assert base.workload == cell.workload
+        assert base.server_config["target"] == cell.server_config["target"]
+        assert base.server_config["args"] == cell.server_config["args"]
+
+
+def test_ids_are_stable_and_changing_k_only_changes_those_cells(demo_config_raw):
+    before = {c.cell_id: c for c in cells_of(demo_config_raw)}
+    assert set(before) == {c.cell_id for c in cells_of(demo_config_raw)}
+    changed = copy.deepcopy(demo_config_raw)
+    changed["round1"]["methods"][0]["k"] = [2, 3]
+    after = {c.cell_id: c for c in cells_of(changed)}
+    new = set(after) - set(before)
+    gone = set(before) - set(after)
+    assert {after[i].server_config["num_speculative_tokens"] for i in new} == {3}
+    assert {before[i].server_config["num_speculative_tokens"] for i in gone} == {4}
+    assert len(new) == len(gone) == 2
+
+
+def test_server_args_and_model_source_are_part_of_the_identity(demo_config_raw):
+    before = {c.cell_id for c in cells_of(demo_config_raw)}
+    changed = copy.deepcopy(demo_config_raw)
+    changed["server"]["args"]["max_model_len"] = 2048
+    assert before.isdisjoint({c.cell_id for c in cells_of(changed)})
+    # the draft is cut from the target: changing the target's source changes draft cells too
+    changed = copy.deepcopy(demo_config_raw)
+    changed["models"]["smollm2-135m"]["source"]["file"] = "other.gguf"
+    assert before.isdisjoint({c.cell_id for c in cells_of(changed)})
+
+
+def test_duplicate_cells_are_refused(demo_config_raw):
+    raw = copy.deepcopy(demo_config_raw)
+    raw["round1"]["methods"].append(copy.deepcopy(raw["round1"]["methods"][0]))
+    with pytest.raises(ConfigError, match="defines the same cell"):
+        cells_of(raw)
+
+
+def test_cell_roundtrip_and_model_paths(demo_config):
+    cell = next(c for c in grid.all_cells(demo_config) if c.speculator == "draft-6l")
+    assert grid.Cell.from_dict(cell.to_dict()) == cell
+    assert grid.cell_models(cell) == ["smollm2-135m", "smollm2-135m-6l"]
+    assert grid.model_dir(demo_config, "smollm2-135m") == "resources/models/smollm2-135m"
+    assert cell.workload["path"] in ("data/processed/spec_bench/all.jsonl",
+                                     "data/processed/cnn_dm_summary/all.jsonl")
