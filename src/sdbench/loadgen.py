@@ -1,0 +1,80 @@
+"""One measurement point through vLLM's own load generator (`vllm.benchmarks.serve`).
+
+The CPU build's `vllm` console script does not work, so the load generator is called from
+Python: `add_cli_args` builds its parser and `main` runs it and returns its result dict. The
+result is split into scalar metrics (what the summary tables use) and per-request detail
+(generated texts, latencies), kept separately.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+from typing import Any
+
+# Per-request lists in the load generator's result (kept as detail, not in the summary)
+DETAIL_FIELDS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times",
+                 "queue_times", "generated_texts", "errors")
+PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
+
+
+def loadgen_argv(*, host: str, port: int, served_name: str, tokenizer: str, dataset_path: str,
+                 num_prompts: int, concurrency: int, settings: dict) -> list[str]:
+    """Arguments for `vllm bench serve` for one concurrency point (closed loop, all at once)."""
+    if settings["endpoint"] == "chat":
+        # the server applies the chat template; the client sends the raw prompt as a message
+        endpoint = ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
+                    "--skip-chat-template"]
+    else:
+        endpoint = ["--backend", "openai", "--endpoint", "/v1/completions"]
+    percentiles = ",".join(f"{p:g}" for p in settings["percentiles"])
+    return [
+        *endpoint,
+        "--host", host, "--port", str(port),
+        "--model", tokenizer, "--served-model-name", served_name, "--tokenizer", tokenizer,
+        "--dataset-name", "custom", "--dataset-path", dataset_path,
+        "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
+        "--request-rate", "inf",
+        "--temperature", f"{settings['temperature']:g}",
+        "--seed", str(settings["seed"]),
+        "--num-warmups", str(settings["num_warmups"]),
+        "--ready-check-timeout-sec", str(settings["ready_check_timeout_s"]),
+        "--percentile-metrics", PERCENTILE_METRICS, "--metric-percentiles", percentiles,
+        "--save-detailed", "--disable-tqdm",
+    ]
+
+
+def run_point(argv: list[str], log: io.TextIOBase | None = None) -> dict[str, Any]:
+    """Run vLLM's load generator with `argv`; its console output goes to `log`."""
+    from vllm.benchmarks import serve
+
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # older vLLM releases keep it in vllm.utils
+        from vllm.utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(description="vllm bench serve")
+    serve.add_cli_args(parser)
+    args = parser.parse_args(argv)
+    sink = log if log is not None else io.StringIO()
+    with contextlib.redirect_stdout(sink):
+        return serve.main(args)
+
+
+def split_result(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list]]:
+    """(scalar metrics, per-request detail). Non-finite floats become None (valid JSON)."""
+    detail = {k: result[k] for k in DETAIL_FIELDS if k in result}
+    metrics: dict[str, Any] = {}
+    for key, value in result.items():
+        if key in detail:
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None
+        metrics[key] = value
+    return metrics, detail
+
+
+def count_records(path: str) -> int:
+    with open(path, encoding="utf-8") as fh:
+        return sum(1 for line in fh if line.strip())

@@ -1,0 +1,102 @@
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from sdbench.serving import (
+    ServerError,
+    VllmServer,
+    format_server_args,
+    free_port,
+    group_members,
+    server_command,
+)
+
+STANDIN = str(Path(__file__).with_name("standin_server.py"))
+
+
+def standin(mode, **kw):
+    def build(port):
+        return [sys.executable, STANDIN, "--port", str(port), "--mode", mode,
+                *[f"--{k}={v}" for k, v in kw.items()]]
+    return build
+
+
+def test_format_server_args():
+    argv = format_server_args({"max_model_len": 2048, "enforce_eager": True,
+                               "enable_chunked_prefill": False, "quantization": None,
+                               "override_generation_config": {"b": 1, "a": 2}})
+    assert argv == ["--max-model-len", "2048", "--enforce-eager", "--no-enable-chunked-prefill",
+                    "--override-generation-config", '{"a": 2, "b": 1}']
+
+
+def test_server_command_carries_the_speculative_config():
+    argv = server_command("m/dir", "target", "127.0.0.1", 8123, {"seed": 0},
+                          {"method": "ngram", "num_speculative_tokens": 2}, python="py")
+    assert argv[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[argv.index("--port") + 1] == "8123"
+    assert json.loads(argv[argv.index("--speculative-config") + 1]) == {
+        "method": "ngram", "num_speculative_tokens": 2}
+    assert "--speculative-config" not in server_command("m", "t", "h", 1, {}, None)
+
+
+def test_ready_server_and_its_children_are_stopped(tmp_path):
+    server = VllmServer(standin("ready"), host="127.0.0.1", log_path=tmp_path / "s.log",
+                        startup_timeout_s=30, stop_timeout_s=2)
+    with server:
+        pgid = server.proc.pid
+        assert server.alive() and server.startup_s is not None
+        assert len(group_members(pgid)) >= 2  # the server and its SIGTERM-proof child
+    assert group_members(pgid) == []
+    assert "mode ready" in (tmp_path / "s.log").read_text()
+
+
+def test_sigterm_proof_server_is_killed(tmp_path):
+    server = VllmServer(standin("ignore-term"), host="127.0.0.1", log_path=tmp_path / "s.log",
+                        startup_timeout_s=30, stop_timeout_s=1)
+    with server:
+        pgid = server.proc.pid
+    assert group_members(pgid) == []
+
+
+def test_early_exit_fails_with_the_log_tail(tmp_path):
+    server = VllmServer(standin("crash"), host="127.0.0.1", log_path=tmp_path / "s.log",
+                        startup_timeout_s=30)
+    with pytest.raises(ServerError) as info, server:
+        pass
+    assert "exited with code 1 during start-up" in str(info.value)
+    assert "unrecognized argument --bogus" in str(info.value)
+
+
+def test_deadline_fails_and_leaves_no_process(tmp_path):
+    server = VllmServer(standin("hang"), host="127.0.0.1", log_path=tmp_path / "s.log",
+                        startup_timeout_s=2, stop_timeout_s=1)
+    with pytest.raises(ServerError, match="not ready after 2 s") as info:
+        server.start()
+    assert "mode hang" in str(info.value)
+    assert server.proc is None
+    assert not [p for p in _python_children() if STANDIN in " ".join(p.cmdline())]
+
+
+def test_lost_port_race_is_retried_then_reported(tmp_path):
+    server = VllmServer(standin("busy-port"), host="127.0.0.1", log_path=tmp_path / "s.log",
+                        startup_timeout_s=30, bind_attempts=3)
+    with pytest.raises(ServerError, match="Address already in use"):
+        server.start()
+    assert (tmp_path / "s.log").read_text().count("### sdbench: starting") == 3
+
+
+def test_free_port_is_bindable():
+    import socket
+
+    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+def _python_children():
+    import psutil
+
+    return psutil.Process(os.getpid()).children(recursive=True)
