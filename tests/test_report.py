@@ -1,0 +1,59 @@
+import re
+
+from sdbench import plots
+from sdbench.aggregate import summarize, write_summary
+from sdbench.files import write_jsonl
+from sdbench.report import render_report, write_index
+
+from helpers import record
+
+
+def synthetic_summary(tmp_path):
+    rows = []
+    for c, base in ((1, 100.0), (4, 300.0)):
+        rows.append(record("base", "vanilla", c, base))
+        for k, gain in ((2, 1.4), (4, 1.1)):
+            r = record(f"ng{k}", "ngram", c, base * gain / c, baseline="base", k=k)
+            r["metrics"].update(spec_decode_acceptance_rate=60.0, spec_decode_acceptance_length=2.2,
+                                mean_ttft_ms=30.0)
+            rows.append(r)
+    write_jsonl(tmp_path / "cells.jsonl", rows)
+    frame = summarize([tmp_path / "cells.jsonl"])
+    write_summary(frame, tmp_path / "summary.parquet", tmp_path / "summary.csv")
+    return frame
+
+
+def test_max_speedup_table_names_k_and_concurrency(tmp_path):
+    table = plots.max_speedup_table(synthetic_summary(tmp_path))
+    assert table.loc["ngram", "w"] == "1.40× (k=2, c=1)"
+
+
+def test_round1_report_is_offline_html_without_code(tmp_path, repo):
+    synthetic_summary(tmp_path)
+    html_out = tmp_path / "round1.html"
+    render_report(repo / "workflow" / "notebooks" / "round1.ipynb", tmp_path / "executed.ipynb",
+                  html_out, {"summary_path": str(tmp_path / "summary.parquet"),
+                             "study": "unit test"})
+    page = html_out.read_text()
+    assert "Best speedup per method and workload" in page
+    assert "1.40× (k=2, c=1)" in page
+    assert "unit test" in page
+    assert len(re.findall(r'<img[^>]+src="data:image/png;base64', page)) >= 3
+    assert not re.search(r'<script[^>]+src="https?://', page)   # opens offline
+    assert "import pandas" not in page and "plots.max_speedup_table" not in page  # no code
+
+
+def test_index_lists_cells_with_status(tmp_path, demo_config):
+    from sdbench import grid
+
+    cells = grid.all_cells(demo_config)
+    done = tmp_path / f"{cells[0].cell_id}.jsonl"
+    done.write_text("{}\n")
+    (tmp_path / f"{cells[1].cell_id}.jsonl.partial").write_text("{}\n")
+    out = tmp_path / "index.html"
+    write_index("demo", {"Round 1": "round1.html"},
+                [(c, tmp_path / f"{c.cell_id}.jsonl") for c in cells], out)
+    page = out.read_text()
+    assert '<a href="round1.html">Round 1</a>' in page
+    assert page.count("<tr>") == len(cells) + 1
+    assert "1 done" in page and "1 failed or interrupted" in page and "6 not run" in page
