@@ -1,0 +1,27 @@
+# Speculative-decoding benchmark workflow for vLLM.
+#
+#   snakemake --cores all --resources gpu=1                                 # the real study
+#   snakemake --cores all --resources gpu=1 --configfile config/demo.yaml   # the CPU demo
+#
+# A --configfile replaces config/config.yaml (it is not merged into it).
+from pathlib import Path
+
+
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/cells.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/reports.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        "reports/index.html",
+        "reports/round1.html",

@@ -1,0 +1,32 @@
+# Papermill-executed notebooks -> offline HTML reports; index.html links them.
+
+
+rule report_round1:
+    input:
+        summary="results/summary.parquet",
+        notebook=NOTEBOOKS / "round1.ipynb",
+    output:
+        html="reports/round1.html",
+        executed="results/notebooks/round1.ipynb",
+    log:
+        "logs/reports/round1.log",
+    conda:
+        ENV
+    script:
+        "../scripts/render_report.py"
+
+
+rule index:
+    input:
+        "reports/round1.html",
+    output:
+        "reports/index.html",
+    params:
+        cells=lambda wc: list(CELLS.values()),
+        reports={"Round 1: methods vs no speculation": "round1.html"},
+    log:
+        "logs/reports/index.log",
+    conda:
+        ENV
+    script:
+        "../scripts/write_index.py"
