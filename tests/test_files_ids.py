@@ -41,3 +41,15 @@ def test_jsonl_roundtrip_and_error_names_line(tmp_path):
     path.write_text('{"a": 1}\n{"a": \n')
     with pytest.raises(ValueError, match=r"rows.jsonl:2"):
         read_jsonl(path)
+
+
+def test_outputs_are_readable_by_others(tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_json(tmp_path / "report.json", {})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "report.json").stat().st_mode) == 0o644

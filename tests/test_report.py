@@ -33,11 +33,12 @@ def test_round1_report_is_offline_html_without_code(tmp_path, repo):
     html_out = tmp_path / "round1.html"
     render_report(repo / "workflow" / "notebooks" / "round1.ipynb", tmp_path / "executed.ipynb",
                   html_out, {"summary_path": str(tmp_path / "summary.parquet"),
-                             "study": "unit test"})
+                             "study": "unit test"}, title="Round 1 — unit test")
     page = html_out.read_text()
     assert "Best speedup per method and workload" in page
     assert "1.40× (k=2, c=1)" in page
     assert "unit test" in page
+    assert "<title>Round 1 — unit test</title>" in page
     assert len(re.findall(r'<img[^>]+src="data:image/png;base64', page)) >= 3
     assert not re.search(r'<script[^>]+src="https?://', page)   # opens offline
     assert "import pandas" not in page and "plots.max_speedup_table" not in page  # no code

@@ -100,3 +100,14 @@ def _python_children():
     import psutil
 
     return psutil.Process(os.getpid()).children(recursive=True)
+
+
+def test_snakemake_job_thread_variables_do_not_reach_the_server(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setenv("MKL_NUM_THREADS", "2")
+    server = VllmServer(standin("ready"), host="127.0.0.1", log_path=tmp_path / "s.log")
+    assert "OMP_NUM_THREADS" not in server.env and "MKL_NUM_THREADS" not in server.env
+    assert server.env["PATH"] == os.environ["PATH"]
+    server = VllmServer(standin("ready"), host="127.0.0.1", log_path=tmp_path / "s.log",
+                        env={"OMP_NUM_THREADS": "1"})
+    assert server.env["OMP_NUM_THREADS"] == "1"  # set explicitly in server.env: kept

@@ -69,6 +69,7 @@ def _row(record: dict) -> dict:
 
 def records_frame(records: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame([_row(r) for r in records])
+    frame["k"] = frame["k"].astype("Int64")  # integer, empty for vanilla
     duplicated = frame.duplicated(KEY, keep=False)
     if duplicated.any():
         dups = frame.loc[duplicated, KEY].drop_duplicates().to_dict("records")

@@ -107,9 +107,9 @@ def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
 
     env = provenance.environment(repo)
     dataset = {"path": cell.workload["path"], "sha256": sha256_file(cell.workload["path"])}
-    model_cards = {"target": models.read_card(target_dir)}
+    model_cards = {"target": {"path": target_dir, "card": models.read_card(target_dir)}}
     if server_cfg["draft"] is not None:
-        model_cards["draft"] = models.read_card(spec["model"])
+        model_cards["draft"] = {"path": spec["model"], "card": models.read_card(spec["model"])}
 
     def build(port: int) -> list[str]:
         return server_command(target_dir, target, srv["host"], port, server_cfg["args"], spec)

@@ -25,6 +25,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
                                dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
+    os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; outputs are meant to be shared
     try:
         yield tmp_path
         with open(tmp_path, "rb+") as fh:
@@ -32,6 +33,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         os.replace(tmp_path, path)
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -33,7 +33,8 @@ def loadgen_argv(*, host: str, port: int, served_name: str, tokenizer: str, data
         *endpoint,
         "--host", host, "--port", str(port),
         "--model", tokenizer, "--served-model-name", served_name, "--tokenizer", tokenizer,
-        "--dataset-name", "custom", "--dataset-path", dataset_path,
+        # -1: each prompt's own `output_tokens` (the load generator's default is 256 for all)
+        "--dataset-name", "custom", "--dataset-path", dataset_path, "--custom-output-len", "-1",
         "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
         "--request-rate", "inf",
         "--temperature", f"{settings['temperature']:g}",

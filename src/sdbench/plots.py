@@ -103,6 +103,11 @@ def latency_plot(frame: pd.DataFrame, metric: str) -> plt.Figure | None:
                        kind="line", marker="o", height=3.4, aspect=1.2,
                        facet_kws={"sharey": False})
     grid.set_axis_labels("concurrency", METRIC_LABELS[metric])
+    levels = sorted(ok["concurrency"].unique())
+    for ax in grid.axes.flat:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(levels, [str(c) for c in levels])
+        ax.minorticks_off()
     grid.figure.suptitle(METRIC_LABELS[metric] + " vs concurrency", y=1.03, fontsize=11)
     return grid.figure
 

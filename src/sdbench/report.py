@@ -25,21 +25,22 @@ def execute_notebook(notebook: str | Path, executed: str | Path, parameters: dic
                                    log_output=False)
 
 
-def notebook_to_html(executed: str | Path, html_out: str | Path) -> None:
+def notebook_to_html(executed: str | Path, html_out: str | Path, title: str) -> None:
     import nbformat
     from nbconvert import HTMLExporter
 
     exporter = HTMLExporter(template_name="lab", template_file=str(OFFLINE_TEMPLATE),
                             exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True, embed_images=True)
-    body, _ = exporter.from_notebook_node(nbformat.read(str(executed), as_version=4))
+    body, _ = exporter.from_notebook_node(nbformat.read(str(executed), as_version=4),
+                                          resources={"metadata": {"name": title}})
     atomic_write_text(html_out, body)
 
 
 def render_report(notebook: str | Path, executed: str | Path, html_out: str | Path,
-                  parameters: dict) -> None:
+                  parameters: dict, title: str) -> None:
     execute_notebook(notebook, executed, parameters)
-    notebook_to_html(executed, html_out)
+    notebook_to_html(executed, html_out, title)
 
 
 def cell_status(cell_output: str | Path) -> str:

@@ -26,6 +26,11 @@ import psutil
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 HEALTH_POLL_S = 1.0
 BIND_RACE_MARKERS = ("Address already in use", "address already in use", "Errno 98")
+# Snakemake sets these to the job's `threads` for every job. Inherited by vLLM they change how it
+# threads (on CPU, OMP_NUM_THREADS=2 on a worker bound to one core made decoding 100x slower),
+# so the server gets its own defaults unless the config's server.env sets them.
+JOB_THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                        "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
 class ServerError(RuntimeError):
@@ -101,7 +106,8 @@ class VllmServer:
         self.build_command = build_command
         self.host = host
         self.log_path = Path(log_path)
-        self.env = {**os.environ, **(env or {})}
+        inherited = {k: v for k, v in os.environ.items() if k not in JOB_THREAD_VARIABLES}
+        self.env = {**inherited, **(env or {})}
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.bind_attempts = bind_attempts

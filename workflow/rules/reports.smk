@@ -8,6 +8,8 @@ rule report_round1:
     output:
         html="reports/round1.html",
         executed="results/notebooks/round1.ipynb",
+    params:
+        title="Round 1: methods vs no speculation",
     log:
         "logs/reports/round1.log",
     conda:
