@@ -4,8 +4,6 @@
 #   snakemake --cores all --resources gpu=1 --configfile config/demo.yaml   # the CPU demo
 #
 # A --configfile replaces config/config.yaml (it is not merged into it).
-from pathlib import Path
-
 
 if not workflow.overwrite_configfiles:
 

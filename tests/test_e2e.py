@@ -95,6 +95,7 @@ def test_records_carry_metrics_and_provenance(run):
             assert prov["models"]["target"]["card"]["name"] == "smollm2-135m"
             assert len(prov["dataset"]["sha256"]) == 64
             assert prov["started_at"] < prov["finished_at"]
+            assert len(prov["workflow"]["commit"]) == 40  # the workflow checkout, not the workdir
             assert "vllm.entrypoints.openai.api_server" in r["server"]["command"]
             assert "--skip-chat-template" in r["loadgen"]["argv"]
         with gzip.open(path.with_name(path.stem + ".requests.jsonl.gz"), "rt") as fh:

@@ -20,11 +20,12 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 from . import grid, loadgen, models, provenance
-from .config import VANILLA, load_config
+from .config import REPO_ROOT, VANILLA, load_config
 from .files import append_jsonl, sha256_file
 from .serving import ServerError, VllmServer, server_command
 
@@ -73,7 +74,7 @@ def check_workload(cell: grid.Cell) -> int:
 
 
 @contextlib.contextmanager
-def _signals_raise() -> None:
+def _signals_raise() -> Iterator[None]:
     """Turn SIGTERM/SIGINT into an exception so `finally` blocks stop the server."""
     def handler(signum, _frame):
         raise Interrupted(f"received {signal.Signals(signum).name}")
@@ -87,7 +88,7 @@ def _signals_raise() -> None:
 
 
 def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
-             server_log: str | Path, log=None, repo: str = ".") -> list[dict]:
+             server_log: str | Path, log=None) -> list[dict]:
     """Measure every concurrency point of `cell`; write records to `output` (JSONL)."""
     output = Path(output)
     partial = output.with_name(output.name + ".partial")
@@ -105,7 +106,7 @@ def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
     settings = cell.workload["loadgen"]
     srv = config["server"]
 
-    env = provenance.environment(repo)
+    env = provenance.environment(str(REPO_ROOT))  # the workflow's own checkout
     dataset = {"path": cell.workload["path"], "sha256": sha256_file(cell.workload["path"])}
     model_cards = {"target": {"path": target_dir, "card": models.read_card(target_dir)}}
     if server_cfg["draft"] is not None:

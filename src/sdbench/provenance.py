@@ -95,7 +95,7 @@ def git_state(repo: str | Path) -> dict:
 
 
 @cache
-def environment(repo: str = ".") -> dict:
+def environment(repo: str) -> dict:
     """Provenance shared by every record a process writes."""
     gpu_list = gpus()
     return {

@@ -1,6 +1,7 @@
 # Config -> grid of cells, input functions and wildcard constraints. All logic is in the
 # sdbench library (src/); this file only connects it to Snakemake.
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -27,8 +28,6 @@ NOTEBOOKS = Path(workflow.basedir) / "workflow" / "notebooks"
 
 def names_regex(names):
     """Wildcard constraint matching exactly these names (or nothing when there are none)."""
-    import re
-
     return "|".join(re.escape(n) for n in sorted(names)) or "(?!)"
 
 
