@@ -17,39 +17,25 @@ rule fetch_source:
         "../scripts/fetch_source.py"
 
 
-rule spec_bench_prompts:
-    input:
-        unpack(dataset_inputs),
-    output:
-        processed_outputs("spec_bench"),
-        card="data/processed/{dataset}/card.json",
-    params:
-        dataset=lambda wc: config["datasets"][wc.dataset],
-        out_dir=lambda wc: f"data/processed/{wc.dataset}",
-    log:
-        "logs/data/build_{dataset}.log",
-    wildcard_constraints:
-        dataset=names_regex(datasets_of("spec_bench")),
-    conda:
-        ENV
-    script:
-        "../scripts/build_dataset.py"
+# one rule per dataset builder: each writes all of its subsets and the data card in one job
+for builder in BUILDER_SUBSETS:
 
-
-rule cnn_dm_summary_prompts:
-    input:
-        unpack(dataset_inputs),
-    output:
-        processed_outputs("cnn_dm_summary"),
-        card="data/processed/{dataset}/card.json",
-    params:
-        dataset=lambda wc: config["datasets"][wc.dataset],
-        out_dir=lambda wc: f"data/processed/{wc.dataset}",
-    log:
-        "logs/data/build_{dataset}.log",
-    wildcard_constraints:
-        dataset=names_regex(datasets_of("cnn_dm_summary")),
-    conda:
-        ENV
-    script:
-        "../scripts/build_dataset.py"
+    rule:
+        name:
+            f"{builder}_prompts"
+        input:
+            unpack(dataset_inputs),
+        output:
+            processed_outputs(builder),
+            card="data/processed/{dataset}/card.json",
+        params:
+            dataset=lambda wc: config["datasets"][wc.dataset],
+            out_dir=lambda wc: f"data/processed/{wc.dataset}",
+        log:
+            "logs/data/build_{dataset}.log",
+        wildcard_constraints:
+            dataset=names_regex(datasets_of(builder)),
+        conda:
+            ENV
+        script:
+            "../scripts/build_dataset.py"
