@@ -106,7 +106,7 @@ def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
     settings = cell.workload["loadgen"]
     srv = config["server"]
 
-    env = provenance.environment(str(REPO_ROOT))  # the workflow's own checkout
+    environment = provenance.environment(str(REPO_ROOT))  # the workflow's own checkout
     dataset = {"path": cell.workload["path"], "sha256": sha256_file(cell.workload["path"])}
     model_cards = {"target": {"path": target_dir, "card": models.read_card(target_dir)}}
     if server_cfg["draft"] is not None:
@@ -153,7 +153,7 @@ def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
                 "server": {"command": server.command, "port": server.port,
                            "startup_s": server.startup_s, "log": str(server_log)},
                 "loadgen": {"argv": argv},
-                "provenance": {**env, "models": model_cards, "dataset": dataset,
+                "provenance": {**environment, "models": model_cards, "dataset": dataset,
                                "started_at": started, "finished_at": _now()},
             }
             append_jsonl(partial, record)
