@@ -18,8 +18,13 @@ include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/reports.smk"
 
 
+onstart:
+    preflight_check()
+
+
 rule all:
     default_target: True
     input:
         "reports/index.html",
         "reports/round1.html",
+        all_prompt_sets(),

@@ -66,6 +66,37 @@ def test_workload_references(demo_config_raw):
     assert "round1.workloads[2]" in msg
 
 
+def test_dataset_checks(demo_config_raw):
+    msg = _broken(demo_config_raw,
+                  lambda c: c["datasets"]["spec_bench"].update(records_per_bucket=3))
+    assert "datasets.spec_bench.records_per_bucket" in msg and "does not use it" in msg
+    msg = _broken(demo_config_raw, lambda c: c["datasets"]["cnn_dm_news_summary"]["buckets"][0]
+                  .pop("output_tokens"))
+    assert "datasets.cnn_dm_news_summary.buckets[0].output_tokens" in msg
+    msg = _broken(demo_config_raw, lambda c: c["datasets"]["thucnews_polish"]["buckets"].append(
+        {"name": "0.125k", "prompt_tokens": 100}))
+    assert "bucket names must be unique" in msg
+    msg = _broken(demo_config_raw, lambda c: c["datasets"]["sharegpt"].update(
+        source="cnn_dailymail"))
+    assert "reads the raw source 'sharegpt'" in msg
+    msg = _broken(demo_config_raw, lambda c: c["datasets"]["cnn_dm_highlights_news"].update(
+        prompt_tokens_range=[128, 64]))
+    assert "low <= high" in msg
+    msg = _broken(demo_config_raw, lambda c: c.update(tokenizer={"model": "gpt-9"}))
+    assert "tokenizer.model = 'gpt-9'" in msg
+    msg = _broken(demo_config_raw, lambda c: c["datasets"]["cnn_dm_news_summary"].pop("buckets"))
+    assert "buckets" in msg and "required" in msg
+    msg = _broken(demo_config_raw, lambda c: c["datasets"]["cnn_dm_news_summary"].update(
+        instruction="Summarize."))
+    assert "{text}" in msg
+
+
+def test_schema_errors_name_the_branch_meant(demo_config_raw):
+    msg = _broken(demo_config_raw, lambda c: c["sources"].update(
+        spec_bench={"kind": "url", "url": "https://x/q.jsonl", "sha256": 0}))
+    assert "sources.spec_bench.sha256 = 0" in msg and "not of type 'string'" in msg
+
+
 def test_unknown_top_level_key_is_rejected(demo_config_raw):
     msg = _broken(demo_config_raw, lambda c: c.update(round_one={}))
     assert "round_one" in msg

@@ -28,6 +28,9 @@ def e2e_config(raw: dict) -> dict:
         dataset["max_output_tokens"] = 32
     for workload in config["workloads"].values():
         workload["num_prompts"] = 4
+    config["workloads"]["news_0.25k"] = {"dataset": "cnn_dm_news_summary", "subset": "0.25k",
+                                         "num_prompts": 4}
+    config["round1"]["workloads"] = ["spec_bench", "news_0.25k"]
     config["round1"]["concurrency"] = [1, 2]
     for method in config["round1"]["methods"]:
         method["k"] = [2]
@@ -64,7 +67,8 @@ def test_workflow_completes(run):
     workdir = run["workdir"]
     for path in ("reports/index.html", "reports/round1.html", "results/summary.parquet",
                  "results/summary.csv", "data/raw/spec_bench/question.jsonl",
-                 "data/processed/spec_bench/all.jsonl", "data/processed/cnn_dm_summary/card.json"):
+                 "data/processed/spec_bench/all.jsonl", "data/processed/mixed_length/all.jsonl",
+                 "data/processed/thucnews_polish/0.25k.card.json"):
         assert (workdir / path).is_file(), path
 
 
@@ -127,6 +131,8 @@ def test_reports_are_rendered(run):
     page = (workdir / "reports" / "round1.html").read_text()
     assert "Best speedup per method and workload" in page and "e2e test" in page
     assert "data:image/png;base64" in page
+    assert "Prompt sets" in page and "cnn_dm_news_summary/0.25k" in page  # data cards
+    assert "card missing" not in page
     index = (workdir / "reports" / "index.html").read_text()
     assert index.count(">done<") == 6 and 'href="round1.html"' in index
 
@@ -155,6 +161,33 @@ def test_changing_one_k_list_plans_only_the_changed_cells(run, tmp_path):
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout + result.stderr)
     assert counts == {"all": 1, "cell": 2, "summary": 1, "report_round1": 1, "index": 1}
+
+
+def test_prompt_sets_count_tokens_with_the_target_tokenizer(run):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(run["workdir"] / "resources/models/smollm2-135m")
+    path = run["workdir"] / "data/processed/cnn_dm_news_summary/0.25k.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in records:
+        assert r["prompt_tokens"] == len(tokenizer.encode(r["prompt"], add_special_tokens=False))
+        assert 0.9 * 256 <= r["prompt_tokens"] <= 1.1 * 256
+
+
+def test_changing_one_bucket_rebuilds_that_set_and_its_cells(run):
+    config = e2e_config(run["raw"])
+    config["datasets"]["cnn_dm_news_summary"]["buckets"][1]["prompt_tokens"] = 600  # 0.5k
+    unread = write_config(run["workdir"] / "e2e-bucket-unread.yaml", config)
+    result = snakemake("-n", workdir=run["workdir"], configfile=unread)
+    assert result.returncode == 0, result.stderr
+    assert job_counts(result.stdout + result.stderr) == {"all": 1, "prompts": 1}
+    assert "data/processed/cnn_dm_news_summary/0.5k.jsonl" in result.stdout
+    config = e2e_config(run["raw"])
+    config["datasets"]["cnn_dm_news_summary"]["buckets"][0]["output_tokens"] = 48  # 0.25k
+    read = write_config(run["workdir"] / "e2e-bucket-read.yaml", config)
+    result = snakemake("-n", workdir=run["workdir"], configfile=read)
+    assert job_counts(result.stdout + result.stderr) == {
+        "all": 1, "prompts": 1, "cell": 3, "summary": 1, "report_round1": 1, "index": 1}
 
 
 def test_failed_server_start_leaves_no_process_and_no_output(run):

@@ -56,6 +56,28 @@ def test_server_args_and_model_source_are_part_of_the_identity(demo_config_raw):
     assert before.isdisjoint({c.cell_id for c in cells_of(changed)})
 
 
+def test_a_bucket_change_only_touches_that_bucket(demo_config_raw):
+    from sdbench.config import validate_config
+
+    raw = copy.deepcopy(demo_config_raw)
+    raw["workloads"]["news_0.25k"] = {"dataset": "cnn_dm_news_summary", "subset": "0.25k",
+                                      "num_prompts": 4}
+    raw["workloads"]["news_0.5k"] = {"dataset": "cnn_dm_news_summary", "subset": "0.5k",
+                                     "num_prompts": 4}
+    raw["round1"]["workloads"] = ["news_0.25k", "news_0.5k"]
+    before = validate_config(copy.deepcopy(raw))
+    raw["datasets"]["cnn_dm_news_summary"]["buckets"][1]["prompt_tokens"] = 600  # the 0.5k one
+    after = validate_config(raw)
+    for name in ("0.25k", "1k"):
+        assert grid.subset_definition(before, "cnn_dm_news_summary", name) == \
+            grid.subset_definition(after, "cnn_dm_news_summary", name)
+    assert grid.subset_definition(before, "cnn_dm_news_summary", "0.5k") != \
+        grid.subset_definition(after, "cnn_dm_news_summary", "0.5k")
+    ids = {c.cell_id: c.workload["name"] for c in grid.all_cells(before)}
+    kept = {c.cell_id for c in grid.all_cells(after)} & set(ids)
+    assert {ids[i] for i in kept} == {"news_0.25k"} and len(kept) == 4
+
+
 def test_duplicate_cells_are_refused(demo_config_raw):
     raw = copy.deepcopy(demo_config_raw)
     raw["round1"]["methods"].append(copy.deepcopy(raw["round1"]["methods"][0]))
@@ -69,4 +91,4 @@ def test_cell_roundtrip_and_model_paths(demo_config):
     assert grid.cell_models(cell) == ["smollm2-135m", "smollm2-135m-6l"]
     assert grid.model_dir(demo_config, "smollm2-135m") == "resources/models/smollm2-135m"
     assert cell.workload["path"] in ("data/processed/spec_bench/all.jsonl",
-                                     "data/processed/cnn_dm_summary/all.jsonl")
+                                     "data/processed/sharegpt/all.jsonl")

@@ -17,8 +17,10 @@ def test_real_study_plans(tmp_path):
     # 1 target x 7 workloads x (vanilla + ngram k=1..5 + draft k=1..5)
     assert counts["cell"] == 7 * 11
     assert counts["model"] == 2                       # Qwen2.5-7B and 0.5B downloads
-    assert counts["fetch_source"] == 2                # Spec-Bench (GitHub raw), CNN-DM (hub)
-    assert counts["spec_bench_prompts"] == counts["cnn_dm_summary_prompts"] == 1
+    assert counts["fetch_source"] == 4    # Spec-Bench (GitHub), ShareGPT, CNN-DM, THUCNews (hub)
+    # Spec-Bench 6 groups + all, ShareGPT, 6 news->summary, 6 highlights->news, 6 THUCNews
+    # polish buckets, the mixed-length set
+    assert counts["prompts"] == 7 + 1 + 6 + 6 + 6 + 1
     assert counts["summary"] == counts["report_round1"] == counts["index"] == 1
 
 
@@ -30,6 +32,20 @@ def test_default_configfile_is_the_real_study(tmp_path):
     result = snakemake("-n", workdir=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr + result.stdout
     assert "resources/models/qwen2.5-7b-instruct" in result.stdout + result.stderr
+
+
+def test_offline_run_fails_at_the_start_with_what_to_do(tmp_path):
+    config = tmp_path / "offline.yaml"
+    url = "https://sdbench-unreachable.invalid/question.jsonl"
+    config.write_text((REPO / "config" / "demo.yaml").read_text().replace(
+        "spec_bench: {kind: fixture, rows: 8}",
+        f"spec_bench: {{kind: url, url: '{url}', sha256: '{'0' * 64}'}}"))
+    result = snakemake(workdir=tmp_path, configfile=config, timeout=300)  # a real run
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "cannot start" in output and url in output
+    assert "data/raw/spec_bench/question.jsonl" in output and "kind: path" in output
+    assert not (tmp_path / "data").exists() and not (tmp_path / "resources").exists()
 
 
 def test_bad_config_fails_before_any_job(tmp_path):

@@ -61,16 +61,20 @@ def speculative_config(cell: grid.Cell, config: dict) -> dict | None:
     return spec
 
 
-def check_workload(cell: grid.Cell) -> int:
+def check_workload(cell: grid.Cell) -> int | None:
+    """Check the prompt file can serve the workload; return its forced output length if any."""
     path = cell.workload["path"]
     if not Path(path).is_file():
         raise CellError(f"workload {cell.workload['name']!r}: prompt file {path} does not exist")
-    available = loadgen.count_records(path)
+    available, min_tokens = loadgen.prompt_file_facts(path)
     if available < cell.workload["num_prompts"]:
         raise CellError(
             f"workloads.{cell.workload['name']}.num_prompts = {cell.workload['num_prompts']}: "
             f"{path} has only {available} prompts (prompts are never repeated to fill a point)")
-    return available
+    if len(min_tokens) > 1:
+        raise CellError(f"{path}: prompts force different output lengths {sorted(min_tokens)}; "
+                        "the load generator can force one per point")
+    return min_tokens.pop()
 
 
 @contextlib.contextmanager
@@ -97,7 +101,7 @@ def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
     for stale in (partial, detail_partial):
         stale.unlink(missing_ok=True)
 
-    check_workload(cell)
+    min_tokens = check_workload(cell)
     log = log or sys.stderr
     server_cfg = cell.server_config
     target = server_cfg["target"]["name"]
@@ -127,7 +131,7 @@ def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
                 host=server.connect_host, port=server.port,
                 served_name=target, tokenizer=target_dir, dataset_path=cell.workload["path"],
                 num_prompts=cell.workload["num_prompts"], concurrency=concurrency,
-                settings=settings)
+                settings=settings, shuffle=cell.workload["shuffle"], min_tokens=min_tokens)
             started = _now()
             error = None
             try:

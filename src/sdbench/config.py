@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from .data.builders import BUILDER_SOURCE, subsets_of
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -22,15 +24,26 @@ METHODS_WITH_DRAFT = frozenset({"draft_model", "eagle", "eagle3", "medusa", "mlp
 METHODS_WITHOUT_DRAFT = frozenset({"ngram", "ngram_gpu", "suffix", "mtp"})
 VANILLA = "vanilla"
 
-# The prompt subsets each dataset builder writes (data/processed/<dataset>/<subset>.jsonl).
-BUILDER_SUBSETS = {
-    "spec_bench": (
-        "conversation", "translation", "summarization", "qa", "math_reasoning", "rag", "all",
-    ),
-    "cnn_dm_summary": ("all",),
+# Dataset keys each builder reads (beyond builder, source, tokenizer, seed, allow_partial);
+# a key another builder reads is an error, not silently ignored.
+BUILDER_KEYS = {
+    "spec_bench": {"max_output_tokens", "max_records"},
+    "sharegpt": {"samples", "filters"},
+    "cnn_dm_news_summary": {"instruction", "buckets", "tolerance", "records_per_bucket"},
+    "cnn_dm_mixed": {"instruction", "buckets", "tolerance", "records_per_bucket"},
+    "cnn_dm_highlights_news": {"instruction", "buckets", "prompt_tokens_range",
+                               "records_per_bucket"},
+    "thucnews_polish": {"instruction", "buckets", "tolerance", "records_per_bucket",
+                        "output_ratio"},
 }
-# The raw source each builder reads.
-BUILDER_SOURCE = {"spec_bench": "spec_bench", "cnn_dm_summary": "cnn_dailymail"}
+COMMON_DATASET_KEYS = {"builder", "source", "tokenizer", "seed", "allow_partial"}
+# Bucket fields each bucketed builder needs.
+BUCKET_FIELDS = {
+    "cnn_dm_news_summary": ("prompt_tokens", "output_tokens"),
+    "cnn_dm_mixed": ("prompt_tokens", "output_tokens"),
+    "cnn_dm_highlights_news": ("output_tokens",),
+    "thucnews_polish": ("prompt_tokens",),
+}
 
 
 class ConfigError(ValueError):
@@ -75,6 +88,14 @@ def _schema_error(config: dict) -> str:
     error = best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
     if error is None:  # pragma: no cover - snakemake and jsonschema disagree
         return "does not match the schema"
+    while error.validator == "oneOf" and error.context:
+        # report on the branch the value meant (its `kind` matched), not "none matched"
+        branches: dict = {}
+        for sub in error.context:
+            branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+        meant = [errs for errs in branches.values() if not any(
+            e.validator == "const" or list(e.relative_path) == ["kind"] for e in errs)]
+        error = best_match(meant[0] if len(meant) == 1 else error.context)
     key = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in error.absolute_path)
     key = key.replace(".[", "[") or "(top level)"
     return (f"{key} = {error.instance!r} is not allowed: {error.message} "
@@ -83,6 +104,39 @@ def _schema_error(config: dict) -> str:
 
 def _fail(source: str, key: str, value: Any, allowed: str) -> None:
     raise ConfigError(f"{source}: {key} = {value!r} is not allowed: {allowed}")
+
+
+def _check_dataset(source: str, name: str, dataset: dict, sources: dict) -> None:
+    builder = dataset["builder"]
+    key = f"datasets.{name}"
+    wanted = BUILDER_SOURCE[builder]
+    if dataset["source"] != wanted:
+        _fail(source, f"{key}.source", dataset["source"],
+              f"builder {builder!r} reads the raw source {wanted!r}")
+    if dataset["source"] not in sources:
+        _fail(source, f"{key}.source", dataset["source"],
+              f"no such entry under sources (defined: {sorted(sources)})")
+    unused = set(dataset) - COMMON_DATASET_KEYS - BUILDER_KEYS[builder]
+    if unused:
+        _fail(source, f"{key}.{sorted(unused)[0]}", dataset[sorted(unused)[0]],
+              f"builder {builder!r} does not use it (its keys: "
+              f"{sorted(BUILDER_KEYS[builder] | COMMON_DATASET_KEYS)})")
+    buckets = dataset.get("buckets", [])
+    names = [b["name"] for b in buckets]
+    if len(set(names)) != len(names):
+        _fail(source, f"{key}.buckets", names, "bucket names must be unique")
+    for i, bucket in enumerate(buckets):
+        for field in BUCKET_FIELDS[builder]:
+            if field not in bucket:
+                _fail(source, f"{key}.buckets[{i}].{field}", None,
+                      f"builder {builder!r} needs {list(BUCKET_FIELDS[builder])} per bucket")
+    if "instruction" in dataset and "{text}" not in dataset["instruction"]:
+        _fail(source, f"{key}.instruction", dataset["instruction"],
+              "it needs a {text} placeholder where the source text goes")
+    if "prompt_tokens_range" in dataset:
+        low, high = dataset["prompt_tokens_range"]
+        if low > high:
+            _fail(source, f"{key}.prompt_tokens_range", [low, high], "needs low <= high")
 
 
 def check_config(config: dict, source: str = "config") -> None:
@@ -98,25 +152,26 @@ def check_config(config: dict, source: str = "config") -> None:
                 _fail(source, f"models.{name}.source.model", src["model"],
                       "a truncated model must be derived from a model that is not itself truncated")
 
+    for where, spec in [("tokenizer", config["tokenizer"])] + [
+            (f"datasets.{n}.tokenizer", d["tokenizer"]) for n, d in config["datasets"].items()
+            if "tokenizer" in d]:
+        if "model" in spec and spec["model"] not in models:
+            _fail(source, f"{where}.model", spec["model"],
+                  f"must be one of the models defined: {sorted(models)}")
+
     sources = config["sources"]
     for name, dataset in config["datasets"].items():
-        wanted = BUILDER_SOURCE[dataset["builder"]]
-        if dataset["source"] != wanted:
-            _fail(source, f"datasets.{name}.source", dataset["source"],
-                  f"builder {dataset['builder']!r} reads the raw source {wanted!r}")
-        if dataset["source"] not in sources:
-            _fail(source, f"datasets.{name}.source", dataset["source"],
-                  f"no such entry under sources (defined: {sorted(sources)})")
+        _check_dataset(source, name, dataset, sources)
 
     datasets = config["datasets"]
     for name, workload in config["workloads"].items():
         if workload["dataset"] not in datasets:
             _fail(source, f"workloads.{name}.dataset", workload["dataset"],
                   f"must be one of the datasets defined: {sorted(datasets)}")
-        subsets = BUILDER_SUBSETS[datasets[workload["dataset"]]["builder"]]
+        subsets = subsets_of(datasets[workload["dataset"]])
         if workload["subset"] not in subsets:
             _fail(source, f"workloads.{name}.subset", workload["subset"],
-                  f"dataset {workload['dataset']!r} has the subsets {list(subsets)}")
+                  f"dataset {workload['dataset']!r} has the subsets {subsets}")
 
     round1 = config["round1"]
     for i, target in enumerate(round1["targets"]):

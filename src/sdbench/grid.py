@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from .config import VANILLA, ConfigError
+from .data.builders import BUCKETED, ORDERED
 from .ids import short_hash
 
 MODELS_DIR = "resources/models"
@@ -69,16 +70,44 @@ def processed_path(dataset: str, subset: str) -> str:
     return f"{PROCESSED_DIR}/{dataset}/{subset}.jsonl"
 
 
+def card_path(dataset: str, subset: str) -> str:
+    return f"{PROCESSED_DIR}/{dataset}/{subset}.card.json"
+
+
+def tokenizer_spec(config: dict, dataset: str) -> dict:
+    """The dataset's tokenizer (default: the config's), with the model's identity if any."""
+    spec = dict(config["datasets"][dataset].get("tokenizer") or config["tokenizer"])
+    if "model" in spec:
+        spec["model_identity"] = model_identity(config, spec["model"])
+    return spec
+
+
+def subset_definition(config: dict, dataset: str, subset: str) -> dict:
+    """Everything one processed subset is built from, and nothing else: changing one bucket
+    changes only that bucket's definition (and so rebuilds only that file)."""
+    definition = {k: v for k, v in config["datasets"][dataset].items() if k != "buckets"}
+    builder = definition["builder"]
+    if builder in BUCKETED:
+        definition["bucket"] = next(b for b in config["datasets"][dataset]["buckets"]
+                                    if b["name"] == subset)
+    elif "buckets" in config["datasets"][dataset]:
+        definition["buckets"] = config["datasets"][dataset]["buckets"]
+    return {**definition, "dataset": dataset, "subset": subset,
+            "tokenizer": tokenizer_spec(config, dataset),
+            "source_spec": config["sources"][definition["source"]]}
+
+
 def workload_spec(config: dict, name: str) -> dict:
     """The workload as it enters the cell identity: prompts, output rule, sampling."""
     workload = config["workloads"][name]
-    dataset = config["datasets"][workload["dataset"]]
+    definition = subset_definition(config, workload["dataset"], workload["subset"])
     return {
         "name": name,
         "dataset": workload["dataset"],
         "subset": workload["subset"],
-        "dataset_definition": {"source": config["sources"][dataset["source"]], **dataset},
+        "definition": definition,
         "num_prompts": workload["num_prompts"],
+        "shuffle": definition["builder"] not in ORDERED,
         "path": processed_path(workload["dataset"], workload["subset"]),
         "loadgen": config["loadgen"],
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import math
 from typing import Any
 
@@ -20,8 +21,12 @@ PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
 
 
 def loadgen_argv(*, host: str, port: int, served_name: str, tokenizer: str, dataset_path: str,
-                 num_prompts: int, concurrency: int, settings: dict) -> list[str]:
-    """Arguments for `vllm bench serve` for one concurrency point (closed loop, all at once)."""
+                 num_prompts: int, concurrency: int, settings: dict, shuffle: bool = True,
+                 min_tokens: int | None = None) -> list[str]:
+    """Arguments for `vllm bench serve` for one concurrency point (closed loop, all at once).
+
+    shuffle=False sends the prompts in file order; min_tokens forces every output to at least
+    that many tokens (with max_tokens equal, a fixed output length)."""
     if settings["endpoint"] == "chat":
         # the server applies the chat template; the client sends the raw prompt as a message
         endpoint = ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
@@ -43,6 +48,8 @@ def loadgen_argv(*, host: str, port: int, served_name: str, tokenizer: str, data
         "--ready-check-timeout-sec", str(settings["ready_check_timeout_s"]),
         "--percentile-metrics", PERCENTILE_METRICS, "--metric-percentiles", percentiles,
         "--save-detailed", "--disable-tqdm",
+        *([] if shuffle else ["--disable-shuffle"]),
+        *([] if min_tokens is None else ["--extra-body", json.dumps({"min_tokens": min_tokens})]),
     ]
 
 
@@ -76,6 +83,12 @@ def split_result(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list
     return metrics, detail
 
 
-def count_records(path: str) -> int:
+def prompt_file_facts(path: str) -> tuple[int, set]:
+    """(number of prompts, the set of their `min_tokens` values; {None} when unset)."""
+    count, min_tokens = 0, set()
     with open(path, encoding="utf-8") as fh:
-        return sum(1 for line in fh if line.strip())
+        for line in fh:
+            if line.strip():
+                count += 1
+                min_tokens.add(json.loads(line).get("min_tokens"))
+    return count, min_tokens

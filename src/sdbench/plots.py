@@ -5,10 +5,15 @@ Metric definitions live here once; every report notebook calls these functions.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+
+from .grid import card_path
 
 sns.set_theme(style="whitegrid", context="notebook")
 
@@ -126,3 +131,51 @@ def provenance_table(frame: pd.DataFrame) -> pd.DataFrame:
                "git_commit", "git_dirty"]
     table = frame[columns].astype(str).value_counts().rename("records").reset_index()
     return table
+
+
+def data_cards(frame: pd.DataFrame, root: str | Path = ".") -> dict[str, dict]:
+    """The data cards of the prompt sets the records used, by workload name."""
+    cards = {}
+    for (workload, dataset, subset), _ in frame.groupby(["workload", "dataset", "subset"]):
+        path = Path(root) / card_path(dataset, subset)
+        cards[workload] = json.loads(path.read_text()) if path.exists() else None
+    return cards
+
+
+def data_cards_table(cards: dict[str, dict]) -> pd.DataFrame:
+    rows = []
+    for workload, card in cards.items():
+        if card is None:
+            rows.append({"workload": workload, "records": "card missing"})
+            continue
+        tokens = card["prompt_tokens"]
+        rows.append({
+            "workload": workload, "set": f"{card['dataset']}/{card['subset']}",
+            "records": card["records"],
+            "prompt tokens (min / p50 / p90 / max)":
+                f"{tokens['min']} / {tokens['p50']:.0f} / {tokens['p90']:.0f} / {tokens['max']}",
+            "output rule": card["output_rule"],
+            "skipped rows": sum(card["skipped"].values()),
+            "source": f"{card['source']['kind']} sha256 {card['source']['sha256'][:12]}",
+            "tokenizer": ", ".join(f"{k}={v}" for k, v in card["tokenizer"].items()
+                                   if k in ("model", "tiktoken", "tiktoken_file")),
+            "seed": card["seed"],
+        })
+    return pd.DataFrame(rows)
+
+
+def prompt_length_plot(cards: dict[str, dict]) -> plt.Figure | None:
+    present = {w: c for w, c in cards.items() if c and c["prompt_token_histogram"]}
+    if not present:
+        return None
+    fig, axes = plt.subplots(1, len(present), squeeze=False, figsize=(4 * len(present), 2.8))
+    for ax, (workload, card) in zip(axes[0], present.items(), strict=True):
+        hist = card["prompt_token_histogram"]
+        edges = np.asarray(hist["edges"])
+        ax.bar(edges[:-1], hist["counts"], width=np.diff(edges), align="edge",
+               edgecolor="white")
+        ax.set_title(f"{workload} ({card['records']} prompts)", fontsize=10)
+        ax.set_xlabel("prompt tokens")
+    axes[0][0].set_ylabel("prompts")
+    fig.tight_layout()
+    return fig

@@ -10,8 +10,9 @@ sys.path.insert(0, SRC)
 # scripts and notebooks run in child processes: let them import the library too
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
 
-from sdbench import grid
-from sdbench.config import BUILDER_SUBSETS, validate_config
+from sdbench import grid, preflight
+from sdbench.config import validate_config
+from sdbench.data.builders import subsets_of
 from sdbench.data.sources import manifest_path, raw_path
 
 CONFIG_SOURCE = ", ".join(map(str, workflow.overwrite_configfiles)) or "config/config.yaml"
@@ -31,10 +32,7 @@ def names_regex(names):
     return "|".join(re.escape(n) for n in sorted(names)) or "(?!)"
 
 
-def datasets_of(builder):
-    return [n for n, d in config["datasets"].items() if d["builder"] == builder]
-
-
+ALL_SUBSETS = {s for d in config["datasets"].values() for s in subsets_of(d)}
 BUILT_MODELS = [n for n, m in config["models"].items() if m["source"]["kind"] != "path"]
 
 
@@ -42,6 +40,8 @@ wildcard_constraints:
     cell_id="[0-9a-f]{12}",
     source=names_regex(config["sources"]),
     model=names_regex(BUILT_MODELS),
+    dataset=names_regex(config["datasets"]),
+    subset=names_regex(ALL_SUBSETS),
 
 
 def model_input(name):
@@ -62,15 +62,30 @@ def model_build_inputs(wildcards):
     return {"base": model_input(source["model"])} if source["kind"] == "truncate" else {}
 
 
-def dataset_inputs(wildcards):
+def prompt_inputs(wildcards):
+    """Raw file + manifest of the dataset's source, and the tokenizer's model folder."""
     source = config["datasets"][wildcards.dataset]["source"]
-    return {"raw": raw_path(source), "manifest": manifest_path(source)}
+    spec = config["sources"][source]
+    inputs = {"raw": raw_path(source, spec), "manifest": manifest_path(source, spec)}
+    tokenizer = grid.tokenizer_spec(config, wildcards.dataset)
+    if "model" in tokenizer:
+        inputs["tokenizer_model"] = model_input(tokenizer["model"])
+    return inputs
 
 
-def processed_outputs(builder):
-    return expand(
-        "data/processed/{{dataset}}/{subset}.jsonl", subset=BUILDER_SUBSETS[builder]
-    )
+def preflight_check():
+    """Before any job of a real run: fail at once if a download cannot be reached."""
+    preflight.check(config)
+
+
+def all_prompt_sets():
+    """Every processed subset of every dataset (the sets later rounds read are built too)."""
+    return [
+        path
+        for name, dataset in config["datasets"].items()
+        for subset in subsets_of(dataset)
+        for path in (grid.processed_path(name, subset), grid.card_path(name, subset))
+    ]
 
 
 def all_cell_records():

@@ -1,4 +1,5 @@
-# Raw sources -> data/raw/<source>/ (hashed, with a manifest) -> processed prompt sets.
+# Raw sources -> data/raw/<source>/ (hashed, with a manifest) -> processed prompt sets, one job
+# per (dataset, subset) so that changing one bucket rebuilds that bucket alone.
 
 
 rule fetch_source:
@@ -10,32 +11,24 @@ rule fetch_source:
     log:
         "logs/data/fetch_{source}_{file}.log",
     wildcard_constraints:
-        file=r"[^/]+\.jsonl",
+        file=r"[^/]+\.(jsonl|json|zip)",
     conda:
         ENV
     script:
         "../scripts/fetch_source.py"
 
 
-# one rule per dataset builder: each writes all of its subsets and the data card in one job
-for builder in BUILDER_SUBSETS:
-
-    rule:
-        name:
-            f"{builder}_prompts"
-        input:
-            unpack(dataset_inputs),
-        output:
-            processed_outputs(builder),
-            card="data/processed/{dataset}/card.json",
-        params:
-            dataset=lambda wc: config["datasets"][wc.dataset],
-            out_dir=lambda wc: f"data/processed/{wc.dataset}",
-        log:
-            "logs/data/build_{dataset}.log",
-        wildcard_constraints:
-            dataset=names_regex(datasets_of(builder)),
-        conda:
-            ENV
-        script:
-            "../scripts/build_dataset.py"
+rule prompts:
+    input:
+        unpack(prompt_inputs),
+    output:
+        records="data/processed/{dataset}/{subset}.jsonl",
+        card="data/processed/{dataset}/{subset}.card.json",
+    params:
+        definition=lambda wc: grid.subset_definition(config, wc.dataset, wc.subset),
+    log:
+        "logs/data/{dataset}/{subset}.log",
+    conda:
+        ENV
+    script:
+        "../scripts/build_subset.py"

@@ -1,20 +1,26 @@
 """Demo/CI fixtures in the real schemas of the study's sources, made from text on the machine.
 
-No hub is reachable on the demo and CI machines, so the project writes its own raw files: rows
-with the exact fields of Spec-Bench's `question.jsonl` and of CNN-DailyMail, whose text comes
-from the docstrings of Python's standard library (present wherever Python is). The same
-processing code then turns them into prompt sets, exactly as it does with the real files.
-Output depends only on `rows`, `seed` and the Python version (recorded in the manifest).
+No hub is reachable on the demo and CI machines, so the project writes its own raw files with
+the exact layout of Spec-Bench's `question.jsonl`, CNN-DailyMail's rows, ShareGPT's JSON list
+and the official THUCNews.zip. English text comes from the docstrings of Python's standard
+library (present wherever Python is), Chinese text from the docstrings of `connection_pool`
+(installed with Snakemake). The same processing code then turns them into prompt sets, exactly
+as it does with the real files. Output depends only on `rows`, `seed` and the installed versions
+(recorded in the manifest).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.metadata
 import inspect
+import json
 import random
 import re
 import sys
+import zipfile
+from pathlib import Path
 
 # Modules whose documentation is the fixture text (stable, present in every CPython).
 MODULES = (
@@ -180,6 +186,93 @@ def cnn_dailymail_rows(rows: int = 12, seed: int = 0) -> list[dict]:
     return out
 
 
+def sharegpt_items(rows: int = 12, seed: int = 0) -> list[dict]:
+    """ShareGPT conversations ({id, conversations: [{from, value}]}) about stdlib functions."""
+    rng = random.Random(seed)
+    docs = module_docs()
+    out = []
+    for i in range(rows):
+        doc = docs[(i * 13 + 5) % len(docs)]
+        fn, fn_doc = rng.choice(doc["functions"])
+        question = rng.choice([
+            f"What does `{doc['module']}.{fn}` do?",
+            f"Explain `{doc['module']}.{fn}` with an example.",
+            f"I am new to Python. When would I use `{fn}` from the `{doc['module']}` module?",
+        ])
+        answer = _clean(fn_doc) + " " + " ".join(doc["paragraphs"][: 1 + i % 4])
+        turns = [{"from": "human", "value": question}, {"from": "gpt", "value": answer}]
+        if i % 3 == 0:
+            turns += [{"from": "human", "value": "Thanks! Can you shorten that?"},
+                      {"from": "gpt", "value": _first_sentence(fn_doc)}]
+        out.append({"id": hashlib.sha1(f"sdbench-sharegpt:{i}".encode()).hexdigest()[:8],
+                    "conversations": turns})
+    return out
+
+
+THUCNEWS_CATEGORIES = ("体育", "财经", "科技", "教育", "时政", "娱乐")
+
+
+def chinese_clauses() -> list[str]:
+    """Chinese clauses from the docstrings of `connection_pool` (a Snakemake dependency)."""
+    module = importlib.import_module("connection_pool")
+    texts = []
+    for obj in vars(module).values():
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            texts.append(inspect.getdoc(obj) or "")
+            if inspect.isclass(obj):
+                texts += [inspect.getdoc(m) or "" for m in vars(obj).values() if callable(m)]
+    clauses = []
+    for text in texts:
+        for part in re.split(r"[，。；！？,\n]", text):
+            part = re.sub(r"^\w+:\s+", "", part.strip()).rstrip("：:，,")
+            if len(re.findall(r"[\u4e00-\u9fff]", part)) >= 4 and part not in clauses:
+                clauses.append(part)
+    return clauses
+
+
+def thucnews_items(rows: int = 12, seed: int = 0) -> list[dict]:
+    """News items (category, title, body) in Chinese, for the THUCNews.zip layout."""
+    rng = random.Random(seed)
+    clauses = chinese_clauses()
+    items = []
+    for i in range(rows):
+        title = "".join(rng.sample(clauses, 2))
+        sentences = ["，".join(rng.sample(clauses, rng.randint(2, 4))) + "。"
+                     for _ in range(rng.randint(6, 24))]
+        paragraphs = ["".join(sentences[j:j + 3]) for j in range(0, len(sentences), 3)]
+        items.append({"category": THUCNEWS_CATEGORIES[i % len(THUCNEWS_CATEGORIES)],
+                      "title": title, "body": "\n".join(paragraphs), "n": i})
+    return items
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                    encoding="utf-8")
+
+
+def write_fixture(source: str, path: str | Path, rows: int, seed: int) -> None:
+    """Write the fixture of `source` to `path` in the source's real file format."""
+    path = Path(path)
+    if source == "spec_bench":
+        _write_jsonl(path, spec_bench_rows(rows, seed))
+    elif source == "cnn_dailymail":
+        _write_jsonl(path, cnn_dailymail_rows(rows, seed))
+    elif source == "sharegpt":
+        path.write_text(json.dumps(sharegpt_items(rows, seed), ensure_ascii=False, indent=1),
+                        encoding="utf-8")
+    elif source == "thucnews":
+        # fixed timestamps: the same rows give the same bytes
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for item in thucnews_items(rows, seed):
+                info = zipfile.ZipInfo(f"THUCNews/{item['category']}/{item['n']}.txt",
+                                       date_time=(2020, 1, 1, 0, 0, 0))
+                archive.writestr(info, f"{item['title']}\n{item['body']}\n")
+    else:
+        raise ValueError(f"no fixture for source {source!r}")
+
+
 def origin() -> dict:
-    return {"generator": "sdbench.data.fixtures", "text": "CPython standard-library docstrings",
-            "python": sys.version.split()[0]}
+    return {"generator": "sdbench.data.fixtures",
+            "text": "docstrings of CPython's standard library and of connection_pool",
+            "python": sys.version.split()[0],
+            "connection_pool": importlib.metadata.version("connection_pool")}
