@@ -24,8 +24,9 @@ def e2e_config(raw: dict) -> dict:
     """config/demo.yaml with fewer prompts and shorter outputs."""
     config = copy.deepcopy(raw)
     config["study"] = "e2e test"
-    for dataset in config["datasets"].values():
-        dataset["max_output_tokens"] = 32
+    config["datasets"]["spec_bench"]["max_output_tokens"] = 32
+    for bucket in config["datasets"]["cnn_dm_news_summary"]["buckets"]:
+        bucket["output_tokens"] = 32
     for workload in config["workloads"].values():
         workload["num_prompts"] = 4
     config["workloads"]["news_0.25k"] = {"dataset": "cnn_dm_news_summary", "subset": "0.25k",
