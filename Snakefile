@@ -22,9 +22,16 @@ onstart:
     preflight_check()
 
 
+onerror:
+    salvage_reports()
+
+
 rule all:
     default_target: True
     input:
         "reports/index.html",
         "reports/round1.html",
         all_prompt_sets(),
+        # directly too: after a failed run the reports exist (listing the failures) and only
+        # the missing cells make a rerun redo the cells, the summary and the reports
+        all_cell_records(),

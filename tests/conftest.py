@@ -25,3 +25,16 @@ def demo_config(demo_config_raw) -> dict:
     from sdbench.config import validate_config
 
     return validate_config(copy.deepcopy(demo_config_raw))
+
+
+@pytest.fixture(scope="session")
+def e2e_run(tmp_path_factory):
+    """One run of the shrunk demo study (real vLLM on the CPU) in a temporary working directory;
+    the end-to-end and fault tests inspect it and reuse its models and data."""
+    from workflow_helpers import e2e_config, snakemake, write_config
+
+    raw = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
+    workdir = tmp_path_factory.mktemp("e2e")
+    configfile = write_config(workdir / "e2e.yaml", e2e_config(raw))
+    result = snakemake(workdir=workdir, configfile=configfile, timeout=1800)
+    return {"workdir": workdir, "configfile": configfile, "result": result, "raw": raw}

@@ -1,9 +1,9 @@
 """A stand-in for the vLLM API server, for process-lifecycle tests only.
 
 Modes: ready (serves /health after --delay s, with a child process in its group, like vLLM's
-engine core), crash (prints an error and exits 1), hang (never answers), ignore-term (ready, but
-ignores SIGTERM so that only SIGKILL stops it), busy-port (exits like a server that lost the
-race for its port).
+engine core), solo (ready, without the child), crash (prints an error and exits 1), hang (never
+answers), ignore-term (ready, but ignores SIGTERM so that only SIGKILL stops it), busy-port
+(exits like a server that lost the race for its port).
 """
 
 import argparse
@@ -44,7 +44,8 @@ def main() -> int:
         return 1
     if args.mode == "ignore-term":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    multiprocessing.get_context("fork").Process(target=child, daemon=False).start()
+    if args.mode != "solo":
+        multiprocessing.get_context("fork").Process(target=child, daemon=False).start()
     if args.mode == "hang":
         while True:
             time.sleep(1)

@@ -4,68 +4,23 @@ One run of the workflow in a temporary working directory (nothing of the checkou
 results is touched); the tests below inspect what it produced and how it plans reruns.
 """
 
-import copy
 import gzip
 import json
 import subprocess
 import sys
 
 import pandas as pd
-import psutil
 import pytest
-import yaml
 
-from workflow_helpers import REPO, job_counts, snakemake
+from workflow_helpers import e2e_config, job_counts, server_processes, snakemake, write_config
 
 pytestmark = pytest.mark.e2e
 
 
-def e2e_config(raw: dict) -> dict:
-    """config/demo.yaml with fewer prompts and shorter outputs."""
-    config = copy.deepcopy(raw)
-    config["study"] = "e2e test"
-    config["datasets"]["spec_bench"]["max_output_tokens"] = 32
-    for bucket in config["datasets"]["cnn_dm_news_summary"]["buckets"]:
-        bucket["output_tokens"] = 32
-    for workload in config["workloads"].values():
-        workload["num_prompts"] = 4
-    config["workloads"]["news_0.25k"] = {"dataset": "cnn_dm_news_summary", "subset": "0.25k",
-                                         "num_prompts": 4}
-    config["round1"]["workloads"] = ["spec_bench", "news_0.25k"]
-    config["round1"]["concurrency"] = [1, 2]
-    for method in config["round1"]["methods"]:
-        method["k"] = [2]
-    return config
-
-
-def write_config(path, config):
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
-def server_processes(workdir):
-    """vLLM processes (API server, engine core: 'VLLM::EngineCore') working in `workdir`."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "cwd"]):
-        cmdline = " ".join(proc.info["cmdline"] or [])
-        if "vllm" in cmdline.lower() and str(proc.info["cwd"] or "").startswith(str(workdir)):
-            found.append((proc.pid, cmdline))
-    return found
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    raw = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
-    workdir = tmp_path_factory.mktemp("e2e")
-    configfile = write_config(workdir / "e2e.yaml", e2e_config(raw))
-    result = snakemake(workdir=workdir, configfile=configfile, timeout=1800)
-    return {"workdir": workdir, "configfile": configfile, "result": result, "raw": raw}
-
-
-def test_workflow_completes(run):
-    result = run["result"]
+def test_workflow_completes(e2e_run):
+    result = e2e_run["result"]
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
-    workdir = run["workdir"]
+    workdir = e2e_run["workdir"]
     for path in ("reports/index.html", "reports/round1.html", "results/summary.parquet",
                  "results/summary.csv", "data/raw/spec_bench/question.jsonl",
                  "data/processed/spec_bench/all.jsonl", "data/processed/mixed_length/all.jsonl",
@@ -73,12 +28,12 @@ def test_workflow_completes(run):
         assert (workdir / path).is_file(), path
 
 
-def test_no_vllm_process_is_left(run):
-    assert server_processes(run["workdir"]) == []
+def test_no_vllm_process_is_left(e2e_run):
+    assert server_processes(e2e_run["workdir"]) == []
 
 
-def test_records_carry_metrics_and_provenance(run):
-    files = sorted((run["workdir"] / "results" / "cells").glob("*.jsonl"))
+def test_records_carry_metrics_and_provenance(e2e_run):
+    files = sorted((e2e_run["workdir"] / "results" / "cells").glob("*.jsonl"))
     assert len(files) == 6  # (vanilla, ngram k=2, draft k=2) x 2 workloads
     for path in files:
         records = [json.loads(line) for line in path.read_text().splitlines()]
@@ -111,8 +66,8 @@ def test_records_carry_metrics_and_provenance(run):
         assert all(text.strip() for d in detail for text in d["generated_texts"])
 
 
-def test_summary_pairs_every_point_with_its_vanilla(run):
-    frame = pd.read_parquet(run["workdir"] / "results" / "summary.parquet")
+def test_summary_pairs_every_point_with_its_vanilla(e2e_run):
+    frame = pd.read_parquet(e2e_run["workdir"] / "results" / "summary.parquet")
     assert len(frame) == 12 and frame["paired"].all()
     vanilla = frame[frame["method"] == "vanilla"]
     assert (vanilla["speedup"] == 1.0).all()
@@ -127,8 +82,8 @@ def test_summary_pairs_every_point_with_its_vanilla(run):
     assert (ngram["spec_decode_acceptance_rate"] > 0).all()
 
 
-def test_reports_are_rendered(run):
-    workdir = run["workdir"]
+def test_reports_are_rendered(e2e_run):
+    workdir = e2e_run["workdir"]
     page = (workdir / "reports" / "round1.html").read_text()
     assert "Best speedup per method and workload" in page and "e2e test" in page
     assert "data:image/png;base64" in page
@@ -138,62 +93,62 @@ def test_reports_are_rendered(run):
     assert index.count(">done<") == 6 and 'href="round1.html"' in index
 
 
-def test_converted_model_answers_sensibly(run):
+def test_converted_model_answers_sensibly(e2e_run):
     from sdbench.models import greedy_reply
 
-    model = run["workdir"] / "resources" / "models" / "smollm2-135m"
+    model = e2e_run["workdir"] / "resources" / "models" / "smollm2-135m"
     assert "Paris" in greedy_reply(model, "What is the capital of France?")
-    draft = json.loads((run["workdir"] / "resources" / "models" / "smollm2-135m-6l"
+    draft = json.loads((e2e_run["workdir"] / "resources" / "models" / "smollm2-135m-6l"
                         / "config.json").read_text())
     assert draft["num_hidden_layers"] == 6
 
 
-def test_complete_run_has_nothing_to_do(run):
-    result = snakemake("-n", workdir=run["workdir"], configfile=run["configfile"])
+def test_complete_run_has_nothing_to_do(e2e_run):
+    result = snakemake("-n", workdir=e2e_run["workdir"], configfile=e2e_run["configfile"])
     assert result.returncode == 0, result.stderr
     assert "Nothing to be done" in result.stdout + result.stderr
 
 
-def test_changing_one_k_list_plans_only_the_changed_cells(run, tmp_path):
-    config = e2e_config(run["raw"])
+def test_changing_one_k_list_plans_only_the_changed_cells(e2e_run, tmp_path):
+    config = e2e_config(e2e_run["raw"])
     config["round1"]["methods"][0]["k"] = [2, 3]  # ngram: add k=3
-    changed = write_config(run["workdir"] / "e2e-k3.yaml", config)
-    result = snakemake("-n", workdir=run["workdir"], configfile=changed)
+    changed = write_config(e2e_run["workdir"] / "e2e-k3.yaml", config)
+    result = snakemake("-n", workdir=e2e_run["workdir"], configfile=changed)
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout + result.stderr)
     assert counts == {"all": 1, "cell": 2, "summary": 1, "report_round1": 1, "index": 1}
 
 
-def test_prompt_sets_count_tokens_with_the_target_tokenizer(run):
+def test_prompt_sets_count_tokens_with_the_target_tokenizer(e2e_run):
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(run["workdir"] / "resources/models/smollm2-135m")
-    path = run["workdir"] / "data/processed/cnn_dm_news_summary/0.25k.jsonl"
+    tokenizer = AutoTokenizer.from_pretrained(e2e_run["workdir"] / "resources/models/smollm2-135m")
+    path = e2e_run["workdir"] / "data/processed/cnn_dm_news_summary/0.25k.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines()]
     for r in records:
         assert r["prompt_tokens"] == len(tokenizer.encode(r["prompt"], add_special_tokens=False))
         assert 0.9 * 256 <= r["prompt_tokens"] <= 1.1 * 256
 
 
-def test_changing_one_bucket_rebuilds_that_set_and_its_cells(run):
-    config = e2e_config(run["raw"])
+def test_changing_one_bucket_rebuilds_that_set_and_its_cells(e2e_run):
+    config = e2e_config(e2e_run["raw"])
     config["datasets"]["cnn_dm_news_summary"]["buckets"][1]["prompt_tokens"] = 600  # 0.5k
-    unread = write_config(run["workdir"] / "e2e-bucket-unread.yaml", config)
-    result = snakemake("-n", workdir=run["workdir"], configfile=unread)
+    unread = write_config(e2e_run["workdir"] / "e2e-bucket-unread.yaml", config)
+    result = snakemake("-n", workdir=e2e_run["workdir"], configfile=unread)
     assert result.returncode == 0, result.stderr
     assert job_counts(result.stdout + result.stderr) == {"all": 1, "prompts": 1}
     assert "data/processed/cnn_dm_news_summary/0.5k.jsonl" in result.stdout
-    config = e2e_config(run["raw"])
+    config = e2e_config(e2e_run["raw"])
     config["datasets"]["cnn_dm_news_summary"]["buckets"][0]["output_tokens"] = 48  # 0.25k
-    read = write_config(run["workdir"] / "e2e-bucket-read.yaml", config)
-    result = snakemake("-n", workdir=run["workdir"], configfile=read)
+    read = write_config(e2e_run["workdir"] / "e2e-bucket-read.yaml", config)
+    result = snakemake("-n", workdir=e2e_run["workdir"], configfile=read)
     assert job_counts(result.stdout + result.stderr) == {
         "all": 1, "prompts": 1, "cell": 3, "summary": 1, "report_round1": 1, "index": 1}
 
 
-def test_failed_server_start_leaves_no_process_and_no_output(run):
-    workdir = run["workdir"]
-    config = e2e_config(run["raw"])
+def test_failed_server_start_leaves_no_process_and_no_output(e2e_run):
+    workdir = e2e_run["workdir"]
+    config = e2e_config(e2e_run["raw"])
     config["server"]["args"]["no_such_vllm_flag"] = 1
     bad = write_config(workdir / "bad.yaml", config)
     listing = subprocess.run([sys.executable, "-m", "sdbench.cell", "--config", str(bad),

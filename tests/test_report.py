@@ -1,3 +1,4 @@
+import json
 import re
 
 from sdbench import plots
@@ -44,17 +45,25 @@ def test_round1_report_is_offline_html_without_code(tmp_path, repo):
     assert "import pandas" not in page and "plots.max_speedup_table" not in page  # no code
 
 
-def test_index_lists_cells_with_status(tmp_path, demo_config):
+def test_index_lists_cells_with_status_and_problems(tmp_path, demo_config):
     from sdbench import grid
 
     cells = grid.all_cells(demo_config)
-    done = tmp_path / f"{cells[0].cell_id}.jsonl"
-    done.write_text("{}\n")
+    (tmp_path / f"{cells[0].cell_id}.jsonl").write_text("{}\n")
     (tmp_path / f"{cells[1].cell_id}.jsonl.partial").write_text("{}\n")
+    (tmp_path / f"{cells[2].cell_id}.error.json").write_text(json.dumps(
+        {"error": "ServerError: vLLM server exited with code 1 during start-up"}))
     out = tmp_path / "index.html"
+    invalid = {"cell_id": cells[0].cell_id, "status": "invalid", "concurrency": 4,
+               "label": cells[0].label, "error": "3 of 8 requests failed"}
     write_index("demo", {"Round 1": "round1.html"},
-                [(c, tmp_path / f"{c.cell_id}.jsonl") for c in cells], out)
+                [(c, tmp_path / f"{c.cell_id}.jsonl") for c in cells], out, [invalid])
     page = out.read_text()
     assert '<a href="round1.html">Round 1</a>' in page
-    assert page.count("<tr>") == len(cells) + 1
-    assert "1 done" in page and "1 failed or interrupted" in page and "6 not run" in page
+    cells_table = page.split("<h2>Cells")[1]
+    assert cells_table.count("<tr>") == len(cells) + 1
+    assert "1 done, 1 failed, 1 interrupted, 5 not run" in page
+    problems = page.split("<h2>Problems</h2>")[1].split("<h2>")[0]
+    assert "exited with code 1 during start-up" in problems
+    assert "3 of 8 requests failed" in problems and "concurrency 4" in problems
+    assert cells[1].cell_id in problems  # the interrupted one

@@ -111,3 +111,39 @@ def test_snakemake_job_thread_variables_do_not_reach_the_server(tmp_path, monkey
     server = VllmServer(standin("ready"), host="127.0.0.1", log_path=tmp_path / "s.log",
                         env={"OMP_NUM_THREADS": "1"})
     assert server.env["OMP_NUM_THREADS"] == "1"  # set explicitly in server.env: kept
+
+
+def test_server_stops_when_the_cell_process_is_killed(tmp_path):
+    """SIGKILL (or the OOM killer) gives the cell no chance to stop its server: the server must
+    not outlive it (it would keep holding the GPU)."""
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    holder = tmp_path / "holder.py"
+    holder.write_text(f"""
+import sys, time
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from sdbench.serving import VllmServer
+from test_serving import standin
+server = VllmServer(standin("solo"), host="127.0.0.1", log_path={str(tmp_path / "s.log")!r})
+server.start()
+open({str(tmp_path / "pid")!r}, "w").write(str(server.proc.pid))
+time.sleep(600)
+""")
+    cell = subprocess.Popen([sys.executable, str(holder)], env={**os.environ,
+                            "PYTHONPATH": str(Path(__file__).parents[1] / "src")})
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pid").exists():
+        assert time.monotonic() < deadline and cell.poll() is None
+        time.sleep(0.2)
+    server_pid = int((tmp_path / "pid").read_text())
+    assert psutil.pid_exists(server_pid)
+    cell.send_signal(signal.SIGKILL)
+    cell.wait()
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(server_pid) and psutil.Process(server_pid).status() != "zombie":
+        assert time.monotonic() < deadline, "the server outlived the killed cell process"
+        time.sleep(0.2)

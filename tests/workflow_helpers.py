@@ -1,9 +1,13 @@
 """Running the workflow from tests."""
 
+import copy
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import psutil
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -32,3 +36,36 @@ def job_counts(output: str) -> dict[str, int]:
         counts[match.group(1)] = int(match.group(2))
     counts.pop("total", None)
     return counts
+
+
+def e2e_config(raw: dict) -> dict:
+    """config/demo.yaml with fewer prompts and shorter outputs."""
+    config = copy.deepcopy(raw)
+    config["study"] = "e2e test"
+    config["datasets"]["spec_bench"]["max_output_tokens"] = 32
+    for bucket in config["datasets"]["cnn_dm_news_summary"]["buckets"]:
+        bucket["output_tokens"] = 32
+    for workload in config["workloads"].values():
+        workload["num_prompts"] = 4
+    config["workloads"]["news_0.25k"] = {"dataset": "cnn_dm_news_summary", "subset": "0.25k",
+                                         "num_prompts": 4}
+    config["round1"]["workloads"] = ["spec_bench", "news_0.25k"]
+    config["round1"]["concurrency"] = [1, 2]
+    for method in config["round1"]["methods"]:
+        method["k"] = [2]
+    return config
+
+
+def write_config(path, config):
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def server_processes(workdir):
+    """vLLM processes (API server, engine core: 'VLLM::EngineCore') working in `workdir`."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if "vllm" in cmdline.lower() and str(proc.info["cwd"] or "").startswith(str(workdir)):
+            found.append((proc.pid, cmdline))
+    return found

@@ -100,11 +100,17 @@ def add_speedups(frame: pd.DataFrame) -> pd.DataFrame:
     return merged.drop(columns=["_base"])
 
 
-def summarize(cell_files: list[str | Path]) -> pd.DataFrame:
-    records = [record for path in cell_files for record in read_jsonl(path)]
+def summarize(cell_files: list[str | Path], partial_files: list[str | Path] = ()) -> pd.DataFrame:
+    """One row per point. `partial_files` are the records of cells that did not finish (after a
+    failed run); their rows have cell_complete = False."""
+    records = [{**record, "_complete": complete}
+               for files, complete in ((cell_files, True), (partial_files, False))
+               for path in files for record in read_jsonl(path)]
     if not records:
         raise ValueError("no records in the cell files given")
-    frame = add_speedups(records_frame(records))
+    frame = records_frame(records)
+    frame["cell_complete"] = [r["_complete"] for r in records]
+    frame = add_speedups(frame)
     return frame.sort_values(["round", "target", "workload", "method", "k", "concurrency",
                               "repeat"], na_position="first").reset_index(drop=True)
 

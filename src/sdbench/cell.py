@@ -24,10 +24,10 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import grid, loadgen, models, provenance
-from .config import REPO_ROOT, VANILLA, load_config
-from .files import append_jsonl, sha256_file
-from .serving import ServerError, VllmServer, server_command
+from . import checks, grid, loadgen, models, provenance
+from .config import REPO_ROOT, VANILLA, ConfigError, load_config
+from .files import append_jsonl, atomic_write_json, sha256_file
+from .serving import ServerError, VllmServer, log_tail, server_command
 
 RECORD_SCHEMA = "sdbench.record/1"
 
@@ -42,6 +42,12 @@ class Interrupted(BaseException):
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def error_output(output: str | Path) -> Path:
+    """Written when a cell fails: why, for the index and the reports (removed on success)."""
+    output = Path(output)
+    return output.with_name(output.name.removesuffix(".jsonl") + ".error.json")
 
 
 def requests_output(output: str | Path) -> Path:
@@ -61,12 +67,31 @@ def speculative_config(cell: grid.Cell, config: dict) -> dict | None:
     return spec
 
 
+def point_status(metrics: dict, error: str | None, max_failure_share: float) -> tuple[str, str]:
+    """("ok" | "invalid" | "failed", reason). A point is failed when it could not be measured,
+    invalid when more than `max_failure_share` of its requests failed (it is kept in the records
+    and shown in the reports, but no speedup is computed from it)."""
+    if error is not None:
+        return "failed", error
+    completed, failed = metrics.get("completed") or 0, metrics.get("failed") or 0
+    share = failed / (completed + failed) if completed + failed else 1.0
+    metrics["failure_share"] = share
+    if share > max_failure_share:
+        return "invalid", (f"{failed} of {completed + failed} requests failed ({share:.1%} > "
+                           f"max_failure_share {max_failure_share:.1%})")
+    return "ok", ""
+
+
 def check_workload(cell: grid.Cell) -> int | None:
     """Check the prompt file can serve the workload; return its forced output length if any."""
     path = cell.workload["path"]
     if not Path(path).is_file():
         raise CellError(f"workload {cell.workload['name']!r}: prompt file {path} does not exist")
-    available, min_tokens = loadgen.prompt_file_facts(path)
+    try:
+        available, min_tokens = loadgen.prompt_file_facts(path)
+    except ValueError as exc:
+        raise CellError(f"workload {cell.workload['name']!r}: {exc}; rebuild it (delete the "
+                        "file and rerun the workflow)") from exc
     if available < cell.workload["num_prompts"]:
         raise CellError(
             f"workloads.{cell.workload['name']}.num_prompts = {cell.workload['num_prompts']}: "
@@ -93,7 +118,23 @@ def _signals_raise() -> Iterator[None]:
 
 def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
              server_log: str | Path, log=None) -> list[dict]:
-    """Measure every concurrency point of `cell`; write records to `output` (JSONL)."""
+    """Measure every concurrency point of `cell`; write records to `output` (JSONL).
+
+    On failure or interruption, `<cell>.error.json` says why and `<output>.partial` keeps the
+    points measured so far; neither looks like a finished output."""
+    error_file = error_output(output)
+    error_file.unlink(missing_ok=True)
+    try:
+        return _run_cell(cell, config, output, server_log=server_log, log=log)
+    except BaseException as exc:
+        atomic_write_json(error_file, {"cell_id": cell.cell_id, "label": cell.label,
+                                       "error": f"{type(exc).__name__}: {exc}",
+                                       "server_log": str(server_log), "at": _now()})
+        raise
+
+
+def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
+              server_log: str | Path, log=None) -> list[dict]:
     output = Path(output)
     partial = output.with_name(output.name + ".partial")
     detail_out = requests_output(output)
@@ -102,6 +143,15 @@ def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
         stale.unlink(missing_ok=True)
 
     min_tokens = check_workload(cell)
+    checks.check_vocab(config, cell, features=checks.vllm_features(),
+                       source=f"cell {cell.cell_id}")
+    leftovers = checks.leftover_vllm_processes(checks.gpu_processes())
+    if leftovers:
+        raise CellError(
+            "vLLM processes of an earlier run still hold the GPU: "
+            + "; ".join(f"pid {p['pid']} on GPU {p['gpu']} ({p['cmdline'][:120]})"
+                        for p in leftovers)
+            + ". Stop them (kill <pid>) before measuring; they would skew or crash this cell.")
     log = log or sys.stderr
     server_cfg = cell.server_config
     target = server_cfg["target"]["name"]
@@ -138,9 +188,12 @@ def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
                 result = loadgen.run_point(argv, log=log)
             except Exception as exc:  # the load generator raises on a dead endpoint
                 result, error = {}, f"{type(exc).__name__}: {exc}"
-            if error is None and not server.alive():
-                error = "the vLLM server exited during the point"
+            if not server.alive():
+                seen = error or "the load generator raised no error"
+                error = (f"the vLLM server exited during the point ({seen}); last lines of "
+                         f"{server_log}:\n{log_tail(server_log, 15)}")
             metrics, detail = loadgen.split_result(result)
+            status, reason = point_status(metrics, error, settings["max_failure_share"])
             record = {
                 "schema": RECORD_SCHEMA,
                 "cell_id": cell.cell_id,
@@ -151,8 +204,8 @@ def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
                 "workload": cell.workload,
                 "concurrency": concurrency,
                 "repeat": 0,
-                "status": "ok" if error is None else "failed",
-                "error": error,
+                "status": status,
+                "error": reason or None,
                 "metrics": metrics,
                 "server": {"command": server.command, "port": server.port,
                            "startup_s": server.startup_s, "log": str(server_log)},
@@ -165,12 +218,13 @@ def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
                 fh.write(json.dumps({"cell_id": cell.cell_id, "concurrency": concurrency,
                                      "repeat": 0, **detail}) + "\n")
             records.append(record)
-            if error is not None:
+            if status == "failed":
                 raise CellError(f"cell {cell.cell_id} ({cell.label}), concurrency {concurrency}: "
-                                f"{error}; later points were not attempted. Server log: "
+                                f"{reason}; later points were not attempted. Server log: "
                                 f"{server_log}")
-            print(f"[sdbench] cell {cell.cell_id} c={concurrency}: "
-                  f"{metrics.get('total_token_throughput', float('nan')):.1f} tok/s total, "
+            print(f"[sdbench] cell {cell.cell_id} c={concurrency}: {status}"
+                  f"{' (' + reason + ')' if reason else ''}, "
+                  f"{metrics.get('total_token_throughput') or float('nan'):.1f} tok/s total, "
                   f"{metrics.get('completed')} completed, {metrics.get('failed')} failed",
                   file=log, flush=True)
     os.replace(detail_partial, detail_out)
@@ -187,8 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", help="records file (default results/cells/<id>.jsonl)")
     parser.add_argument("--server-log", help="server log (default logs/cells/<id>.server.log)")
     args = parser.parse_args(argv)
-    config = load_config(args.config)
-    cells = grid.cells_by_id(config)
+    try:
+        config = load_config(args.config)
+        cells = grid.cells_by_id(config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.list or not args.cell:
         for cell in cells.values():
             print(f"{cell.cell_id}  {cell.label}")
@@ -198,8 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     output = args.output or grid.cell_output(args.cell)
     server_log = args.server_log or f"logs/cells/{args.cell}.server.log"
     try:
+        checks.check_installed(config, source=args.config)
         run_cell(cells[args.cell], config, output, server_log=server_log)
-    except (CellError, ServerError) as exc:
+    except (CellError, ServerError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except Interrupted as exc:

@@ -84,11 +84,22 @@ def split_result(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list
 
 
 def prompt_file_facts(path: str) -> tuple[int, set]:
-    """(number of prompts, the set of their `min_tokens` values; {None} when unset)."""
+    """(number of prompts, the set of their `min_tokens` values; {None} when unset).
+
+    Raises ValueError naming the file and line of a record the load generator cannot read."""
     count, min_tokens = 0, set()
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                count += 1
-                min_tokens.add(json.loads(line).get("min_tokens"))
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise ValueError(f"{path}:{lineno}: not a valid JSON line ({exc})") from exc
+            if not isinstance(record, dict) or not isinstance(record.get("prompt"), str) \
+                    or not isinstance(record.get("output_tokens"), int):
+                raise ValueError(f"{path}:{lineno}: a prompt record needs a string `prompt` "
+                                 "and an integer `output_tokens`")
+            count += 1
+            min_tokens.add(record.get("min_tokens"))
     return count, min_tokens

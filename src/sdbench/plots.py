@@ -117,6 +117,15 @@ def latency_plot(frame: pd.DataFrame, metric: str) -> plt.Figure | None:
     return grid.figure
 
 
+def problem_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Points that were not measured cleanly: failed (no measurement) or invalid (too many failed
+    requests). They never enter a speedup."""
+    bad = frame[frame["status"] != "ok"]
+    columns = ["workload", "speculator", "k", "concurrency", "status", "completed", "failed",
+               "error", "cell_id"]
+    return bad[[c for c in columns if c in bad]].reset_index(drop=True)
+
+
 def points_table(frame: pd.DataFrame) -> pd.DataFrame:
     columns = ["workload", "speculator", "k", "concurrency", "status", "completed", "failed",
                "total_token_throughput", "output_throughput", "mean_tpot_ms", "mean_ttft_ms",

@@ -5,8 +5,12 @@ every cell of the grid with its status."""
 from __future__ import annotations
 
 import html
+import json
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
+
+import pandas as pd
 
 from .config import REPO_ROOT
 from .files import atomic_path, atomic_write_text
@@ -43,48 +47,77 @@ def render_report(notebook: str | Path, executed: str | Path, html_out: str | Pa
     notebook_to_html(executed, html_out, title)
 
 
-def cell_status(cell_output: str | Path) -> str:
+def cell_status(cell_output: str | Path) -> tuple[str, str]:
+    """(status, detail) of a cell from its files: done, failed (with the error), interrupted
+    (points measured, no error recorded), or not run."""
+    from .cell import error_output
+
     output = Path(cell_output)
     if output.exists():
-        return "done"
+        return "done", ""
+    error = error_output(output)
+    if error.exists():
+        return "failed", json.loads(error.read_text())["error"]
     if output.with_name(output.name + ".partial").exists():
-        return "failed or interrupted"
-    return "not run"
+        return "interrupted", "some points measured, the cell did not finish"
+    return "not run", ""
 
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
-table { border-collapse: collapse; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; }
+table { border-collapse: collapse; font-size: 0.9em; margin-bottom: 1.5em; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
 th { background: #f0f0f0; }
-.done { color: #1a7f37; } .failed { color: #b42318; } .missing { color: #888; }
+.done { color: #1a7f37; } .failed, .interrupted, .invalid { color: #b42318; }
+.missing { color: #888; } .detail { font-size: 0.85em; max-width: 60em; white-space: pre-wrap; }
 code { font-size: 0.95em; }
 """
 
 
+def _row(values, css: str = "") -> str:
+    cells = "".join(f"<td>{html.escape(str(v))}</td>" for v in values[:-1])
+    return f'<tr>{cells}<td class="{css}">{html.escape(str(values[-1]))}</td></tr>'
+
+
 def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str]],
-                out: str | Path) -> None:
-    """reports: {title: relative link}; cells: [(cell, path of its records file)]."""
+                out: str | Path, problem_points: list[dict] | None = None,
+                note: str = "") -> None:
+    """reports: {title: relative link}; cells: [(cell, path of its records file)];
+    problem_points: failed or invalid points (from the summary) to list at the top."""
     links = "\n".join(f'<li><a href="{html.escape(href)}">{html.escape(title)}</a></li>'
                       for title, href in reports.items())
-    rows, counts = [], {}
+    rows, problems, counts = [], [], {}
     for cell, output in cells:
-        status = cell_status(output)
+        status, detail = cell_status(output)
         counts[status] = counts.get(status, 0) + 1
-        css = {"done": "done", "not run": "missing"}.get(status, "failed")
         server = cell.server_config
-        rows.append(
-            "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
-                cell.round, server["target"]["name"], cell.workload["name"], cell.speculator,
-                server["num_speculative_tokens"] or "", ", ".join(map(str, cell.concurrency))))
-            + f'<td><code>{cell.cell_id}</code></td><td class="{css}">{status}</td></tr>')
+        fields = (cell.round, server["target"]["name"], cell.workload["name"], cell.speculator,
+                  server["num_speculative_tokens"] or "", ", ".join(map(str, cell.concurrency)),
+                  cell.cell_id)
+        rows.append(_row((*fields, status), {"done": "done", "not run": "missing"}.get(
+            status, status)))
+        if status in ("failed", "interrupted"):
+            problems.append(f'<tr><td><code>{cell.cell_id}</code></td>'
+                            f"<td>{html.escape(cell.label)}</td>"
+                            f'<td class="{status}">{status}</td>'
+                            f'<td class="detail">{html.escape(detail[:2000])}</td></tr>')
+    for point in problem_points or []:
+        problems.append(
+            f"<tr><td><code>{point['cell_id']}</code></td>"
+            f"<td>{html.escape(point['label'])}, concurrency {point['concurrency']}</td>"
+            f'<td class="invalid">{point["status"]} point</td>'
+            f'<td class="detail">{html.escape(str(point["error"]))}</td></tr>')
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    problem_table = (
+        "<h2>Problems</h2><table><tr><th>cell</th><th>what</th><th>status</th><th>why</th></tr>"
+        + "\n".join(problems) + "</table>") if problems else "<p>No failed cells or points.</p>"
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(study)}: reports</title>
 <style>{_STYLE}</style></head><body>
 <h1>{html.escape(study)}</h1>
-<p>Generated {datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}.</p>
+<p>Generated {datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}.{html.escape(note)}</p>
 <h2>Reports</h2><ul>{links}</ul>
+{problem_table}
 <h2>Cells ({len(cells)}: {summary})</h2>
 <p>One cell = one vLLM server configuration × one workload; records in
 <code>results/cells/&lt;cell id&gt;.jsonl</code>, server logs in <code>logs/cells/</code>.</p>
@@ -94,3 +127,42 @@ def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str
 </table></body></html>
 """
     atomic_write_text(out, page)
+
+
+def problem_points(frame) -> list[dict]:
+    """Failed or invalid points of a summary table, for the index."""
+    bad = frame[frame["status"] != "ok"]
+    return [{"cell_id": r.cell_id, "status": r.status, "error": r.error,
+             "concurrency": int(r.concurrency),
+             "label": f"{r.speculator}{'' if pd.isna(r.k) else f' k={int(r.k)}'} | "
+                      f"{r.target} | {r.workload}"}
+            for r in bad.itertuples()]
+
+
+def salvage(config: dict, cells: list[Cell], reports: dict[str, str],
+            notebooks: Path = REPO_ROOT / "workflow" / "notebooks") -> None:
+    """After a run with failed jobs: a round 1 report from every point measured (finished and
+    unfinished cells) and an index that lists the failures; never raises."""
+    from .aggregate import summarize, write_summary
+    from .grid import cell_output
+
+    try:
+        outputs = [(cell, cell_output(cell.cell_id)) for cell in cells]
+        complete = [o for _, o in outputs if Path(o).exists()]
+        partial = [f"{o}.partial" for _, o in outputs if Path(f"{o}.partial").exists()]
+        points: list[dict] = []
+        if complete or partial:
+            frame = summarize(complete, partial)
+            write_summary(frame, "results/summary.incomplete.parquet",
+                          "results/summary.incomplete.csv")
+            points = problem_points(frame)
+            render_report(notebooks / "round1.ipynb", "results/notebooks/round1.incomplete.ipynb",
+                          "reports/round1.html",
+                          {"summary_path": "results/summary.incomplete.parquet",
+                           "study": config["study"]},
+                          title=f"Round 1 (incomplete run) — {config['study']}")
+        write_index(config["study"], reports, outputs, "reports/index.html", points,
+                    note=" This run had failed jobs: the reports show what was measured.")
+        print("sdbench: reports of the incomplete run: reports/index.html", file=sys.stderr)
+    except Exception as exc:  # the run's own error is what matters; report this one briefly
+        print(f"sdbench: could not write the reports of the failed run: {exc}", file=sys.stderr)

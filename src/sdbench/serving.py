@@ -87,6 +87,16 @@ def log_tail(path: str | Path, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: SIGTERM the server if the cell process dies without stopping it (SIGKILL, OOM
+    killer), so that it does not keep holding the GPU. vLLM stops its engine on SIGTERM."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def group_members(pgid: int) -> list[psutil.Process]:
     """Live processes of a process group (zombies hold no memory and are left to their reaper)."""
     members = []
@@ -102,7 +112,8 @@ class VllmServer:
 
     def __init__(self, build_command: Callable[[int], Sequence[str]], *, host: str,
                  log_path: str | Path, env: dict | None = None, startup_timeout_s: float = 900,
-                 stop_timeout_s: float = 30, bind_attempts: int = 3):
+                 stop_timeout_s: float = 30, bind_attempts: int = 3,
+                 pick_port: Callable[[str], int] = free_port):
         self.build_command = build_command
         self.host = host
         self.log_path = Path(log_path)
@@ -111,6 +122,7 @@ class VllmServer:
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.bind_attempts = bind_attempts
+        self.pick_port = pick_port
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
         self.command: list[str] = []
@@ -141,7 +153,7 @@ class VllmServer:
         return self.proc is not None and self.proc.poll() is None
 
     def _launch(self) -> None:
-        self.port = free_port(self.connect_host)
+        self.port = self.pick_port(self.connect_host)
         self.command = list(self.build_command(self.port))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
@@ -149,7 +161,9 @@ class VllmServer:
             log.flush()
             self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=self.env,
-                                         start_new_session=True)
+                                         start_new_session=True,
+                                         preexec_fn=_die_with_parent if sys.platform == "linux"
+                                         else None)
 
     def start(self) -> None:
         """Start and wait for /health; retry on a lost port race; raise ServerError otherwise."""

@@ -10,13 +10,15 @@ sys.path.insert(0, SRC)
 # scripts and notebooks run in child processes: let them import the library too
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
 
-from sdbench import grid, preflight
+from sdbench import checks, grid, preflight
+from sdbench.report import salvage
 from sdbench.config import validate_config
 from sdbench.data.builders import subsets_of
 from sdbench.data.sources import manifest_path, raw_path
 
 CONFIG_SOURCE = ", ".join(map(str, workflow.overwrite_configfiles)) or "config/config.yaml"
 validate_config(config, source=CONFIG_SOURCE)
+checks.check_installed(config, source=CONFIG_SOURCE)
 
 CELLS = grid.cells_by_id(config)
 CELL_THREADS = (
@@ -76,6 +78,14 @@ def prompt_inputs(wildcards):
 def preflight_check():
     """Before any job of a real run: fail at once if a download cannot be reached."""
     preflight.check(config)
+
+
+def salvage_reports():
+    """After a run with failed jobs: reports from what was measured, failures listed."""
+    salvage(config, list(CELLS.values()), REPORTS)
+
+
+REPORTS = {"Round 1: methods vs no speculation": "round1.html"}
 
 
 def all_prompt_sets():

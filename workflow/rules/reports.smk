@@ -20,12 +20,13 @@ rule report_round1:
 
 rule index:
     input:
-        "reports/round1.html",
+        report="reports/round1.html",
+        summary="results/summary.parquet",
     output:
         "reports/index.html",
     params:
         cells=lambda wc: list(CELLS.values()),
-        reports={"Round 1: methods vs no speculation": "round1.html"},
+        reports=REPORTS,
     log:
         "logs/reports/index.log",
     conda:

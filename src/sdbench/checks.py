@@ -1,0 +1,178 @@
+"""Checks that need the installed vLLM, the model checkpoints or the GPU.
+
+`check_installed(config)` runs at workflow start (before any job): every speculative method
+and option must be known to the installed vLLM, and a draft whose vocabulary differs from its
+target's is refused unless the pair opts into vLLM's heterogeneous-vocabulary mode. A cell runs
+the checks that need its own models again (they may have been built since) and, on a GPU,
+refuses to start beside leftover vLLM processes that hold the device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import os
+import typing
+from functools import cache
+from pathlib import Path
+
+import psutil
+
+from . import grid
+from .config import VANILLA, ConfigError
+from .files import atomic_write_json
+
+
+@dataclasses.dataclass(frozen=True)
+class VllmFeatures:
+    version: str
+    methods: frozenset[str]
+    options: frozenset[str]  # the fields of vLLM's SpeculativeConfig
+
+
+def _literal_values(tp) -> list[str]:
+    values = []
+    for arg in typing.get_args(tp):
+        values += _literal_values(arg) if typing.get_args(arg) else [arg]
+    return [v for v in values if isinstance(v, str)]
+
+
+def _features_cache() -> Path | None:
+    """A per-installation cache file: importing vLLM takes seconds, and every Snakemake
+    invocation (dry runs, cluster jobs) checks the config."""
+    from .provenance import vllm_distribution
+
+    dist = vllm_distribution()
+    if dist["version"] is None:
+        return None
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sdbench"
+    location = hashlib.sha256(str(Path(importlib.util.find_spec("vllm").origin)).encode())
+    return root / (f"vllm-features-{dist['distribution']}-{dist['version']}-"
+                   f"{location.hexdigest()[:8]}.json")
+
+
+@cache
+def vllm_features() -> VllmFeatures | None:
+    """What the installed vLLM offers for speculation; None where vLLM is not installed."""
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    cached = _features_cache()
+    if cached is not None and cached.is_file():
+        data = json.loads(cached.read_text())
+        return VllmFeatures(data["version"], frozenset(data["methods"]),
+                            frozenset(data["options"]))
+    import vllm
+    from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod
+
+    features = VllmFeatures(vllm.__version__, frozenset(_literal_values(SpeculativeMethod)),
+                            frozenset(f.name for f in dataclasses.fields(SpeculativeConfig)))
+    if cached is not None:
+        with contextlib.suppress(OSError):  # a read-only home only costs the import next time
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(cached, {"version": features.version,
+                                       "methods": sorted(features.methods),
+                                       "options": sorted(features.options)})
+    return features
+
+
+def vocab_size(model_dir: str | Path) -> int | None:
+    """vocab_size from a checkpoint's config.json (None if the checkpoint is not there yet)."""
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        return None
+    config = json.loads(path.read_text())
+    return config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+
+
+def check_speculator(spec: dict, where: str, features: VllmFeatures | None,
+                     source: str = "config") -> None:
+    """A round's method entry against the installed vLLM."""
+    if features is None:
+        return
+    if spec["method"] not in features.methods:
+        raise ConfigError(
+            f"{source}: {where}.method = {spec['method']!r} is not a speculative method of the "
+            f"installed vLLM {features.version} (it has: {sorted(features.methods)})")
+    unknown = sorted(set(spec["options"]) - features.options)
+    if unknown:
+        raise ConfigError(
+            f"{source}: {where}.options.{unknown[0]} is not a speculative_config setting of the "
+            f"installed vLLM {features.version}; it would not take effect. Known settings: "
+            f"{sorted(features.options - {'method', 'model', 'num_speculative_tokens'})}")
+
+
+def check_vocab(config: dict, cell: grid.Cell, root: str | Path = ".",
+                features: VllmFeatures | None = None, source: str = "config") -> None:
+    """A draft whose vocabulary size differs from its target's is refused (vLLM would refuse
+    it at start-up, after the models were loaded), unless the cell opts into
+    use_heterogeneous_vocab."""
+    server = cell.server_config
+    if server["draft"] is None or server["method"] != "draft_model":
+        return
+    target, draft = server["target"]["name"], server["draft"]["name"]
+    sizes = [vocab_size(Path(root) / grid.model_dir(config, name)) for name in (target, draft)]
+    if None in sizes or sizes[0] == sizes[1]:
+        return
+    if server["method_options"].get("use_heterogeneous_vocab"):
+        if features is not None and "use_heterogeneous_vocab" not in features.options:
+            raise ConfigError(
+                f"{source}: cell {cell.cell_id} ({cell.label}) sets use_heterogeneous_vocab, "
+                f"which the installed vLLM {features.version} does not have")
+        return
+    raise ConfigError(
+        f"{source}: draft {draft!r} (vocab_size {sizes[1]}) and target {target!r} (vocab_size "
+        f"{sizes[0]}) have different vocabularies; vLLM refuses the pair. Use a draft with the "
+        "target's tokenizer, or set `options: {use_heterogeneous_vocab: true}` for this method "
+        "(vLLM >= 0.32, greedy drafting only).")
+
+
+def check_installed(config: dict, root: str | Path = ".", source: str = "config") -> None:
+    """All checks that need the installed vLLM and whichever checkpoints already exist."""
+    features = vllm_features()
+    for i, spec in enumerate(config["round1"]["methods"]):
+        if spec["method"] != VANILLA:
+            check_speculator(spec, f"round1.methods[{i}]", features, source)
+    for cell in grid.all_cells(config):
+        check_vocab(config, cell, root, features, source)
+
+
+def gpu_processes() -> list[dict]:
+    """Processes holding memory on the visible NVIDIA GPUs (NVML); [] without NVML."""
+    try:
+        import pynvml
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no NVIDIA driver
+        return []
+    try:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        count = pynvml.nvmlDeviceGetCount()
+        indices = ([int(i) for i in visible.split(",") if i.strip().isdigit()]
+                   if visible else range(count))
+        found = []
+        for index in indices:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                found.append({"gpu": index, "pid": proc.pid,
+                              "used_memory": getattr(proc, "usedGpuMemory", None)})
+        return found
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def leftover_vllm_processes(holders: list[dict]) -> list[dict]:
+    """The holders whose command line is a vLLM server or engine (leftovers of earlier runs)."""
+    leftovers = []
+    for holder in holders:
+        try:
+            cmdline = " ".join(psutil.Process(holder["pid"]).cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if "vllm" in cmdline.lower():
+            leftovers.append({**holder, "cmdline": cmdline})
+    return leftovers

@@ -1,0 +1,306 @@
+"""Fault suite: each fault costs one cell (or stops the run before any job) with a clear
+message, never a finished result, and leaves no process behind.
+
+Real vLLM (CPU) with the demo model wherever the fault is about vLLM. The models and prompt
+sets come from the end-to-end run (copied into this module's own working directory).
+"""
+
+import copy
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sdbench.serving import VllmServer, server_command
+
+from workflow_helpers import (
+    REPO,
+    SNAKEMAKE,
+    e2e_config,
+    job_counts,
+    server_processes,
+    snakemake,
+    write_config,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def workdir(e2e_run, tmp_path_factory):
+    assert e2e_run["result"].returncode == 0, "the end-to-end run failed; see test_e2e"
+    root = tmp_path_factory.mktemp("faults")
+    for folder in ("data", "resources"):
+        shutil.copytree(e2e_run["workdir"] / folder, root / folder)  # keeps mtimes
+    return root
+
+
+@pytest.fixture
+def base(e2e_run):
+    """A small grid: vanilla + ngram k=2 on the Spec-Bench prompts, concurrency 1."""
+    config = e2e_config(e2e_run["raw"])
+    config["round1"].update(workloads=["spec_bench"], concurrency=[1],
+                            methods=[{"method": "ngram", "k": [2],
+                                      "options": {"prompt_lookup_min": 2,
+                                                  "prompt_lookup_max": 4}}])
+    return config
+
+
+def cell_cli(workdir, configfile, *args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "sdbench.cell", "--config", str(configfile),
+                           *args], capture_output=True, text=True, cwd=workdir, timeout=timeout)
+
+
+def cell_id_of(workdir, configfile, speculator="vanilla"):
+    listing = cell_cli(workdir, configfile, "--list")
+    assert listing.returncode == 0, listing.stderr
+    return next(line.split()[0] for line in listing.stdout.splitlines()
+                if line.split()[1] == speculator)
+
+
+def assert_no_server_left(workdir):
+    deadline = time.monotonic() + 10  # zombies are reaped asynchronously
+    while server_processes(workdir) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert server_processes(workdir) == []
+
+
+def assert_no_output(workdir, cell_id):
+    assert not (workdir / "results" / "cells" / f"{cell_id}.jsonl").exists()
+    assert not (workdir / "results" / "cells" / f"{cell_id}.requests.jsonl.gz").exists()
+
+
+# 1. server exits during start-up (bad server argument), with --keep-going ---------------------
+
+def test_1_server_exits_during_startup_costs_one_cell(workdir, base):
+    config = copy.deepcopy(base)
+    # vLLM accepts the keys but refuses min > max when it starts
+    config["round1"]["methods"][0]["options"] = {"prompt_lookup_min": 4, "prompt_lookup_max": 2}
+    configfile = write_config(workdir / "f1.yaml", config)
+    bad = cell_id_of(workdir, configfile, "ngram")
+    good = cell_id_of(workdir, configfile, "vanilla")
+    result = snakemake("--keep-going", workdir=workdir, configfile=configfile, timeout=900)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert (workdir / "results" / "cells" / f"{good}.jsonl").is_file()  # the other cell finished
+    assert_no_output(workdir, bad)
+    error = json.loads((workdir / "results" / "cells" / f"{bad}.error.json").read_text())
+    assert "during start-up" in error["error"] and "prompt_lookup_min" in error["error"]
+    assert_no_server_left(workdir)
+    # the index of the failed run lists the failure and why
+    index = (workdir / "reports" / "index.html").read_text()
+    assert "This run had failed jobs" in index
+    assert "Problems" in index and bad in index and "prompt_lookup_min" in index
+    assert "sdbench: reports of the incomplete run" in output
+    # a rerun redoes only what is missing
+    rerun = snakemake("-n", workdir=workdir, configfile=configfile)
+    assert job_counts(rerun.stdout + rerun.stderr) == {
+        "all": 1, "cell": 1, "summary": 1, "report_round1": 1, "index": 1}
+
+
+# 2. server never becomes ready ---------------------------------------------------------------
+
+def test_2_startup_deadline(workdir, base):
+    config = copy.deepcopy(base)
+    config["server"]["startup_timeout_s"] = 3
+    config["server"]["args"]["seed"] = 2  # a cell of its own (the timeout is not in the id)
+    configfile = write_config(workdir / "f2.yaml", config)
+    cell_id = cell_id_of(workdir, configfile)
+    result = cell_cli(workdir, configfile, "--cell", cell_id)
+    assert result.returncode == 1
+    assert "not ready after 3 s" in result.stderr and "Last lines of" in result.stderr
+    assert_no_output(workdir, cell_id)
+    assert_no_server_left(workdir)
+
+
+# 3. port already in use when the server starts ------------------------------------------------
+
+def test_3_taken_port_is_retried_on_another(workdir):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = iter([taken.getsockname()[1]])
+
+    def pick(host):
+        from sdbench.serving import free_port
+
+        return next(ports, None) or free_port(host)
+
+    def build(port):
+        return server_command("resources/models/smollm2-135m", "smollm2-135m", "127.0.0.1", port,
+                              {"enforce_eager": True, "gpu_memory_utilization": 0.25,
+                               "max_model_len": 1024}, None)
+
+    log = workdir / "logs" / "f3.server.log"
+    cwd = os.getcwd()
+    os.chdir(workdir)
+    try:
+        with VllmServer(build, host="127.0.0.1", log_path=log, startup_timeout_s=600,
+                        pick_port=pick) as server:
+            assert server.port != taken.getsockname()[1] and server.alive()
+    finally:
+        os.chdir(cwd)
+        taken.close()
+    text = log.read_text()
+    assert text.count("### sdbench: starting") == 2 and "Address already in use" in text
+    assert_no_server_left(workdir)
+
+
+# 4. server killed during a concurrency point -------------------------------------------------
+
+def test_4_server_killed_mid_point(workdir, base):
+    config = copy.deepcopy(base)
+    config["round1"]["concurrency"] = [1, 2]
+    config["workloads"]["spec_bench"]["num_prompts"] = 8
+    configfile = write_config(workdir / "f4.yaml", config)
+    cell_id = cell_id_of(workdir, configfile)
+    other = workdir / "results" / "cells" / "000000000000.jsonl"  # another cell's finished file
+    other.parent.mkdir(parents=True, exist_ok=True)
+    other.write_text('{"kept": true}\n')
+    server_log = workdir / "logs" / "cells" / f"{cell_id}.server.log"
+    server_log.unlink(missing_ok=True)
+    proc = subprocess.Popen([sys.executable, "-m", "sdbench.cell", "--config", str(configfile),
+                             "--cell", cell_id], cwd=workdir, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (server_log.exists() and "POST /v1/chat/completions" in server_log.read_text()):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.5)
+    api = [pid for pid, cmd in server_processes(workdir) if "api_server" in cmd]
+    os.kill(api[0], signal.SIGKILL)  # the engine core survives this; the cell must clean up
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 1
+    assert "exited during the point" in stderr and "later points were not attempted" in stderr
+    records = [json.loads(x) for x in
+               (workdir / "results" / "cells" / f"{cell_id}.jsonl.partial").read_text()
+               .splitlines()]
+    assert [(r["concurrency"], r["status"]) for r in records] == [(1, "failed")]
+    assert "exited during the point" in records[0]["error"]
+    assert_no_output(workdir, cell_id)
+    assert other.read_text() == '{"kept": true}\n'
+    assert_no_server_left(workdir)
+
+
+# 5. SIGINT to a running snakemake ------------------------------------------------------------
+
+def test_5_interrupt_then_resume(workdir, base):
+    configfile = write_config(workdir / "f5.yaml", base)
+    cells = [cell_id_of(workdir, configfile, s) for s in ("vanilla", "ngram")]
+    for cell_id in cells:
+        (workdir / "results" / "cells" / f"{cell_id}.jsonl").unlink(missing_ok=True)
+        (workdir / "logs" / "cells" / f"{cell_id}.server.log").unlink(missing_ok=True)
+    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--configfile",
+           str(configfile), "--cores", "2", "--resources", "gpu=1"]
+    # like Ctrl-C in a terminal: SIGINT to snakemake's whole process group
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, cwd=REPO)
+    logs = [workdir / "logs" / "cells" / f"{c}.server.log" for c in cells]
+    deadline = time.monotonic() + 600
+    while not any(p.exists() and "Application startup complete" in p.read_text() for p in logs):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.communicate(timeout=180)
+    assert proc.returncode != 0
+    assert_no_server_left(workdir)
+    assert not all((workdir / "results" / "cells" / f"{c}.jsonl").exists() for c in cells)
+    resumed = snakemake(workdir=workdir, configfile=configfile, timeout=900)
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    assert all((workdir / "results" / "cells" / f"{c}.jsonl").is_file() for c in cells)
+    assert_no_server_left(workdir)
+
+
+# 6. failed requests above the threshold ------------------------------------------------------
+
+def test_6_failed_requests_make_a_point_invalid(workdir, base):
+    config = copy.deepcopy(base)
+    # the 1k-token prompts of the mixed-length set do not fit: a third of the requests fail
+    config["server"]["args"]["max_model_len"] = 700
+    config["workloads"]["mixed"] = {"dataset": "mixed_length", "subset": "all", "num_prompts": 6}
+    config["round1"]["workloads"] = ["mixed"]
+    configfile = write_config(workdir / "f6.yaml", config)
+    cell_id = cell_id_of(workdir, configfile)
+    result = cell_cli(workdir, configfile, "--cell", cell_id)
+    assert result.returncode == 0, result.stderr[-2000:]
+    record = json.loads((workdir / "results" / "cells" / f"{cell_id}.jsonl").read_text())
+    assert record["status"] == "invalid"
+    assert record["metrics"]["failed"] == 2 and record["metrics"]["completed"] == 4
+    assert "2 of 6 requests failed" in record["error"]
+    from sdbench.aggregate import summarize
+
+    frame = summarize([workdir / "results" / "cells" / f"{cell_id}.jsonl"])
+    assert frame["speedup"].isna().all() and not frame["paired"].any()
+    assert_no_server_left(workdir)
+
+
+# 7. corrupt line in a processed dataset ------------------------------------------------------
+
+def test_7_corrupt_prompt_file(workdir, base):
+    config = copy.deepcopy(base)
+    config["workloads"]["spec_bench"]["num_prompts"] = 3  # a cell of its own
+    configfile = write_config(workdir / "f7.yaml", config)
+    path = workdir / "data" / "processed" / "spec_bench" / "all.jsonl"
+    original = path.read_bytes()
+    lines = original.splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:2] + [b'{"prompt": "cut\n'] + lines[3:]))
+    try:
+        cell_id = cell_id_of(workdir, configfile)
+        result = cell_cli(workdir, configfile, "--cell", cell_id)
+    finally:
+        path.write_bytes(original)
+    assert result.returncode == 1
+    assert "all.jsonl:3: not a valid JSON line" in result.stderr
+    assert not (workdir / "logs" / "cells" / f"{cell_id}.server.log").exists()  # no server
+    assert_no_output(workdir, cell_id)
+    assert_no_server_left(workdir)
+
+
+# 8.-10. configuration faults: refused before any job ------------------------------------------
+
+def refused(workdir, config, name):
+    configfile = write_config(workdir / name, config)
+    result = snakemake("-n", workdir=workdir, configfile=configfile)
+    assert result.returncode != 0
+    return result.stdout + result.stderr
+
+
+def test_8_bad_value_and_unknown_key(workdir, base):
+    config = copy.deepcopy(base)
+    config["loadgen"] = {"temperature": -1}
+    assert "loadgen.temperature = -1" in refused(workdir, config, "f8a.yaml")
+    config = copy.deepcopy(base)
+    config["server"]["start_timeout"] = 5
+    output = refused(workdir, config, "f8b.yaml")
+    assert "start_timeout" in output and "Additional properties are not allowed" in output
+
+
+def test_9_method_not_in_the_installed_vllm(workdir, base):
+    config = copy.deepcopy(base)
+    config["round1"]["methods"][0]["method"] = "eagle9"
+    output = refused(workdir, config, "f9a.yaml")
+    assert "round1.methods[0].method = 'eagle9'" in output and "vLLM 0.32.0" in output
+    assert "'ngram'" in output  # the methods it does have
+    config = copy.deepcopy(base)
+    config["round1"]["methods"][0]["options"]["lookahead_tokens"] = 3
+    output = refused(workdir, config, "f9b.yaml")
+    assert "options.lookahead_tokens" in output and "vLLM 0.32.0" in output
+
+
+def test_10_draft_vocabulary_mismatch(workdir, base):
+    draft = workdir / "other-vocab-draft"
+    draft.mkdir(exist_ok=True)
+    target_config = json.loads(
+        (workdir / "resources" / "models" / "smollm2-135m" / "config.json").read_text())
+    (draft / "config.json").write_text(json.dumps({**target_config, "vocab_size": 32000}))
+    config = copy.deepcopy(base)
+    config["models"]["other-draft"] = {"source": {"kind": "path", "path": str(draft)}}
+    config["round1"]["methods"] = [{"method": "draft_model", "draft": "other-draft", "k": [2]}]
+    output = refused(workdir, config, "f10.yaml")
+    assert "vocab_size 32000" in output and "vocab_size 49152" in output
+    assert "use_heterogeneous_vocab" in output
