@@ -97,8 +97,8 @@ def check_workload(cell: grid.Cell) -> int | None:
             f"workloads.{cell.workload['name']}.num_prompts = {cell.workload['num_prompts']}: "
             f"{path} has only {available} prompts (prompts are never repeated to fill a point)")
     if len(min_tokens) > 1:
-        raise CellError(f"{path}: prompts force different output lengths {sorted(min_tokens)}; "
-                        "the load generator can force one per point")
+        raise CellError(f"{path}: prompts force different output lengths "
+                        f"{sorted(min_tokens, key=str)}; the load generator forces one per point")
     return min_tokens.pop()
 
 

@@ -63,6 +63,14 @@ def _need(definition: dict, got: int, wanted: int, what: str, skipped: Counter) 
             "fewer records per bucket, a wider tolerance, or allow_partial: true.")
 
 
+def _seeded_order(items: list, definition: dict, *key: str) -> list:
+    """`items` in an order fixed by the dataset's seed, its name and `key` (e.g. the bucket):
+    each subset draws its own sample, independent of the other subsets."""
+    order = list(items)
+    random.Random(":".join([str(definition["seed"]), definition["dataset"], *key])).shuffle(order)
+    return order
+
+
 # ---------------------------------------------------------------- filling prompt-length buckets
 
 def _fit_last(tok: Tokenizer, render, parts: list[str], last: str, lo: int, hi: int,
@@ -100,10 +108,8 @@ def fill_bucket(texts: list[tuple[str, str]], definition: dict, bucket: dict, to
     def render(parts: list[str]) -> str:
         return instruction.replace("{text}", separator.join(parts))
 
-    order = list(texts)
-    random.Random(f"{definition['seed']}:{definition['dataset']}:{bucket['name']}").shuffle(order)
     records, parts, ids = [], [], []
-    for ident, text in order:
+    for ident, text in _seeded_order(texts, definition, bucket["name"]):
         if len(records) == wanted:
             break
         tokens = tok.count(render(parts + [text]))
@@ -154,10 +160,8 @@ def _spec_bench(rows: list[dict], definition: dict, tok: Tokenizer, skipped: Cou
 
 def _sharegpt(rows: list[dict], definition: dict, tok: Tokenizer, skipped: Counter) -> list:
     limits = definition["filters"]
-    order = list(rows)
-    random.Random(f"{definition['seed']}:{definition['dataset']}").shuffle(order)
     records = []
-    for row in order:
+    for row in _seeded_order(rows, definition):
         if len(records) == definition["samples"]:
             break
         turns = row["conversations"]
@@ -208,10 +212,8 @@ def _mixed(rows, definition, tok, skipped) -> list:
 def _highlights_news(rows, definition, tok, skipped) -> list:
     bucket = definition["bucket"]
     low, high = definition["prompt_tokens_range"]
-    order = list(rows)
-    random.Random(f"{definition['seed']}:{definition['dataset']}:{bucket['name']}").shuffle(order)
     records = []
-    for row in order:
+    for row in _seeded_order(rows, definition, bucket["name"]):
         if len(records) == definition["records_per_bucket"]:
             break
         highlights = row["highlights"].strip()
