@@ -2,13 +2,13 @@
 
 
 def record(cell_id, method, concurrency, throughput, *, baseline=None, k=None, status="ok",
-           tpot=10.0, output=None):
+           tpot=10.0, output=None, repeat=0):
     return {
         "cell_id": cell_id, "round": "round1", "speculator": method, "baseline_cell_id": baseline,
         "server_config": {"method": method, "num_speculative_tokens": k,
                           "target": {"name": "t", "quantization": None}, "draft": None},
         "workload": {"name": "w", "dataset": "d", "subset": "all", "num_prompts": 4},
-        "concurrency": concurrency, "repeat": 0, "status": status,
+        "concurrency": concurrency, "repeat": repeat, "status": status,
         "error": None if status == "ok" else "boom",
         "metrics": {} if status != "ok" else {
             "total_token_throughput": throughput,

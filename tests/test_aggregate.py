@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -52,3 +53,40 @@ def test_summarize_reads_cell_files(tmp_path):
     assert set(frame["cell_id"]) == {"base", "ng"}
     assert frame.set_index("cell_id").loc["ng", "speedup"] == pytest.approx(1.2)
     assert isinstance(frame, pd.DataFrame)
+
+
+def test_points_have_paired_speedups_with_t_intervals():
+    from scipy import stats
+
+    from sdbench.aggregate import aggregate_points
+
+    rows = []
+    base, spec = [100.0, 110.0, 90.0], [150.0, 143.0, 126.0]
+    for r in range(3):
+        rows.append(record("base", "vanilla", 1, base[r], repeat=r))
+        rows.append(record("ng", "ngram", 1, spec[r], baseline="base", k=2, repeat=r))
+    frame = add_speedups(records_frame(rows))
+    ratios = [s / b for s, b in zip(spec, base, strict=True)]  # paired by repeat: 1.5, 1.3, 1.4
+    assert sorted(frame.loc[frame["cell_id"] == "ng", "speedup"]) == pytest.approx(sorted(ratios))
+    point = aggregate_points(frame).set_index("cell_id").loc["ng"]
+    half = stats.t.ppf(0.975, 2) * np.std(ratios, ddof=1) / np.sqrt(3)
+    assert point["speedup_mean"] == pytest.approx(1.4)
+    assert point["speedup_ci_low"] == pytest.approx(1.4 - half)
+    assert point["speedup_ci_high"] == pytest.approx(1.4 + half)
+    assert point["repeats"] == point["repeats_ok"] == point["repeats_paired"] == 3
+    one = aggregate_points(add_speedups(records_frame(rows[:2]))).set_index("cell_id").loc["ng"]
+    assert one["speedup_mean"] == pytest.approx(1.5) and math.isnan(one["speedup_ci_low"])
+
+
+def test_failure_threshold_is_applied_when_summarizing():
+    from sdbench.aggregate import apply_failure_threshold
+
+    rows = [record("a", "vanilla", 1, 100.0), record("b", "vanilla", 2, 100.0)]
+    rows[0]["metrics"].update(completed=97, failed=3, failure_share=0.03)
+    rows[1]["metrics"].update(completed=100, failed=0, failure_share=0.0)
+    frame = records_frame(rows)
+    strict = apply_failure_threshold(frame, 0.01)
+    assert list(strict["status"]) == ["invalid", "ok"]
+    assert "3 of 100 requests failed" in strict.loc[0, "error"]
+    lenient = apply_failure_threshold(strict, 0.05)
+    assert list(lenient["status"]) == ["ok", "ok"] and lenient.loc[0, "error"] is None

@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import gzip
 import json
-import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -26,7 +25,8 @@ from pathlib import Path
 
 from . import checks, grid, loadgen, models, provenance
 from .config import REPO_ROOT, VANILLA, ConfigError, load_config
-from .files import append_jsonl, atomic_write_json, sha256_file
+from .files import append_jsonl, atomic_path, atomic_write_json, sha256_file, write_jsonl
+from .ids import short_hash
 from .serving import ServerError, VllmServer, log_tail, server_command
 
 RECORD_SCHEMA = "sdbench.record/1"
@@ -133,35 +133,97 @@ def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
         raise
 
 
+POINTS_DIR = "results/points"
+
+
+def point_key(cell: grid.Cell, concurrency: int, repeat: int, prompts_sha256: str,
+              min_tokens: int | None, vllm: dict) -> str:
+    """Content hash of everything that determines one measurement: the server config, the
+    workload (with its load-generator settings), the prompt file's bytes, the point itself and
+    the vLLM build. A cached measurement is reused only under the same key."""
+    return short_hash({"server_config": cell.server_config, "workload": cell.workload,
+                       "prompts_sha256": prompts_sha256, "concurrency": concurrency,
+                       "repeat": repeat, "min_tokens": min_tokens, "vllm": vllm}, length=16)
+
+
+def point_path(cell_id: str, concurrency: int, repeat: int, key: str) -> Path:
+    return Path(POINTS_DIR) / cell_id / f"c{concurrency}-r{repeat}-{key}.json.gz"
+
+
+def read_point(path: Path) -> dict:
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def write_point(path: Path, record: dict, detail: dict) -> None:
+    with atomic_path(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as fh:
+        json.dump({"record": record, "detail": detail}, fh)
+
+
 def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
               server_log: str | Path, log=None) -> list[dict]:
     output = Path(output)
     partial = output.with_name(output.name + ".partial")
     detail_out = requests_output(output)
-    detail_partial = detail_out.with_name(detail_out.name + ".partial")
-    for stale in (partial, detail_partial):
-        stale.unlink(missing_ok=True)
+    partial.unlink(missing_ok=True)
 
     min_tokens = check_workload(cell)
+    for name in grid.cell_models(cell):
+        checks.check_quantization(config, name, source=f"cell {cell.cell_id}")
     checks.check_vocab(config, cell, features=checks.vllm_features(),
                        source=f"cell {cell.cell_id}")
-    leftovers = checks.leftover_vllm_processes(checks.gpu_processes())
-    if leftovers:
-        raise CellError(
-            "vLLM processes of an earlier run still hold the GPU: "
-            + "; ".join(f"pid {p['pid']} on GPU {p['gpu']} ({p['cmdline'][:120]})"
-                        for p in leftovers)
-            + ". Stop them (kill <pid>) before measuring; they would skew or crash this cell.")
     log = log or sys.stderr
+    environment = provenance.environment(str(REPO_ROOT))  # the workflow's own checkout
+    prompts_sha256 = sha256_file(cell.workload["path"])
+
+    # repeats interleaved: every concurrency level once, then again
+    plan = [(c, r) for r in range(cell.repeats) for c in cell.concurrency]
+    paths = {(c, r): point_path(cell.cell_id, c, r, point_key(
+        cell, c, r, prompts_sha256, min_tokens, environment["vllm"])) for c, r in plan}
+    points = {pt: read_point(path) for pt, path in paths.items() if path.exists()}
+    missing = [pt for pt in plan if pt not in points]
+    print(f"[sdbench] cell {cell.cell_id} ({cell.label}): {len(points)} of {len(plan)} points "
+          f"cached, measuring {len(missing)}: {missing}", file=log, flush=True)
+    for point in points.values():
+        append_jsonl(partial, point["record"])
+    if missing:
+        leftovers = checks.leftover_vllm_processes(checks.gpu_processes())
+        if leftovers:
+            raise CellError(
+                "vLLM processes of an earlier run still hold the GPU: "
+                + "; ".join(f"pid {p['pid']} on GPU {p['gpu']} ({p['cmdline'][:120]})"
+                            for p in leftovers)
+                + ". Stop them (kill <pid>) before measuring; they would skew or crash this "
+                "cell.")
+        context = {"environment": environment, "prompts_sha256": prompts_sha256,
+                   "min_tokens": min_tokens, "server_log": server_log, "log": log,
+                   "partial": partial}
+        for point, measured in _measure(cell, config, missing, context):
+            write_point(paths[point], measured["record"], measured["detail"])
+            points[point] = measured
+
+    ordered = [points[pt] for pt in sorted(plan)]
+    with atomic_path(detail_out) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as fh:
+        for point in ordered:
+            fh.write(json.dumps({"cell_id": cell.cell_id,
+                                 "concurrency": point["record"]["concurrency"],
+                                 "repeat": point["record"]["repeat"], **point["detail"]}) + "\n")
+    records = [point["record"] for point in ordered]
+    write_jsonl(output, records)
+    partial.unlink(missing_ok=True)
+    return records
+
+
+def _measure(cell: grid.Cell, config: dict, plan: list[tuple[int, int]], context: dict):
+    """Start the cell's server and yield ((concurrency, repeat), {record, detail}) for each
+    point of `plan` that is not failed; a failed point stops the cell (CellError)."""
+    log, server_log = context["log"], context["server_log"]
     server_cfg = cell.server_config
     target = server_cfg["target"]["name"]
     target_dir = grid.model_dir(config, target)
     spec = speculative_config(cell, config)
     settings = cell.workload["loadgen"]
     srv = config["server"]
-
-    environment = provenance.environment(str(REPO_ROOT))  # the workflow's own checkout
-    dataset = {"path": cell.workload["path"], "sha256": sha256_file(cell.workload["path"])}
     model_cards = {"target": {"path": target_dir, "card": models.read_card(target_dir)}}
     if server_cfg["draft"] is not None:
         model_cards["draft"] = {"path": spec["model"], "card": models.read_card(spec["model"])}
@@ -169,19 +231,19 @@ def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
     def build(port: int) -> list[str]:
         return server_command(target_dir, target, srv["host"], port, server_cfg["args"], spec)
 
-    records: list[dict] = []
     with _signals_raise(), VllmServer(build, host=srv["host"], log_path=server_log,
                                       env=server_cfg["env"],
                                       startup_timeout_s=srv["startup_timeout_s"],
                                       stop_timeout_s=srv["stop_timeout_s"]) as server:
-        print(f"[sdbench] cell {cell.cell_id} ({cell.label}): server ready on port "
-              f"{server.port} after {server.startup_s:.1f} s", file=log, flush=True)
-        for concurrency in cell.concurrency:
+        print(f"[sdbench] cell {cell.cell_id}: server ready on port {server.port} after "
+              f"{server.startup_s:.1f} s", file=log, flush=True)
+        for concurrency, repeat in plan:
             argv = loadgen.loadgen_argv(
                 host=server.connect_host, port=server.port,
                 served_name=target, tokenizer=target_dir, dataset_path=cell.workload["path"],
                 num_prompts=cell.workload["num_prompts"], concurrency=concurrency,
-                settings=settings, shuffle=cell.workload["shuffle"], min_tokens=min_tokens)
+                settings=settings, shuffle=cell.workload["shuffle"],
+                min_tokens=context["min_tokens"])
             started = _now()
             error = None
             try:
@@ -193,7 +255,7 @@ def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
                 error = (f"the vLLM server exited during the point ({seen}); last lines of "
                          f"{server_log}:\n{log_tail(server_log, 15)}")
             metrics, detail = loadgen.split_result(result)
-            status, reason = point_status(metrics, error, settings["max_failure_share"])
+            status, reason = point_status(metrics, error, config["loadgen"]["max_failure_share"])
             record = {
                 "schema": RECORD_SCHEMA,
                 "cell_id": cell.cell_id,
@@ -203,33 +265,29 @@ def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
                 "server_config": server_cfg,
                 "workload": cell.workload,
                 "concurrency": concurrency,
-                "repeat": 0,
+                "repeat": repeat,
                 "status": status,
                 "error": reason or None,
                 "metrics": metrics,
                 "server": {"command": server.command, "port": server.port,
                            "startup_s": server.startup_s, "log": str(server_log)},
                 "loadgen": {"argv": argv},
-                "provenance": {**environment, "models": model_cards, "dataset": dataset,
+                "provenance": {**context["environment"], "models": model_cards,
+                               "dataset": {"path": cell.workload["path"],
+                                           "sha256": context["prompts_sha256"]},
                                "started_at": started, "finished_at": _now()},
             }
-            append_jsonl(partial, record)
-            with gzip.open(detail_partial, "at", encoding="utf-8") as fh:
-                fh.write(json.dumps({"cell_id": cell.cell_id, "concurrency": concurrency,
-                                     "repeat": 0, **detail}) + "\n")
-            records.append(record)
+            append_jsonl(context["partial"], record)
             if status == "failed":
-                raise CellError(f"cell {cell.cell_id} ({cell.label}), concurrency {concurrency}: "
-                                f"{reason}; later points were not attempted. Server log: "
-                                f"{server_log}")
-            print(f"[sdbench] cell {cell.cell_id} c={concurrency}: {status}"
+                raise CellError(f"cell {cell.cell_id} ({cell.label}), concurrency {concurrency}, "
+                                f"repeat {repeat}: {reason}; later points were not attempted. "
+                                f"Server log: {server_log}")
+            print(f"[sdbench] cell {cell.cell_id} c={concurrency} r={repeat}: {status}"
                   f"{' (' + reason + ')' if reason else ''}, "
                   f"{metrics.get('total_token_throughput') or float('nan'):.1f} tok/s total, "
                   f"{metrics.get('completed')} completed, {metrics.get('failed')} failed",
                   file=log, flush=True)
-    os.replace(detail_partial, detail_out)
-    os.replace(partial, output)
-    return records
+            yield (concurrency, repeat), {"record": record, "detail": detail}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,10 @@ METRIC_LABELS = {
 
 
 def speculative(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame[(frame["method"] != "vanilla") & frame["paired"]]
+    """Speculative rows with a speedup: per-measurement rows (`paired`) or per-point rows
+    (`speedup_mean`)."""
+    has = frame["paired"] if "paired" in frame else frame["speedup_mean"].notna()
+    return frame[(frame["method"] != "vanilla") & has]
 
 
 def setting_label(frame: pd.DataFrame) -> pd.Series:
@@ -37,33 +40,45 @@ def setting_label(frame: pd.DataFrame) -> pd.Series:
     return np.where(frame["method"] == "vanilla", "vanilla", frame["speculator"] + " k=" + k)
 
 
-def max_speedup_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Method x workload: the best mean speedup and the k and concurrency that reached it."""
-    spec = speculative(frame)
+def with_interval(mean: float, low: float, high: float, unit: str = "×") -> str:
+    """'1.23× [1.10, 1.35]'; without brackets when there is no interval (one repeat)."""
+    if pd.isna(mean):
+        return "–"
+    if pd.isna(low) or pd.isna(high):
+        return f"{mean:.2f}{unit}"
+    return f"{mean:.2f}{unit} [{low:.2f}, {high:.2f}]"
+
+
+def speedup_text(row) -> str:
+    return with_interval(row["speedup_mean"], row["speedup_ci_low"], row["speedup_ci_high"])
+
+
+def max_speedup_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Method x workload: the best mean speedup (95 % interval) and the k and concurrency that
+    reached it."""
+    spec = speculative(points[points["round"] == "round1"])
     if spec.empty:
         return pd.DataFrame()
-    mean = (spec.groupby(["speculator", "workload", "k", "concurrency"], as_index=False)
-            ["speedup"].mean())
-    best = mean.loc[mean.groupby(["speculator", "workload"])["speedup"].idxmax()]
-    best = best.assign(cell=[f"{s:.2f}× (k={int(k)}, c={int(c)})"
-                             for s, k, c in zip(best["speedup"], best["k"], best["concurrency"],
-                                                strict=True)])
+    best = spec.loc[spec.groupby(["speculator", "workload"])["speedup_mean"].idxmax()]
+    best = best.assign(cell=[f"{speedup_text(r)} (k={int(r['k'])}, c={int(r['concurrency'])})"
+                             for _, r in best.iterrows()])
     table = best.pivot(index="speculator", columns="workload", values="cell")
     table.columns.name = None
     table.index.name = "method"
     return table
 
 
-def speedup_heatmaps(frame: pd.DataFrame, metric: str = "speedup") -> plt.Figure | None:
-    """One heatmap (k x concurrency) per method (rows) and workload (columns)."""
-    spec = speculative(frame)
+def speedup_heatmaps(points: pd.DataFrame, metric: str = "speedup") -> plt.Figure | None:
+    """One heatmap (k x concurrency) of mean speedups per method (rows) and workload (columns)."""
+    spec = speculative(points[points["round"] == "round1"])
     if spec.empty:
         return None
+    column = f"{metric}_mean"
     speculators = sorted(spec["speculator"].unique())
     workloads = sorted(spec["workload"].unique())
     fig, axes = plt.subplots(len(speculators), len(workloads), squeeze=False,
                              figsize=(3.6 * len(workloads) + 1, 2.4 * len(speculators) + 0.6))
-    vmax = max(2.0, float(np.nanmax(spec[metric])))
+    vmax = max(2.0, float(np.nanmax(spec[column])))
     for i, speculator in enumerate(speculators):
         for j, workload in enumerate(workloads):
             ax = axes[i][j]
@@ -71,16 +86,111 @@ def speedup_heatmaps(frame: pd.DataFrame, metric: str = "speedup") -> plt.Figure
             if part.empty:
                 ax.axis("off")
                 continue
-            grid = part.pivot_table(index="k", columns="concurrency", values=metric,
+            grid = part.pivot_table(index="k", columns="concurrency", values=column,
                                     aggfunc="mean")
             sns.heatmap(grid, ax=ax, annot=True, fmt=".2f", cmap="RdYlGn", center=1.0, vmin=0,
                         vmax=vmax, cbar=False, linewidths=0.5)
             ax.set_title(f"{speculator} | {workload}", fontsize=10)
             ax.set_xlabel("concurrency")
             ax.set_ylabel("k")
-    fig.suptitle(METRIC_LABELS[metric] + " — green > 1 > red", fontsize=11)
+    fig.suptitle(METRIC_LABELS[metric] + ", mean over repeats — green > 1 > red", fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def crossover_table(points: pd.DataFrame) -> pd.DataFrame:
+    from .analysis import crossover
+
+    table = crossover(points[points["round"] == "round1"])
+    if table.empty:
+        return table
+
+    def fmt(x):
+        return "–" if x is None or pd.isna(x) else f"{x:.1f}"
+
+    return pd.DataFrame({
+        "target": table["target"], "workload": table["workload"],
+        "method": table["speculator"], "k": table["k"].astype("Int64"),
+        "speedup < 1 from concurrency": [fmt(x) for x in table["crossover"]],
+        "95 % interval": [f"[{fmt(a)}, {fmt(b)}]" if a is not None or b is not None else "–"
+                          for a, b in zip(table["crossover_low"], table["crossover_high"],
+                                          strict=True)],
+        "reading": table["reading"], "levels measured": table["levels"]})
+
+
+def best_settings_table(points: pd.DataFrame) -> pd.DataFrame:
+    from .analysis import best_settings
+
+    best = best_settings(points[points["round"] == "round1"])
+    if best.empty:
+        return best
+    return pd.DataFrame({
+        "target": best["target"], "workload": best["workload"],
+        "concurrency": best["concurrency"],
+        "best setting": [f"{s} k={int(k)}" for s, k in zip(best["speculator"], best["k"],
+                                                            strict=True)],
+        "speedup": [speedup_text(r) for _, r in best.iterrows()],
+        "verdict": ["speculate" if m > 1 else "no speculation" for m in best["speedup_mean"]]})
+
+
+def switch_gain_table(points: pd.DataFrame) -> pd.DataFrame:
+    from .analysis import switch_gain
+
+    table = switch_gain(points[points["round"] == "round1"])
+    if table.empty:
+        return table
+    return pd.DataFrame({
+        "target": table["target"], "workload": table["workload"],
+        "best static setting": table["static_best"],
+        "its speedup (geo. mean)": table["static_speedup"].map("{:.2f}×".format),
+        "ideal per-load switch": table["switch_speedup"].map("{:.2f}×".format),
+        "gain of switching": table["gain"].map("{:+.1%}".format),
+        "switch picks": table["switch_choice"]})
+
+
+def dynamic_k_table(points: pd.DataFrame, schedules: dict[str, list]) -> pd.DataFrame:
+    """Each measured dynamic-K cell against the best static k of its method, per concurrency.
+
+    schedules: cell_id -> the schedule it measured."""
+    from .aggregate import DERIVED_SETTING
+
+    derived = points[(points["round"] == "round3") & (points["setting"] == DERIVED_SETTING)]
+    rows = []
+    for _, cell in derived.iterrows():
+        method = cell["speculator"].removesuffix("+dynamic-k")
+        static = points[(points["round"] == "round1") & (points["speculator"] == method)
+                        & (points["target"] == cell["target"])
+                        & (points["workload"] == cell["workload"])
+                        & (points["concurrency"] == cell["concurrency"])
+                        & points["speedup_mean"].notna()]
+        best = static.loc[static["speedup_mean"].idxmax()] if not static.empty else None
+        schedule = schedules.get(cell["cell_id"], [])
+        k_here = next((k for lo, hi, k in schedule if lo <= cell["concurrency"] <= hi),
+                      schedule[-1][2] if schedule else None)
+        rows.append({"target": cell["target"], "workload": cell["workload"], "method": method,
+                     "concurrency": cell["concurrency"], "schedule k": k_here,
+                     "dynamic-K speedup": speedup_text(cell),
+                     "best static k": None if best is None else int(best["k"]),
+                     "static speedup": "–" if best is None else speedup_text(best),
+                     "status": cell["status"]})
+    return pd.DataFrame(rows)
+
+
+def lossless_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Per speculative point: how many greedy outputs match no speculation exactly."""
+    spec = points[(points["method"] != "vanilla")
+                  & points.get("lossless_exact_share_mean", pd.Series(dtype=float)).notna()]
+    if spec.empty:
+        return pd.DataFrame()
+    return pd.DataFrame({
+        "workload": spec["workload"], "method": spec["speculator"],
+        "k": spec["k"].astype("Int64"), "concurrency": spec["concurrency"],
+        "identical outputs": spec["lossless_exact_share_mean"].map("{:.0%}".format),
+        "token agreement": spec["lossless_token_agreement_mean"].map("{:.1%}".format),
+        "first divergence (median token)": spec["lossless_first_divergence"].map(
+            lambda x: "–" if pd.isna(x) else f"{x:.0f}"),
+        "flag": np.where(spec["lossless_flag"], "⚠ differs at concurrency 1", ""),
+    }).reset_index(drop=True)
 
 
 def acceptance_plot(frame: pd.DataFrame) -> plt.Figure | None:
@@ -126,18 +236,33 @@ def problem_table(frame: pd.DataFrame) -> pd.DataFrame:
     return bad[[c for c in columns if c in bad]].reset_index(drop=True)
 
 
-def points_table(frame: pd.DataFrame) -> pd.DataFrame:
-    columns = ["workload", "speculator", "k", "concurrency", "status", "completed", "failed",
-               "total_token_throughput", "output_throughput", "mean_tpot_ms", "mean_ttft_ms",
-               "spec_decode_acceptance_rate", "speedup", "cell_id"]
-    present = [c for c in columns if c in frame]
-    return frame[present].sort_values(["workload", "speculator", "k", "concurrency"],
-                                      na_position="first").reset_index(drop=True)
+def points_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Every point: repeats, status, throughput and speedups with 95 % intervals, efficiency."""
+    out = pd.DataFrame({
+        "round": points["round"], "workload": points["workload"],
+        "method": points["speculator"], "k": points["k"].astype("Int64"),
+        "concurrency": points["concurrency"],
+        "repeats ok": [f"{a}/{b}" for a, b in zip(points["repeats_ok"], points["repeats"],
+                                                  strict=True)],
+        "status": points["status"],
+        "total tok/s": [with_interval(m, lo, hi, "") for m, lo, hi in zip(
+            points["total_token_throughput_mean"], points["total_token_throughput_ci_low"],
+            points["total_token_throughput_ci_high"], strict=True)],
+        "speedup": [speedup_text(r) for _, r in points.iterrows()],
+        "TPOT speedup": [with_interval(m, lo, hi) for m, lo, hi in zip(
+            points["tpot_speedup_mean"], points["tpot_speedup_ci_low"],
+            points["tpot_speedup_ci_high"], strict=True)],
+        "acceptance %": points.get("spec_decode_acceptance_rate_mean"),
+        "acceptance length": points.get("spec_decode_acceptance_length_mean"),
+        "efficiency": points.get("efficiency"),
+        "cell": points["cell_id"]})
+    return out.reset_index(drop=True)
 
 
 def provenance_table(frame: pd.DataFrame) -> pd.DataFrame:
-    columns = ["vllm_distribution", "vllm_version", "device_kind", "device", "hostname",
-               "git_commit", "git_dirty"]
+    columns = ["vllm_distribution", "vllm_version", "torch_version", "device_kind", "device",
+               "driver", "hostname", "git_commit", "git_dirty"]
+    columns = [c for c in columns if c in frame]
     table = frame[columns].astype(str).value_counts().rename("records").reset_index()
     return table
 

@@ -9,6 +9,7 @@ rule cell:
         requests="results/cells/{cell_id}.requests.jsonl.gz",
     params:
         cell=lambda wc: CELLS[wc.cell_id].to_dict(),
+        vllm=VLLM_BUILD,
     log:
         cell="logs/cells/{cell_id}.log",
         server="logs/cells/{cell_id}.server.log",
@@ -19,3 +20,25 @@ rule cell:
         ENV
     script:
         "../scripts/run_cell.py"
+
+
+rule dynamic_k_cell:
+    input:
+        unpack(dynamic_k_inputs),
+    output:
+        records="results/derived/{target}/{workload}/{speculator}.jsonl",
+        requests="results/derived/{target}/{workload}/{speculator}.requests.jsonl.gz",
+        schedule="results/derived/{target}/{workload}/{speculator}.schedule.json",
+    params:
+        spec=lambda wc: DYNAMIC_K[(wc.target, wc.workload, wc.speculator)],
+        vllm=VLLM_BUILD,
+    log:
+        cell="logs/derived/{target}/{workload}/{speculator}.log",
+        server="logs/derived/{target}/{workload}/{speculator}.server.log",
+    threads: CELL_THREADS
+    resources:
+        gpu=config["cells"]["gpus"],
+    conda:
+        ENV
+    script:
+        "../scripts/run_dynamic_k.py"

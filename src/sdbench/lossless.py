@@ -1,0 +1,83 @@
+"""Lossless check: greedy outputs with speculation vs without, request by request.
+
+Speculative decoding must not change greedy outputs. Each speculative point's generated texts
+are compared with those of its baseline (same target, workload, concurrency, repeat; the load
+generator sends the same prompts in the same order, which the prompt lengths confirm):
+
+  lossless_exact_share       share of requests whose text is identical
+  lossless_token_agreement   share of token positions (over the longer output) that agree
+  lossless_first_divergence  median token position of the first difference, over the requests
+                             that differ (None when all agree)
+
+vLLM documents that batch composition can change outputs, so differences at concurrency > 1 are
+reported; at concurrency 1 they are flagged (`lossless_flag`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+def read_details(path: str | Path) -> dict[str, dict[tuple[int, int], dict]]:
+    """Per-request detail of a cell file: {cell_id: {(concurrency, repeat): detail}}."""
+    out: dict[str, dict] = {}
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        for detail in map(json.loads, fh):
+            out.setdefault(detail["cell_id"], {})[
+                (detail["concurrency"], detail.get("repeat", 0))] = detail
+    return out
+
+
+def compare(texts: list[str], reference: list[str], encode: Callable[[str], list[int]]) -> dict:
+    """Agreement of `texts` with `reference` (same requests, same order)."""
+    exact, agreement, divergence = [], [], []
+    for text, ref in zip(texts, reference, strict=True):
+        exact.append(text == ref)
+        a, b = encode(text), encode(ref)
+        longest = max(len(a), len(b))
+        same = sum(x == y for x, y in zip(a, b, strict=False))
+        agreement.append(same / longest if longest else 1.0)
+        if text != ref:
+            first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                         min(len(a), len(b)))
+            divergence.append(first)
+    return {"lossless_requests": len(texts),
+            "lossless_exact_share": float(np.mean(exact)) if exact else np.nan,
+            "lossless_token_agreement": float(np.mean(agreement)) if agreement else np.nan,
+            "lossless_first_divergence": float(np.median(divergence)) if divergence else None}
+
+
+def lossless_columns(frame: pd.DataFrame, details: dict[str, dict],
+                     encoders: dict[str, Callable[[str], list[int]]]) -> pd.DataFrame:
+    """Lossless columns for every speculative row of a summary frame.
+
+    details: cell_id -> read_details(...); encoders: target -> tokenizer encode function."""
+    rows = []
+    for row in frame.itertuples():
+        out = {"cell_id": row.cell_id, "concurrency": row.concurrency, "repeat": row.repeat}
+        base = details.get(row.baseline_cell_id) if isinstance(row.baseline_cell_id, str) else None
+        mine = details.get(row.cell_id, {}).get((row.concurrency, row.repeat))
+        ref = base.get((row.concurrency, row.repeat)) if base else None
+        if mine is not None and ref is not None and row.status == "ok":
+            if mine.get("input_lens") != ref.get("input_lens"):
+                out["lossless_note"] = "prompts differ from the baseline's; not compared"
+            else:
+                ok = [i for i, (e1, e2) in enumerate(zip(mine["errors"], ref["errors"],
+                                                         strict=True)) if not e1 and not e2]
+                out.update(compare([mine["generated_texts"][i] for i in ok],
+                                   [ref["generated_texts"][i] for i in ok],
+                                   encoders[row.target]))
+        rows.append(out)
+    result = pd.DataFrame(rows)
+    for column in ("lossless_requests", "lossless_exact_share", "lossless_token_agreement",
+                   "lossless_first_divergence", "lossless_note"):
+        if column not in result:
+            result[column] = np.nan
+    result["lossless_flag"] = (result["concurrency"] == 1) & (result["lossless_exact_share"] < 1)
+    return result

@@ -1,0 +1,65 @@
+"""The lossless check compares speculative greedy outputs with the baseline's."""
+
+import gzip
+import json
+
+import pandas as pd
+import pytest
+
+from sdbench.aggregate import add_speedups, records_frame
+from sdbench.lossless import compare, lossless_columns, read_details
+
+from helpers import record
+
+
+def encode(text):  # a word-level tokenizer is enough to test the bookkeeping
+    return text.split()
+
+
+def test_compare_counts_exact_matches_agreement_and_first_divergence():
+    reference = ["the cat sat on the mat", "one two three", "same"]
+    altered = ["the cat sat on a mat", "one two three", "same"]
+    result = compare(altered, reference, encode)
+    assert result["lossless_exact_share"] == pytest.approx(2 / 3)
+    assert result["lossless_token_agreement"] == pytest.approx((5 / 6 + 1 + 1) / 3)
+    assert result["lossless_first_divergence"] == 4
+    assert compare(reference, reference, encode)["lossless_first_divergence"] is None
+
+
+def write_details(path, cell_id, texts_by_point):
+    with gzip.open(path, "wt") as fh:
+        for (c, r), texts in texts_by_point.items():
+            fh.write(json.dumps({"cell_id": cell_id, "concurrency": c, "repeat": r,
+                                 "generated_texts": texts, "errors": [""] * len(texts),
+                                 "input_lens": [10] * len(texts)}) + "\n")
+
+
+def test_an_altered_generated_text_is_reported_and_flagged_at_concurrency_1(tmp_path):
+    texts = ["a b c d", "e f g h", "i j k l"]
+    write_details(tmp_path / "base.gz", "base", {(1, 0): texts, (4, 0): texts})
+    altered = [texts[0], "e f X h", texts[2]]
+    write_details(tmp_path / "ng.gz", "ng", {(1, 0): altered, (4, 0): altered})
+    frame = add_speedups(records_frame([
+        record("base", "vanilla", 1, 100.0), record("base", "vanilla", 4, 300.0),
+        record("ng", "ngram", 1, 150.0, baseline="base", k=2),
+        record("ng", "ngram", 4, 300.0, baseline="base", k=2)]))
+    details = {**read_details(tmp_path / "base.gz"), **read_details(tmp_path / "ng.gz")}
+    result = lossless_columns(frame, details, {"t": encode}).set_index(["cell_id", "concurrency"])
+    assert result.loc[("ng", 1), "lossless_exact_share"] == pytest.approx(2 / 3)
+    assert result.loc[("ng", 1), "lossless_first_divergence"] == 2
+    assert bool(result.loc[("ng", 1), "lossless_flag"])          # flagged at concurrency 1
+    assert not bool(result.loc[("ng", 4), "lossless_flag"])      # reported, not flagged
+    assert result.loc[("ng", 4), "lossless_exact_share"] == pytest.approx(2 / 3)
+    assert pd.isna(result.loc[("base", 1), "lossless_exact_share"])  # vanilla is the reference
+
+
+def test_points_with_other_prompts_are_not_compared(tmp_path):
+    write_details(tmp_path / "base.gz", "base", {(1, 0): ["a"]})
+    write_details(tmp_path / "ng.gz", "ng", {(1, 0): ["a"]})
+    details = {**read_details(tmp_path / "base.gz"), **read_details(tmp_path / "ng.gz")}
+    details["ng"][(1, 0)]["input_lens"] = [11]
+    frame = add_speedups(records_frame([record("base", "vanilla", 1, 1.0),
+                                        record("ng", "ngram", 1, 1.0, baseline="base", k=2)]))
+    result = lossless_columns(frame, details, {"t": encode}).set_index("cell_id")
+    assert "prompts differ" in result.loc["ng", "lossless_note"]
+    assert pd.isna(result.loc["ng", "lossless_exact_share"])
