@@ -30,7 +30,7 @@ rule all:
     default_target: True
     input:
         "reports/index.html",
-        "reports/round1.html",
+        [f"reports/{page}" for page in REPORTS.values()],
         all_prompt_sets(),
         # directly too: after a failed run the reports exist (listing the failures) and only
         # the missing cells make a rerun redo the cells, the summary and the reports

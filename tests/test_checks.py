@@ -47,9 +47,57 @@ def _with_models(tmp_path, demo_config_raw, target_vocab, draft_vocab, options=N
     raw["round1"]["targets"] = ["t"]
     raw["round1"]["methods"] = [{"method": "draft_model", "draft": "d", "k": [2],
                                  "options": options or {}}]
+    raw["dynamic_k"] = []
     config = validate_config(raw)
     cell = next(c for c in grid.all_cells(config) if not c.is_baseline)
     return config, cell
+
+
+def test_round_settings_are_checked_against_vllm(demo_config_raw):
+    features = checks.VllmFeatures("0.32.0", frozenset({"draft_model"}),
+                                   frozenset({"max_model_len"}),
+                                   frozenset({"enable_chunked_prefill"}))
+    good = {"name": "ok", "server": {"enable_chunked_prefill": False},
+            "speculative": {"max_model_len": 512}}
+    checks.check_setting(good, "round3.settings[0]", features)
+    with pytest.raises(ConfigError) as info:
+        checks.check_setting({**good, "name": "dyn", "speculative": {
+            "num_speculative_tokens_per_batch_size": [[1, 4, 2]]}}, "round3.settings[1]",
+            features)
+    message = str(info.value)
+    assert "round3.settings[1] ('dyn').speculative.num_speculative_tokens_per_batch_size" \
+        in message and "vLLM 0.32.0" in message
+    with pytest.raises(ConfigError, match=r"\('old'\).server.enable_prefix_magic is not a server"):
+        checks.check_setting({"name": "old", "server": {"enable_prefix_magic": 1},
+                              "speculative": {}}, "round3.settings[2]", features)
+    # the installed vLLM knows the demo's settings; a misspelt one stops the whole config
+    raw = copy.deepcopy(demo_config_raw)
+    checks.check_installed(validate_config(copy.deepcopy(raw)))
+    raw["round3"]["settings"].append({"name": "typo", "server": {"enable_chunked_prefil": False}})
+    with pytest.raises(ConfigError, match=r"round3.settings\[2\] \('typo'\).server"):
+        checks.check_installed(validate_config(raw))
+
+
+def test_declared_quantization_must_match_the_checkpoint(tmp_path, demo_config_raw):
+    raw = copy.deepcopy(demo_config_raw)
+    folder = tmp_path / "q"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(
+        {"vocab_size": 49152, "quantization_config": {"quant_method": "awq", "bits": 4}}))
+    raw["models"]["q"] = {"source": {"kind": "path", "path": str(folder)},
+                          "quantization": "gptq"}
+    config = validate_config(raw)
+    with pytest.raises(ConfigError) as info:
+        checks.check_quantization(config, "q")
+    assert "models.q.quantization = 'gptq'" in str(info.value)
+    assert "quant_method = 'awq'" in str(info.value)
+    config["models"]["q"]["quantization"] = "awq"
+    checks.check_quantization(config, "q")
+    config["models"]["smollm2-135m"]["source"] = {"kind": "path", "path": str(folder)}
+    with pytest.raises(ConfigError,
+                       match=r"quantization = None, but .* quantization_config.quant_method"):
+        checks.check_quantization(config, "smollm2-135m")  # declared full precision
+    checks.check_quantization(config, "smollm2-135m-6l", root=tmp_path)  # not built: no check
 
 
 def test_vocabulary_mismatch(tmp_path, demo_config_raw):

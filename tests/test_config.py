@@ -36,12 +36,12 @@ def test_k_below_one_is_a_schema_error(demo_config_raw):
 
 
 def test_draft_rules(demo_config_raw):
-    msg = _broken(demo_config_raw, lambda c: c["round1"]["methods"][1].pop("draft"))
-    assert "round1.methods[1].draft" in msg and "draft_model" in msg
+    msg = _broken(demo_config_raw, lambda c: c["round2"]["methods"][0].pop("draft"))
+    assert "round2.methods[0].draft" in msg and "draft_model" in msg
     msg = _broken(demo_config_raw,
                   lambda c: c["round1"]["methods"][0].update(draft="smollm2-135m-6l"))
     assert "round1.methods[0].draft" in msg and "takes no draft" in msg
-    msg = _broken(demo_config_raw, lambda c: c["round1"]["methods"][1].update(draft="nope"))
+    msg = _broken(demo_config_raw, lambda c: c["round3"]["methods"][0].update(draft="nope"))
     assert "'nope'" in msg
 
 
@@ -109,3 +109,29 @@ def test_missing_file_and_bad_yaml(tmp_path):
     bad.write_text("models: [unclosed\n")
     with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
         load_config(bad)
+
+
+def test_quantized_sources_declare_their_format(demo_config_raw):
+    raw = copy.deepcopy(demo_config_raw)
+    raw["models"]["smollm2-135m-awq"]["quantization"] = "gptq"
+    with pytest.raises(ConfigError, match="models.smollm2-135m-awq.quantization = 'gptq'"):
+        validate_config(raw)
+    raw = copy.deepcopy(demo_config_raw)
+    raw["models"]["smollm2-135m-awq"]["source"]["model"] = "smollm2-135m-gptq"
+    with pytest.raises(ConfigError, match="needs a full-precision model"):
+        validate_config(raw)
+
+
+def test_round_settings(demo_config_raw):
+    raw = copy.deepcopy(demo_config_raw)
+    raw["round3"]["settings"].append({"name": "draft-len-512"})
+    with pytest.raises(ConfigError, match=r"round3.settings\[2\].name .* unique"):
+        validate_config(raw)
+    raw = copy.deepcopy(demo_config_raw)
+    raw["round3"]["settings"][1]["speculative"]["num_speculative_tokens"] = 3
+    with pytest.raises(ConfigError, match="through the round's `methods`"):
+        validate_config(raw)
+    raw = copy.deepcopy(demo_config_raw)
+    del raw["round3"]["settings"]
+    config = validate_config(raw)  # the default: one setting that changes nothing
+    assert config["round3"]["settings"] == [{"name": "default", "server": {}, "speculative": {}}]

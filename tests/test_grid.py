@@ -12,11 +12,47 @@ def cells_of(raw):
 
 def test_demo_grid_shape(demo_config):
     cells = grid.all_cells(demo_config)
-    # (vanilla + ngram k=2,4 + draft k=2) x 2 workloads
-    assert len(cells) == 8
-    assert len({c.cell_id for c in cells}) == 8
+    rounds = {r: [c for c in cells if c.round == r] for r in grid.ROUNDS}
+    # round 1: (vanilla + ngram k=2,4) x 2 workloads; round 2: (vanilla + draft k=3) x 3
+    # targets x 2 buckets; round 3: one vanilla shared by the two speculative-only settings
+    assert [len(rounds[r]) for r in grid.ROUNDS] == [6, 12, 3]
+    assert len({c.cell_id for c in cells}) == 21
     assert {c.speculator for c in cells} == {"vanilla", "ngram", "draft-6l"}
     assert all(c.concurrency == (1, 4) for c in cells)
+    assert {c.server_config["target"]["quantization"] for c in rounds["round2"]} == {
+        None, "gptq", "awq"}
+    spec3 = [c for c in rounds["round3"] if not c.is_baseline]
+    assert sorted(c.setting for c in spec3) == ["default", "draft-len-512"]
+    assert spec3[0].baseline_cell_id == spec3[1].baseline_cell_id
+    short = next(c for c in spec3 if c.setting == "draft-len-512")
+    assert short.server_config["method_options"]["max_model_len"] == 512
+    assert "[draft-len-512]" in short.label
+
+
+def test_a_server_setting_gets_its_own_baseline(demo_config_raw):
+    raw = copy.deepcopy(demo_config_raw)
+    raw["round3"]["settings"].append({"name": "no-chunked-prefill",
+                                      "server": {"enable_chunked_prefill": False}})
+    cells = {c.cell_id: c for c in cells_of(raw) if c.round == "round3"}
+    spec = next(c for c in cells.values() if c.setting == "no-chunked-prefill"
+                and not c.is_baseline)
+    base = cells[spec.baseline_cell_id]
+    assert base.server_config["args"]["enable_chunked_prefill"] is False
+    assert base.is_baseline and len(cells) == 5
+
+
+def test_a_cell_two_rounds_share_is_measured_once(demo_config_raw):
+    raw = copy.deepcopy(demo_config_raw)
+    raw["round3"]["workloads"] = ["news_0.25k"]  # round 2's bucket, same target
+    config = validate_config(raw)
+    cells = grid.all_cells(config)
+    rounds = grid.cell_rounds(config)
+    shared = [c for c in cells if rounds[c.cell_id] == ["round2", "round3"]]
+    assert [c.speculator for c in shared] == ["vanilla"]  # round 3's k=2 is its own cell
+    assert len(cells) == len(set(rounds))
+    index = grid.summary_index(config)
+    assert index["cells"][shared[0].cell_id]["rounds"] == ["round2", "round3"]
+    assert index["targets"]["smollm2-135m-gptq"]["full_precision"] == "smollm2-135m"
 
 
 def test_every_speculative_cell_points_to_its_own_vanilla(demo_config):
@@ -65,6 +101,8 @@ def test_a_bucket_change_only_touches_that_bucket(demo_config_raw):
     raw["workloads"]["news_0.5k"] = {"dataset": "cnn_dm_news_summary", "subset": "0.5k",
                                      "num_prompts": 4}
     raw["round1"]["workloads"] = ["news_0.25k", "news_0.5k"]
+    raw["dynamic_k"] = []
+    del raw["round2"], raw["round3"]
     before = validate_config(copy.deepcopy(raw))
     raw["datasets"]["cnn_dm_news_summary"]["buckets"][1]["prompt_tokens"] = 600  # the 0.5k one
     after = validate_config(raw)
@@ -75,7 +113,7 @@ def test_a_bucket_change_only_touches_that_bucket(demo_config_raw):
         grid.subset_definition(after, "cnn_dm_news_summary", "0.5k")
     ids = {c.cell_id: c.workload["name"] for c in grid.all_cells(before)}
     kept = {c.cell_id for c in grid.all_cells(after)} & set(ids)
-    assert {ids[i] for i in kept} == {"news_0.25k"} and len(kept) == 4
+    assert {ids[i] for i in kept} == {"news_0.25k"} and len(kept) == 3
 
 
 def test_duplicate_cells_are_refused(demo_config_raw):
@@ -90,5 +128,5 @@ def test_cell_roundtrip_and_model_paths(demo_config):
     assert grid.Cell.from_dict(cell.to_dict()) == cell
     assert grid.cell_models(cell) == ["smollm2-135m", "smollm2-135m-6l"]
     assert grid.model_dir(demo_config, "smollm2-135m") == "resources/models/smollm2-135m"
-    assert cell.workload["path"] in ("data/processed/spec_bench/all.jsonl",
-                                     "data/processed/sharegpt/all.jsonl")
+    assert cell.workload["path"] == grid.processed_path(cell.workload["dataset"],
+                                                        cell.workload["subset"])

@@ -2,7 +2,7 @@ import json
 import re
 
 from sdbench import plots
-from sdbench.aggregate import summarize, write_summary
+from sdbench.aggregate import aggregate_points, apply_index, summarize, write_summary
 from sdbench.files import write_jsonl
 from sdbench.report import render_report, write_index
 
@@ -10,23 +10,29 @@ from helpers import record
 
 
 def synthetic_summary(tmp_path):
+    """vanilla + ngram k=2,4 at concurrency 1 and 4, two repeats each."""
     rows = []
     for c, base in ((1, 100.0), (4, 300.0)):
-        rows.append(record("base", "vanilla", c, base))
-        for k, gain in ((2, 1.4), (4, 1.1)):
-            r = record(f"ng{k}", "ngram", c, base * gain / c, baseline="base", k=k)
-            r["metrics"].update(spec_decode_acceptance_rate=60.0, spec_decode_acceptance_length=2.2,
-                                mean_ttft_ms=30.0)
-            rows.append(r)
+        for repeat, noise in ((0, 1.0), (1, 1.02)):
+            rows.append(record("base", "vanilla", c, base * noise, repeat=repeat))
+            for k, gain in ((2, 1.4), (4, 1.1)):
+                r = record(f"ng{k}", "ngram", c, base * noise * gain / c, baseline="base", k=k,
+                           repeat=repeat)
+                r["metrics"].update(spec_decode_acceptance_rate=60.0,
+                                    spec_decode_acceptance_length=2.2, mean_ttft_ms=30.0)
+                rows.append(r)
     write_jsonl(tmp_path / "cells.jsonl", rows)
-    frame = summarize([tmp_path / "cells.jsonl"])
+    frame = apply_index(summarize([tmp_path / "cells.jsonl"]), None)
+    points = aggregate_points(frame)
     write_summary(frame, tmp_path / "summary.parquet", tmp_path / "summary.csv")
-    return frame
+    write_summary(points, tmp_path / "points.parquet", tmp_path / "points.csv")
+    return frame, points
 
 
-def test_max_speedup_table_names_k_and_concurrency(tmp_path):
-    table = plots.max_speedup_table(synthetic_summary(tmp_path))
-    assert table.loc["ngram", "w"] == "1.40× (k=2, c=1)"
+def test_max_speedup_table_names_k_concurrency_and_interval(tmp_path):
+    _, points = synthetic_summary(tmp_path)
+    cell = plots.max_speedup_table(points).loc["ngram", "w"]
+    assert cell.startswith("1.40× [") and cell.endswith("(k=2, c=1)")
 
 
 def test_round1_report_is_offline_html_without_code(tmp_path, repo):
@@ -34,10 +40,12 @@ def test_round1_report_is_offline_html_without_code(tmp_path, repo):
     html_out = tmp_path / "round1.html"
     render_report(repo / "workflow" / "notebooks" / "round1.ipynb", tmp_path / "executed.ipynb",
                   html_out, {"summary_path": str(tmp_path / "summary.parquet"),
+                             "points_path": str(tmp_path / "points.parquet"),
                              "study": "unit test"}, title="Round 1 — unit test")
     page = html_out.read_text()
     assert "Best speedup per method and workload" in page
-    assert "1.40× (k=2, c=1)" in page
+    assert "1.40× [" in page and "95 % Student-t interval" in page
+    assert "crossover" in page.lower() and "Best setting per workload and load" in page
     assert "unit test" in page
     assert "<title>Round 1 — unit test</title>" in page
     assert len(re.findall(r'<img[^>]+src="data:image/png;base64', page)) >= 3
@@ -62,7 +70,7 @@ def test_index_lists_cells_with_status_and_problems(tmp_path, demo_config):
     assert '<a href="round1.html">Round 1</a>' in page
     cells_table = page.split("<h2>Cells")[1]
     assert cells_table.count("<tr>") == len(cells) + 1
-    assert "1 done, 1 failed, 1 interrupted, 5 not run" in page
+    assert f"1 done, 1 failed, 1 interrupted, {len(cells) - 3} not run" in page
     problems = page.split("<h2>Problems</h2>")[1].split("<h2>")[0]
     assert "exited with code 1 during start-up" in problems
     assert "3 of 8 requests failed" in problems and "concurrency 4" in problems

@@ -14,14 +14,18 @@ def test_real_study_plans(tmp_path):
                        timeout=300)
     assert result.returncode == 0, result.stderr + result.stdout
     counts = job_counts(result.stdout + result.stderr)
-    # 1 target x 7 workloads x (vanilla + ngram k=1..5 + draft k=1..5)
-    assert counts["cell"] == 7 * 11
-    assert counts["model"] == 2                       # Qwen2.5-7B and 0.5B downloads
+    # round 1: 1 target x 7 workloads x (vanilla + ngram k=1..5 + draft k=1..5);
+    # round 2: 12 targets (7B-72B, each also AWQ and GPTQ) x 18 buckets x (vanilla + draft k=3);
+    # round 3: vanilla, 4 speculative-only settings (one shared vanilla), 3 server settings
+    # (each with its own vanilla)
+    assert counts["cell"] == 7 * 11 + 12 * 18 * 2 + (1 + 4) + 3 * 2
+    assert counts["dynamic_k_cell"] == 2 * 7       # ngram and the draft, per round 1 workload
+    assert counts["model"] == 13                    # 12 targets and the 0.5B draft
     assert counts["fetch_source"] == 4    # Spec-Bench (GitHub), ShareGPT, CNN-DM, THUCNews (hub)
     # Spec-Bench 6 groups + all, ShareGPT, 6 news->summary, 6 highlights->news, 6 THUCNews
     # polish buckets, the mixed-length set
     assert counts["prompts"] == 7 + 1 + 6 + 6 + 6 + 1
-    assert counts["summary"] == counts["report_round1"] == counts["index"] == 1
+    assert counts["summary"] == counts["index"] == 1 and counts["report"] == 3
 
 
 def test_default_configfile_is_the_real_study(tmp_path):

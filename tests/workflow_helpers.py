@@ -43,16 +43,26 @@ def e2e_config(raw: dict) -> dict:
     config = copy.deepcopy(raw)
     config["study"] = "e2e test"
     config["datasets"]["spec_bench"]["max_output_tokens"] = 32
-    for bucket in config["datasets"]["cnn_dm_news_summary"]["buckets"]:
-        bucket["output_tokens"] = 32
+    for dataset in ("cnn_dm_news_summary", "mixed_length"):
+        for bucket in config["datasets"][dataset]["buckets"]:
+            bucket["output_tokens"] = 32
     for workload in config["workloads"].values():
         workload["num_prompts"] = 4
-    config["workloads"]["news_0.25k"] = {"dataset": "cnn_dm_news_summary", "subset": "0.25k",
-                                         "num_prompts": 4}
-    config["round1"]["workloads"] = ["spec_bench", "news_0.25k"]
-    config["round1"]["concurrency"] = [1, 2]
-    for method in config["round1"]["methods"]:
-        method["k"] = [2]
+    config["workloads"]["mixed"]["num_prompts"] = 6  # two per bucket
+    config["round1"]["workloads"] = ["spec_bench"]
+    config["round2"]["workloads"] = ["news_0.25k"]
+    for round_name in ("round1", "round2", "round3"):
+        config[round_name]["concurrency"] = [1, 2]
+        for method in config[round_name]["methods"]:
+            method["k"] = [2]
+    return config
+
+
+def one_round(config: dict) -> dict:
+    """Only round 1 (fault and cache tests measure a cell or two)."""
+    for round_name in ("round2", "round3"):
+        config.pop(round_name, None)
+    config["dynamic_k"] = []
     return config
 
 

@@ -1,9 +1,14 @@
-"""All cell records -> one tidy table with speedups against the matching vanilla point.
+"""All cell records -> tidy tables with speedups against the matching vanilla point.
 
 Speedup is measured against no speculation on the same target, server arguments, workload and
-concurrency (and repeat): every speculative record names its baseline cell, and the join is on
-(baseline cell, concurrency, repeat). A record without a successful baseline point gets no
+concurrency, paired by repeat: every speculative record names its baseline cell, and the join is
+on (baseline cell, concurrency, repeat). A record without a successful baseline point gets no
 speedup (NaN), never one computed against something else.
+
+`summarize` gives one row per measurement (cell, concurrency, repeat); `aggregate_points` one
+row per point (cell, concurrency) with the mean, the standard deviation and a 95 % Student-t
+interval over the repeats of every throughput, latency and speedup: for a speedup, over the
+per-repeat ratios (each repeat divided by the baseline's same repeat).
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ def _row(record: dict) -> dict:
         "baseline_cell_id": record["baseline_cell_id"],
         "vllm_version": prov["vllm"]["version"],
         "vllm_distribution": prov["vllm"]["distribution"],
+        "torch_version": prov.get("torch"),
+        "driver": prov["device"]["gpus"][0].get("driver") if prov["device"]["gpus"] else None,
         "device_kind": prov["device"]["kind"],
         "device": (prov["device"]["gpus"][0]["name"] if prov["device"]["gpus"]
                    else prov["device"]["cpu_model"]),
@@ -59,6 +66,8 @@ def _row(record: dict) -> dict:
         "started_at": prov["started_at"],
         "finished_at": prov["finished_at"],
         "server_startup_s": record["server"]["startup_s"],
+        "spec_options": json.dumps(server.get("method_options") or {}, sort_keys=True),
+        "server_args": json.dumps(server.get("args") or {}, sort_keys=True),
     }
     for key, value in record["metrics"].items():
         if isinstance(value, list | dict):
@@ -100,9 +109,26 @@ def add_speedups(frame: pd.DataFrame) -> pd.DataFrame:
     return merged.drop(columns=["_base"])
 
 
-def summarize(cell_files: list[str | Path], partial_files: list[str | Path] = ()) -> pd.DataFrame:
-    """One row per point. `partial_files` are the records of cells that did not finish (after a
-    failed run); their rows have cell_complete = False."""
+def apply_failure_threshold(frame: pd.DataFrame, max_failure_share: float) -> pd.DataFrame:
+    """Mark measured points invalid (or valid again) by the configured share of failed
+    requests, whatever threshold was in force when they were measured."""
+    frame = frame.copy()
+    measured = frame["status"].isin(["ok", "invalid"]) & frame["failure_share"].notna()
+    invalid = measured & (frame["failure_share"] > max_failure_share)
+    frame.loc[measured, "status"] = np.where(invalid[measured], "invalid", "ok")
+    frame.loc[measured & ~invalid, "error"] = None
+    frame.loc[invalid, "error"] = [
+        f"{int(f)} of {int(c + f)} requests failed ({s:.1%} > max_failure_share "
+        f"{max_failure_share:.1%})" for c, f, s in
+        frame.loc[invalid, ["completed", "failed", "failure_share"]].itertuples(index=False)]
+    return frame
+
+
+def summarize(cell_files: list[str | Path], partial_files: list[str | Path] = (),
+              max_failure_share: float | None = None) -> pd.DataFrame:
+    """One row per measurement. `partial_files` are the records of cells that did not finish
+    (after a failed run); their rows have cell_complete = False. With `max_failure_share`, the
+    invalid marks follow that threshold."""
     records = [{**record, "_complete": complete}
                for files, complete in ((cell_files, True), (partial_files, False))
                for path in files for record in read_jsonl(path)]
@@ -110,6 +136,8 @@ def summarize(cell_files: list[str | Path], partial_files: list[str | Path] = ()
         raise ValueError("no records in the cell files given")
     frame = records_frame(records)
     frame["cell_complete"] = [r["_complete"] for r in records]
+    if max_failure_share is not None and "failure_share" in frame:
+        frame = apply_failure_threshold(frame, max_failure_share)
     frame = add_speedups(frame)
     return frame.sort_values(["round", "target", "workload", "method", "k", "concurrency",
                               "repeat"], na_position="first").reset_index(drop=True)
@@ -120,3 +148,114 @@ def write_summary(frame: pd.DataFrame, parquet: str | Path, csv: str | Path) -> 
         frame.to_parquet(tmp, index=False)
     with atomic_path(csv) as tmp:
         frame.to_csv(tmp, index=False)
+
+
+POINT_KEYS = ["round", "setting", "cell_id", "speculator", "method", "k", "target",
+              "quantization", "full_precision", "draft", "workload", "dataset", "subset",
+              "concurrency", "baseline_cell_id"]
+# statistics over repeats: mean, std, 95 % interval
+STAT_COLUMNS = ["total_token_throughput", "output_throughput", "mean_tpot_ms", "mean_ttft_ms",
+                "speedup", "output_speedup", "tpot_speedup", "spec_decode_acceptance_rate",
+                "spec_decode_acceptance_length", "lossless_exact_share",
+                "lossless_token_agreement"]
+CONFIDENCE = 0.95
+
+
+def mean_interval(values: np.ndarray) -> tuple[float, float, float, float]:
+    """(mean, std, low, high): a two-sided 95 % Student-t interval for the mean; the interval is
+    NaN below two values."""
+    from scipy import stats
+
+    values = values[~np.isnan(values)]
+    n = len(values)
+    if n == 0:
+        return (np.nan,) * 4
+    mean = float(values.mean())
+    if n < 2:
+        return mean, np.nan, np.nan, np.nan
+    std = float(values.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1)) * std / np.sqrt(n)
+    return mean, std, mean - half, mean + half
+
+
+def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (cell, concurrency): repeat counts, status, and for every STAT_COLUMNS metric
+    <metric>_mean/_std/_ci_low/_ci_high over the successful repeats (speedups: paired ones)."""
+    rows = []
+    keys = [k for k in POINT_KEYS if k in frame]
+    for values, group in frame.groupby(keys, dropna=False, sort=False):
+        row = dict(zip(keys, values, strict=True))
+        ok = group[group["status"] == "ok"]
+        row.update(repeats=len(group), repeats_ok=len(ok),
+                   repeats_paired=int(group["paired"].sum()),
+                   status="ok" if len(ok) == len(group) else ", ".join(
+                       f"{n} {s}" for s, n in group["status"].value_counts().items()),
+                   errors="; ".join(sorted({str(e) for e in group["error"].dropna()})) or None)
+        if "lossless_flag" in group:
+            row["lossless_flag"] = bool(group["lossless_flag"].fillna(False).any())
+            row["lossless_first_divergence"] = group["lossless_first_divergence"].median()
+        if "spec_decode_acceptance_length" in group and pd.notna(row["k"]):
+            # mean acceptance length / (k + 1): the share of each step's possible tokens kept
+            row["acceptance_efficiency"] = (
+                ok["spec_decode_acceptance_length"].astype(float).mean() / (row["k"] + 1))
+        for column in STAT_COLUMNS:
+            if column not in group:
+                continue
+            mean, std, low, high = mean_interval(ok[column].astype(float).to_numpy())
+            row.update({f"{column}_mean": mean, f"{column}_std": std,
+                        f"{column}_ci_low": low, f"{column}_ci_high": high})
+        rows.append(row)
+    points = pd.DataFrame(rows)
+    if "spec_decode_acceptance_length_mean" in points:
+        # the physical bound: a speedup cannot exceed the tokens each target step yields
+        points["efficiency"] = (points["speedup_mean"]
+                                / points["spec_decode_acceptance_length_mean"])
+    points["k"] = points["k"].astype("Int64")
+    return points.sort_values(["round", "target", "workload", "method", "k", "concurrency"],
+                              na_position="first").reset_index(drop=True)
+
+
+def apply_index(frame: pd.DataFrame, index: dict | None) -> pd.DataFrame:
+    """Rounds and settings from the current config (a cell two rounds share is listed under
+    both: one row per round), and each target's full-precision counterpart."""
+    index = index or {}
+    cells, targets = index.get("cells", {}), index.get("targets", {})
+    frame = frame.copy()
+    frame["setting"] = [cells.get(c, {}).get("setting", DERIVED_SETTING if r == "round3"
+                                             else "default")
+                        for c, r in zip(frame["cell_id"], frame["round"], strict=True)]
+    frame["round"] = [cells.get(c, {}).get("rounds", [r])
+                      for c, r in zip(frame["cell_id"], frame["round"], strict=True)]
+    frame["full_precision"] = frame["target"].map(
+        lambda t: targets.get(t, {}).get("full_precision"))
+    return frame.explode("round").reset_index(drop=True)
+
+
+DERIVED_SETTING = "derived dynamic K"
+
+
+def build_summary(record_files: list[str | Path], partial_files: list[str | Path],
+                  max_failure_share: float, model_dirs: dict[str, str],
+                  index: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per measurement with speedups and the lossless check, one row per point with
+    intervals). model_dirs: target -> checkpoint folder (its tokenizer counts tokens for the
+    lossless check); a cell's per-request detail sits beside its records file. index: see
+    `apply_index`."""
+    from transformers import AutoTokenizer
+
+    from .cell import requests_output
+    from .lossless import lossless_columns, read_details
+
+    frame = summarize(record_files, partial_files, max_failure_share)
+    details: dict[str, dict] = {}
+    for path in record_files:
+        if requests_output(path).exists():
+            details.update(read_details(requests_output(path)))
+    encoders = {}
+    for target in frame["target"].unique():
+        tokenizer = AutoTokenizer.from_pretrained(model_dirs[target])
+        encoders[target] = lambda text, tok=tokenizer: tok.encode(text, add_special_tokens=False)
+    lossless = lossless_columns(frame, details, encoders)
+    frame = frame.merge(lossless, on=KEY, how="left", validate="one_to_one")
+    frame = apply_index(frame, index)
+    return frame, aggregate_points(frame)

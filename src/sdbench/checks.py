@@ -31,6 +31,7 @@ class VllmFeatures:
     version: str
     methods: frozenset[str]
     options: frozenset[str]  # the fields of vLLM's SpeculativeConfig
+    server_args: frozenset[str] = frozenset()  # the fields of vLLM's EngineArgs
 
 
 def _literal_values(tp) -> list[str]:
@@ -62,19 +63,23 @@ def vllm_features() -> VllmFeatures | None:
     cached = _features_cache()
     if cached is not None and cached.is_file():
         data = json.loads(cached.read_text())
-        return VllmFeatures(data["version"], frozenset(data["methods"]),
-                            frozenset(data["options"]))
+        if "server_args" in data:  # older cache files lack it: read vLLM again
+            return VllmFeatures(data["version"], frozenset(data["methods"]),
+                                frozenset(data["options"]), frozenset(data["server_args"]))
     import vllm
     from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod
+    from vllm.engine.arg_utils import EngineArgs
 
     features = VllmFeatures(vllm.__version__, frozenset(_literal_values(SpeculativeMethod)),
-                            frozenset(f.name for f in dataclasses.fields(SpeculativeConfig)))
+                            frozenset(f.name for f in dataclasses.fields(SpeculativeConfig)),
+                            frozenset(f.name for f in dataclasses.fields(EngineArgs)))
     if cached is not None:
         with contextlib.suppress(OSError):  # a read-only home only costs the import next time
             cached.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_json(cached, {"version": features.version,
                                        "methods": sorted(features.methods),
-                                       "options": sorted(features.options)})
+                                       "options": sorted(features.options),
+                                       "server_args": sorted(features.server_args)})
     return features
 
 
@@ -85,6 +90,32 @@ def vocab_size(model_dir: str | Path) -> int | None:
         return None
     config = json.loads(path.read_text())
     return config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+
+
+def checkpoint_quantization(model_dir: str | Path) -> tuple[bool, str | None]:
+    """(found, quant_method) from a checkpoint's config.json; found is False if the checkpoint
+    is not there yet."""
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        return False, None
+    block = json.loads(path.read_text()).get("quantization_config") or {}
+    method = block.get("quant_method")
+    return True, None if method is None else str(method).lower()
+
+
+def check_quantization(config: dict, name: str, root: str | Path = ".",
+                       source: str = "config") -> None:
+    """The quantization a model declares must be the one its checkpoint carries."""
+    declared = config["models"][name].get("quantization")
+    folder = Path(root) / grid.model_dir(config, name)
+    found, method = checkpoint_quantization(folder)
+    if found and method != declared:
+        raise ConfigError(
+            f"{source}: models.{name}.quantization = {declared!r}, but {folder}/config.json "
+            + (f"says quantization_config.quant_method = {method!r}" if method else
+               "has no quantization_config (a full-precision checkpoint)")
+            + f"; declare `quantization: {method if method else 'null'}` or point the model "
+            "at the checkpoint you meant")
 
 
 def check_speculator(spec: dict, where: str, features: VllmFeatures | None,
@@ -102,6 +133,22 @@ def check_speculator(spec: dict, where: str, features: VllmFeatures | None,
             f"{source}: {where}.options.{unknown[0]} is not a speculative_config setting of the "
             f"installed vLLM {features.version}; it would not take effect. Known settings: "
             f"{sorted(features.options - {'method', 'model', 'num_speculative_tokens'})}")
+
+
+def check_setting(setting: dict, where: str, features: VllmFeatures | None,
+                  source: str = "config") -> None:
+    """A round's server-parameter setting against the installed vLLM: a key it does not know
+    would be refused by the server, or worse ignored; it is refused here, by name."""
+    if features is None:
+        return
+    for part, known, what in (("server", features.server_args, "server argument (EngineArgs)"),
+                              ("speculative", features.options, "speculative_config setting")):
+        unknown = sorted(set(setting.get(part) or {}) - known)
+        if unknown:
+            raise ConfigError(
+                f"{source}: {where} ({setting['name']!r}).{part}.{unknown[0]} is not a {what} "
+                f"of the installed vLLM {features.version}; the setting cannot be measured "
+                "with this vLLM. Remove it, fix its name, or install a vLLM that has it.")
 
 
 def check_vocab(config: dict, cell: grid.Cell, root: str | Path = ".",
@@ -132,10 +179,18 @@ def check_vocab(config: dict, cell: grid.Cell, root: str | Path = ".",
 def check_installed(config: dict, root: str | Path = ".", source: str = "config") -> None:
     """All checks that need the installed vLLM and whichever checkpoints already exist."""
     features = vllm_features()
-    for i, spec in enumerate(config["round1"]["methods"]):
-        if spec["method"] != VANILLA:
-            check_speculator(spec, f"round1.methods[{i}]", features, source)
-    for cell in grid.all_cells(config):
+    for round_name in grid.ROUNDS:
+        if not config.get(round_name):
+            continue
+        for i, spec in enumerate(config[round_name]["methods"]):
+            if spec["method"] != VANILLA:
+                check_speculator(spec, f"{round_name}.methods[{i}]", features, source)
+        for i, setting in enumerate(config[round_name]["settings"]):
+            check_setting(setting, f"{round_name}.settings[{i}]", features, source)
+    cells = grid.all_cells(config)
+    for name in sorted({name for cell in cells for name in grid.cell_models(cell)}):
+        check_quantization(config, name, root, source)
+    for cell in cells:
         check_vocab(config, cell, root, features, source)
 
 

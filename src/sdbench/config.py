@@ -50,6 +50,12 @@ class ConfigError(ValueError):
     """A configuration value that cannot be used; the message names key, value and remedy."""
 
 
+def speculator_name(spec: dict) -> str:
+    """A method entry's label: its `name`, else the method (with the draft's key, if any)."""
+    return spec.get("name") or (spec["method"] if spec.get("draft") is None
+                                else f"{spec['method']}-{spec['draft']}")
+
+
 def load_config(path: str | Path) -> dict:
     """Read a YAML config file, validate it (defaults filled in) and return it."""
     path = Path(path)
@@ -139,18 +145,82 @@ def _check_dataset(source: str, name: str, dataset: dict, sources: dict) -> None
             _fail(source, f"{key}.prompt_tokens_range", [low, high], "needs low <= high")
 
 
+RESERVED_OPTIONS = {"method", "num_speculative_tokens", "model"}
+
+
+def _check_round(source: str, round_name: str, spec: dict, config: dict) -> None:
+    models = config["models"]
+    for i, target in enumerate(spec["targets"]):
+        if target not in models:
+            _fail(source, f"{round_name}.targets[{i}]", target,
+                  f"must be one of the models defined: {sorted(models)}")
+    for i, workload in enumerate(spec["workloads"]):
+        if workload not in config["workloads"]:
+            _fail(source, f"{round_name}.workloads[{i}]", workload,
+                  f"must be one of the workloads defined: {sorted(config['workloads'])}")
+    for i, method_spec in enumerate(spec["methods"]):
+        key = f"{round_name}.methods[{i}]"
+        method = method_spec["method"]
+        if method == VANILLA:
+            _fail(source, f"{key}.method", method,
+                  "no speculation is always measured for every target; "
+                  "list only speculative methods")
+        draft = method_spec.get("draft")
+        if method in METHODS_WITH_DRAFT and draft is None:
+            _fail(source, f"{key}.draft", None,
+                  f"method {method!r} needs a draft model / head: set `draft` to a model key")
+        if method in METHODS_WITHOUT_DRAFT and draft is not None:
+            _fail(source, f"{key}.draft", draft,
+                  f"method {method!r} takes no draft model; remove `draft`")
+        if draft is not None and draft not in models:
+            _fail(source, f"{key}.draft", draft,
+                  f"must be one of the models defined: {sorted(models)}")
+        reserved = (RESERVED_OPTIONS | {"num_speculative_tokens_per_batch_size"}) \
+            & set(method_spec["options"])
+        if reserved:
+            _fail(source, f"{key}.options", sorted(reserved),
+                  "set these through `method`, `k`, `draft`, `dynamic_k` or a round's "
+                  "`settings`, not `options`")
+    names = []
+    for i, setting in enumerate(spec["settings"]):
+        setting.setdefault("server", {})
+        setting.setdefault("speculative", {})
+        key = f"{round_name}.settings[{i}]"
+        if setting["name"] in names:
+            _fail(source, f"{key}.name", setting["name"], "setting names must be unique")
+        names.append(setting["name"])
+        reserved = RESERVED_OPTIONS & set(setting["speculative"])
+        if reserved:
+            _fail(source, f"{key}.speculative", sorted(reserved),
+                  "set these through the round's `methods`")
+        if "speculative_config" in setting["server"] or "model" in setting["server"]:
+            _fail(source, f"{key}.server", sorted(setting["server"]),
+                  "the model and speculative_config come from the round's targets and methods")
+
+
+DERIVED_KINDS = ("truncate", "quantize")  # models built from another model of the config
+
+
 def check_config(config: dict, source: str = "config") -> None:
     """Cross-field checks: every reference resolves and every method gets what it needs."""
     models = config["models"]
     for name, model in models.items():
         src = model["source"]
-        if src["kind"] == "truncate":
+        if src["kind"] in DERIVED_KINDS:
             if src["model"] not in models:
                 _fail(source, f"models.{name}.source.model", src["model"],
                       f"must be one of the models defined: {sorted(models)}")
-            if models[src["model"]]["source"]["kind"] == "truncate":
+            base = models[src["model"]]
+            if base["source"]["kind"] in DERIVED_KINDS or base.get("quantization"):
                 _fail(source, f"models.{name}.source.model", src["model"],
-                      "a truncated model must be derived from a model that is not itself truncated")
+                      "a derived model needs a full-precision model that is not itself derived")
+        if model.get("full_precision") is not None and model["full_precision"] not in models:
+            _fail(source, f"models.{name}.full_precision", model["full_precision"],
+                  f"must be one of the models defined: {sorted(models)}")
+        if src["kind"] == "quantize" and model.get("quantization") != src["format"]:
+            _fail(source, f"models.{name}.quantization", model.get("quantization"),
+                  f"its source writes a {src['format']} checkpoint: declare "
+                  f"`quantization: {src['format']}`")
 
     for where, spec in [("tokenizer", config["tokenizer"])] + [
             (f"datasets.{n}.tokenizer", d["tokenizer"]) for n, d in config["datasets"].items()
@@ -173,33 +243,16 @@ def check_config(config: dict, source: str = "config") -> None:
             _fail(source, f"workloads.{name}.subset", workload["subset"],
                   f"dataset {workload['dataset']!r} has the subsets {subsets}")
 
+    for round_name in ("round1", "round2", "round3"):
+        if config.get(round_name):
+            _check_round(source, round_name, config[round_name], config)
     round1 = config["round1"]
-    for i, target in enumerate(round1["targets"]):
-        if target not in models:
-            _fail(source, f"round1.targets[{i}]", target,
-                  f"must be one of the models defined: {sorted(models)}")
-    for i, workload in enumerate(round1["workloads"]):
-        if workload not in config["workloads"]:
-            _fail(source, f"round1.workloads[{i}]", workload,
-                  f"must be one of the workloads defined: {sorted(config['workloads'])}")
-    for i, spec in enumerate(round1["methods"]):
-        key = f"round1.methods[{i}]"
-        method = spec["method"]
-        if method == VANILLA:
-            _fail(source, f"{key}.method", method,
-                  "no speculation is always measured for every target; "
-                  "list only speculative methods")
-        draft = spec.get("draft")
-        if method in METHODS_WITH_DRAFT and draft is None:
-            _fail(source, f"{key}.draft", None,
-                  f"method {method!r} needs a draft model / head: set `draft` to a model key")
-        if method in METHODS_WITHOUT_DRAFT and draft is not None:
-            _fail(source, f"{key}.draft", draft,
-                  f"method {method!r} takes no draft model; remove `draft`")
-        if draft is not None and draft not in models:
-            _fail(source, f"{key}.draft", draft,
-                  f"must be one of the models defined: {sorted(models)}")
-        reserved = {"method", "num_speculative_tokens", "model"} & set(spec["options"])
-        if reserved:
-            _fail(source, f"{key}.options", sorted(reserved),
-                  "set these through `method`, `k` and `draft`, not `options`")
+    names = [speculator_name(spec) for spec in round1["methods"]]
+    for i, entry in enumerate(config["dynamic_k"]):
+        if entry["speculator"] not in names:
+            _fail(source, f"dynamic_k[{i}].speculator", entry["speculator"],
+                  f"must name a round 1 method: {names}")
+        for j, workload in enumerate(entry.get("workloads") or []):
+            if workload not in round1["workloads"]:
+                _fail(source, f"dynamic_k[{i}].workloads[{j}]", workload,
+                      f"must be a round 1 workload: {round1['workloads']}")

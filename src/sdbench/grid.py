@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .config import VANILLA, ConfigError
+from .config import DERIVED_KINDS, VANILLA, ConfigError, speculator_name
 from .data.builders import BUCKETED, ORDERED
 from .ids import short_hash
 
 MODELS_DIR = "resources/models"
 PROCESSED_DIR = "data/processed"
 CELLS_DIR = "results/cells"
+ROUNDS = ("round1", "round2", "round3")
+DEFAULT_SETTING = "default"
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,8 @@ class Cell:
     workload: dict
     baseline_cell_id: str | None
     concurrency: tuple[int, ...] = field(default=())
+    repeats: int = 1
+    setting: str = DEFAULT_SETTING  # the round's server-parameter setting (not in the identity)
 
     @property
     def is_baseline(self) -> bool:
@@ -37,6 +41,8 @@ class Cell:
     def label(self) -> str:
         k = self.server_config["num_speculative_tokens"]
         name = self.speculator if k is None else f"{self.speculator} k={k}"
+        if self.setting != DEFAULT_SETTING:
+            name += f" [{self.setting}]"
         return f"{name} | {self.server_config['target']['name']} | {self.workload['name']}"
 
     def to_dict(self) -> dict:
@@ -60,8 +66,8 @@ def model_dir(config: dict, name: str) -> str:
 def model_identity(config: dict, name: str) -> dict:
     model = config["models"][name]
     identity = {"name": name, "source": model["source"], "quantization": model["quantization"]}
-    if model["source"]["kind"] == "truncate":
-        # a derived model changes when the model it is cut from changes
+    if model["source"]["kind"] in DERIVED_KINDS:
+        # a derived model changes when the model it is made from changes
         identity["base"] = model_identity(config, model["source"]["model"])
     return identity
 
@@ -109,19 +115,23 @@ def workload_spec(config: dict, name: str) -> dict:
         "num_prompts": workload["num_prompts"],
         "shuffle": definition["builder"] not in ORDERED,
         "path": processed_path(workload["dataset"], workload["subset"]),
-        "loadgen": config["loadgen"],
+        # how many repeats and which failure share makes a point invalid do not change what a
+        # measurement is: more repeats add points, the threshold is applied when summarizing
+        "loadgen": {k: v for k, v in config["loadgen"].items()
+                    if k not in ("repeats", "max_failure_share")},
     }
 
 
 def server_config(config: dict, target: str, method: str = VANILLA, k: int | None = None,
-                  draft: str | None = None, options: dict | None = None) -> dict:
+                  draft: str | None = None, options: dict | None = None,
+                  args: dict | None = None) -> dict:
     return {
         "target": model_identity(config, target),
         "method": method,
         "num_speculative_tokens": k,
         "draft": None if draft is None else model_identity(config, draft),
         "method_options": dict(options or {}),
-        "args": config["server"]["args"],
+        "args": {**config["server"]["args"], **(args or {})},
         "env": config["server"]["env"],
     }
 
@@ -130,43 +140,137 @@ def cell_id_of(server: dict, workload: dict) -> str:
     return short_hash({"server_config": server, "workload": workload})
 
 
-def round1_cells(config: dict) -> list[Cell]:
-    round1 = config["round1"]
-    concurrency = tuple(sorted(round1["concurrency"]))
+def round_cells(config: dict, round_name: str) -> list[Cell]:
+    """One round's cells: per setting x target x workload, vanilla and every method x k.
+    A setting's `server` arguments apply to both (vanilla under the same arguments is the
+    baseline); its `speculative` keys only to the speculative cells. Settings that change
+    only speculation share one vanilla cell."""
+    spec = config[round_name]
+    concurrency = tuple(sorted(spec["concurrency"]))
+    repeats = config["loadgen"]["repeats"]
     cells: dict[str, Cell] = {}
     origin: dict[str, str] = {}
 
     def add(cell: Cell, where: str) -> None:
         if cell.cell_id in cells:
+            if cell.is_baseline:
+                return  # settings that change only speculation share their baseline
             raise ConfigError(
                 f"{where} defines the same cell as {origin[cell.cell_id]} "
                 f"(cell {cell.cell_id}: {cell.label}); remove one of them")
         cells[cell.cell_id] = cell
         origin[cell.cell_id] = where
 
-    for target in round1["targets"]:
-        for workload_name in round1["workloads"]:
-            workload = workload_spec(config, workload_name)
-            base_server = server_config(config, target)
-            base_id = cell_id_of(base_server, workload)
-            add(Cell(base_id, "round1", VANILLA, base_server, workload, None, concurrency),
-                f"round1 vanilla for target {target!r}, workload {workload_name!r}")
-            for i, spec in enumerate(round1["methods"]):
-                name = spec.get("name") or (
-                    spec["method"] if spec.get("draft") is None
-                    else f"{spec['method']}:{spec['draft']}")
-                for k in spec["k"]:
-                    server = server_config(config, target, spec["method"], k, spec.get("draft"),
-                                           spec["options"])
-                    add(Cell(cell_id_of(server, workload), "round1", name, server, workload,
-                             base_id, concurrency),
-                        f"round1.methods[{i}] (k={k}, target {target!r}, "
-                        f"workload {workload_name!r})")
+    for setting in spec["settings"]:
+        args, extra, name = setting["server"], setting["speculative"], setting["name"]
+        at = "" if name == DEFAULT_SETTING else f", setting {name!r}"
+        for target in spec["targets"]:
+            for workload_name in spec["workloads"]:
+                workload = workload_spec(config, workload_name)
+                base_server = server_config(config, target, args=args)
+                base_id = cell_id_of(base_server, workload)
+                add(Cell(base_id, round_name, VANILLA, base_server, workload, None, concurrency,
+                         repeats, name if args else DEFAULT_SETTING),
+                    f"{round_name} vanilla for target {target!r}, workload {workload_name!r}{at}")
+                for i, method in enumerate(spec["methods"]):
+                    label = speculator_name(method)
+                    for k in method["k"]:
+                        server = server_config(config, target, method["method"], k,
+                                               method.get("draft"),
+                                               {**method["options"], **extra}, args)
+                        add(Cell(cell_id_of(server, workload), round_name, label, server,
+                                 workload, base_id, concurrency, repeats, name),
+                            f"{round_name}.methods[{i}] (k={k}, target {target!r}, "
+                            f"workload {workload_name!r}{at})")
     return list(cells.values())
 
 
 def all_cells(config: dict) -> list[Cell]:
-    return round1_cells(config)
+    """Every round's cells, each once: a cell two rounds share (the same server config and
+    workload) is measured once and listed under the first (see `cell_rounds`)."""
+    cells: dict[str, Cell] = {}
+    for round_name in ROUNDS:
+        if config.get(round_name):
+            for cell in round_cells(config, round_name):
+                cells.setdefault(cell.cell_id, cell)
+    return list(cells.values())
+
+
+def cell_rounds(config: dict) -> dict[str, list[str]]:
+    """cell id -> the rounds that use it (reports of each round show it)."""
+    rounds: dict[str, list[str]] = {}
+    for round_name in ROUNDS:
+        if config.get(round_name):
+            for cell in round_cells(config, round_name):
+                rounds.setdefault(cell.cell_id, []).append(round_name)
+    return rounds
+
+
+def round_targets(config: dict) -> list[str]:
+    """Targets of every round, in order, once."""
+    return list(dict.fromkeys(t for r in ROUNDS if config.get(r) for t in config[r]["targets"]))
+
+
+def full_precision(config: dict, name: str) -> str | None:
+    """The full-precision model a quantized one is compared with (None if not quantized)."""
+    model = config["models"][name]
+    if not model.get("quantization"):
+        return None
+    if model["source"]["kind"] == "quantize":
+        return model["source"]["model"]
+    return model.get("full_precision")
+
+
+def summary_index(config: dict) -> dict:
+    """What the summary takes from the current config: rounds and setting of every cell, and
+    each target's full-precision counterpart."""
+    settings = {cell.cell_id: cell.setting for cell in all_cells(config)}
+    return {"cells": {cell_id: {"rounds": rounds, "setting": settings[cell_id]}
+                      for cell_id, rounds in cell_rounds(config).items()},
+            "targets": {t: {"full_precision": full_precision(config, t)}
+                        for t in round_targets(config)}}
+
+
+DERIVED_DIR = "results/derived"
+
+
+def dynamic_k_specs(config: dict) -> list[dict]:
+    """The derived dynamic-K cells: one per round 1 target x listed workload x speculator."""
+    methods = {speculator_name(m): m for m in config["round1"]["methods"]}
+    return [{"target": target, "workload": workload, "speculator": entry["speculator"],
+             "method": methods[entry["speculator"]]}
+            for entry in config["dynamic_k"]
+            for target in config["round1"]["targets"]
+            for workload in entry.get("workloads") or config["round1"]["workloads"]]
+
+
+def dynamic_k_placeholder(config: dict, spec: dict) -> Cell:
+    """The derived cell before its schedule is known (for listings): id 'derived'."""
+    method = spec["method"]
+    server = server_config(config, spec["target"], method["method"], None, method.get("draft"),
+                           method["options"])
+    return Cell("derived", "round3", f"{spec['speculator']}+dynamic-k", server,
+                workload_spec(config, spec["workload"]), None,
+                tuple(sorted(config["round1"]["concurrency"])), config["loadgen"]["repeats"])
+
+
+def dynamic_k_output(target: str, workload: str, speculator: str) -> str:
+    return f"{DERIVED_DIR}/{target}/{workload}/{speculator}.jsonl"
+
+
+def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]]) -> Cell:
+    """The cell that measures a derived num_speculative_tokens_per_batch_size schedule (Round
+    3), paired with the same vanilla cell as round 1's."""
+    method = spec["method"]
+    k = max([entry[2] for entry in schedule] + [min(method["k"])])
+    options = {**method["options"], "num_speculative_tokens_per_batch_size": schedule}
+    server = server_config(config, spec["target"], method["method"], k, method.get("draft"),
+                           options)
+    workload = workload_spec(config, spec["workload"])
+    baseline = cell_id_of(server_config(config, spec["target"]), workload)
+    return Cell(cell_id_of(server, workload), "round3", f"{spec['speculator']}+dynamic-k", server,
+                workload, baseline, tuple(sorted(config["round1"]["concurrency"])),
+                config["loadgen"]["repeats"])
 
 
 def cells_by_id(config: dict) -> dict[str, Cell]:

@@ -119,6 +119,17 @@ def build_truncated(name: str, source: dict, base_dir: str | Path, out_dir: str 
     return card
 
 
+def build_quantized(name: str, source: dict, base_dir: str | Path, out_dir: str | Path) -> dict:
+    """A 4-bit GPTQ or AWQ checkpoint of the full-precision model in `base_dir`."""
+    from .quantize import build_quantized as write_quantized
+
+    base_card = read_card(base_dir) or {}
+    with _atomic_dir(out_dir) as tmp:
+        extra = write_quantized(name, source, base_dir, tmp)
+        card = _write_card(tmp, name, source, {**extra, "base_files": base_card.get("files")})
+    return card
+
+
 def download_hf(name: str, source: dict, out_dir: str | Path) -> dict:
     """Download a hub model at its pinned revision with huggingface_hub."""
     from huggingface_hub import HfApi, snapshot_download

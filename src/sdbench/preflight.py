@@ -11,6 +11,7 @@ import socket
 from pathlib import Path
 
 from . import grid
+from .config import DERIVED_KINDS
 from .data.sources import describe_location, offline_advice, raw_path, remote_host
 
 PROBE_TIMEOUT_S = 5.0
@@ -43,7 +44,7 @@ def unreachable_downloads(config: dict, workdir: str | Path = ".",
     sources = {config["datasets"][c.workload["dataset"]]["source"] for c in cells}
     models = {name for c in cells for name in grid.cell_models(c)}
     models |= {config["models"][m]["source"]["model"] for m in models
-               if config["models"][m]["source"]["kind"] == "truncate"}
+               if config["models"][m]["source"]["kind"] in DERIVED_KINDS}
     models |= {spec["model"] for spec in [config["tokenizer"]] + [
         config["datasets"][d].get("tokenizer", {}) for d in
         {c.workload["dataset"] for c in cells}] if "model" in spec}

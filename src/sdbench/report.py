@@ -139,28 +139,38 @@ def problem_points(frame) -> list[dict]:
             for r in bad.itertuples()]
 
 
-def salvage(config: dict, cells: list[Cell], reports: dict[str, str],
+def salvage(config: dict, cells: list[tuple[Cell, str]], reports: dict[str, str],
+            model_dirs: dict[str, str], index: dict | None = None,
             notebooks: Path = REPO_ROOT / "workflow" / "notebooks") -> None:
-    """After a run with failed jobs: a round 1 report from every point measured (finished and
-    unfinished cells) and an index that lists the failures; never raises."""
-    from .aggregate import summarize, write_summary
-    from .grid import cell_output
+    """After a run with failed jobs: every round's report from the points measured (finished
+    and unfinished cells) and an index that lists the failures; never raises.
+
+    cells: (cell, records file); reports: title -> page; model_dirs: target -> checkpoint
+    (lossless check); index: rounds and settings of the cells (aggregate.apply_index)."""
+    from .aggregate import build_summary, write_summary
 
     try:
-        outputs = [(cell, cell_output(cell.cell_id)) for cell in cells]
+        outputs = cells
         complete = [o for _, o in outputs if Path(o).exists()]
         partial = [f"{o}.partial" for _, o in outputs if Path(f"{o}.partial").exists()]
         points: list[dict] = []
         if complete or partial:
-            frame = summarize(complete, partial)
+            frame, per_point = build_summary(complete, partial,
+                                             config["loadgen"]["max_failure_share"], model_dirs,
+                                             index)
             write_summary(frame, "results/summary.incomplete.parquet",
                           "results/summary.incomplete.csv")
+            write_summary(per_point, "results/summary_points.incomplete.parquet",
+                          "results/summary_points.incomplete.csv")
             points = problem_points(frame)
-            render_report(notebooks / "round1.ipynb", "results/notebooks/round1.incomplete.ipynb",
-                          "reports/round1.html",
-                          {"summary_path": "results/summary.incomplete.parquet",
-                           "study": config["study"]},
-                          title=f"Round 1 (incomplete run) — {config['study']}")
+            for title, page in reports.items():
+                name = page.removesuffix(".html")
+                render_report(notebooks / f"{name}.ipynb",
+                              f"results/notebooks/{name}.incomplete.ipynb", f"reports/{page}",
+                              {"summary_path": "results/summary.incomplete.parquet",
+                               "points_path": "results/summary_points.incomplete.parquet",
+                               "study": config["study"]},
+                              title=f"{title} (incomplete run) — {config['study']}")
         write_index(config["study"], reports, outputs, "reports/index.html", points,
                     note=" This run had failed jobs: the reports show what was measured.")
         print("sdbench: reports of the incomplete run: reports/index.html", file=sys.stderr)

@@ -1,12 +1,19 @@
-# Every cell's records -> one tidy table with speedups against the matching vanilla point.
+# Every cell's records -> one row per measurement (speedups, lossless check) and one row per
+# point (means and 95 % intervals over repeats).
 
 
 rule summary:
     input:
         records=all_cell_records(),
+        models=list(summary_models().values()),
     output:
         parquet="results/summary.parquet",
         csv="results/summary.csv",
+        points_parquet="results/summary_points.parquet",
+        points_csv="results/summary_points.csv",
+    params:
+        models=summary_models(),
+        index=summary_index(),
     log:
         "logs/summary.log",
     conda:

@@ -10,9 +10,9 @@ sys.path.insert(0, SRC)
 # scripts and notebooks run in child processes: let them import the library too
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
 
-from sdbench import checks, grid, preflight
+from sdbench import checks, grid, preflight, provenance
 from sdbench.report import salvage
-from sdbench.config import validate_config
+from sdbench.config import DERIVED_KINDS, validate_config
 from sdbench.data.builders import subsets_of
 from sdbench.data.sources import manifest_path, raw_path
 
@@ -21,10 +21,16 @@ validate_config(config, source=CONFIG_SOURCE)
 checks.check_installed(config, source=CONFIG_SOURCE)
 
 CELLS = grid.cells_by_id(config)
+DYNAMIC_K = {
+    (spec["target"], spec["workload"], spec["speculator"]): spec
+    for spec in grid.dynamic_k_specs(config)
+}
 CELL_THREADS = (
     workflow.cores if config["cells"]["threads"] == "all" else config["cells"]["threads"]
 )
 ENV = "../../environment.yml"
+# a cell job reruns when the vLLM build changes (its point cache then measures again)
+VLLM_BUILD = provenance.vllm_distribution()
 # files of the workflow itself, found wherever the working directory is (snakemake -d ...)
 NOTEBOOKS = Path(workflow.basedir) / "workflow" / "notebooks"
 
@@ -40,6 +46,10 @@ BUILT_MODELS = [n for n, m in config["models"].items() if m["source"]["kind"] !=
 
 wildcard_constraints:
     cell_id="[0-9a-f]{12}",
+    round="round[123]",
+    target=names_regex(config["round1"]["targets"]),
+    workload=names_regex(config["round1"]["workloads"]),
+    speculator=names_regex({s for (_, _, s) in DYNAMIC_K}),
     source=names_regex(config["sources"]),
     model=names_regex(BUILT_MODELS),
     dataset=names_regex(config["datasets"]),
@@ -61,7 +71,7 @@ def cell_inputs(wildcards):
 
 def model_build_inputs(wildcards):
     source = config["models"][wildcards.model]["source"]
-    return {"base": model_input(source["model"])} if source["kind"] == "truncate" else {}
+    return {"base": model_input(source["model"])} if source["kind"] in DERIVED_KINDS else {}
 
 
 def prompt_inputs(wildcards):
@@ -80,12 +90,26 @@ def preflight_check():
     preflight.check(config)
 
 
+def listed_cells():
+    """(cell, records file) of every cell, the derived ones included, for the index."""
+    return [(cell, grid.cell_output(cell.cell_id)) for cell in CELLS.values()] + [
+        (grid.dynamic_k_placeholder(config, spec), grid.dynamic_k_output(*key))
+        for key, spec in DYNAMIC_K.items()
+    ]
+
+
 def salvage_reports():
     """After a run with failed jobs: reports from what was measured, failures listed."""
-    salvage(config, list(CELLS.values()), REPORTS)
+    salvage(config, listed_cells(), REPORTS, summary_models(), summary_index())
 
 
-REPORTS = {"Round 1: methods vs no speculation": "round1.html"}
+ROUND_TITLES = {
+    "round1": "Round 1: methods vs no speculation",
+    "round2": "Round 2: context length, target size and quantization",
+    "round3": "Round 3: server parameters",
+}
+# the report of every round the config has (title -> page)
+REPORTS = {ROUND_TITLES[r]: f"{r}.html" for r in grid.ROUNDS if config.get(r)}
 
 
 def all_prompt_sets():
@@ -99,4 +123,38 @@ def all_prompt_sets():
 
 
 def all_cell_records():
-    return [grid.cell_output(cell_id) for cell_id in CELLS]
+    """Every cell's records: the grid's, then the derived dynamic-K cells'."""
+    return [grid.cell_output(cell_id) for cell_id in CELLS] + [
+        grid.dynamic_k_output(*key) for key in DYNAMIC_K
+    ]
+
+
+def dynamic_k_inputs(wildcards):
+    """Round 1 records of the method and its baseline on that target and workload, the prompts
+    and the models the derived cell serves."""
+    spec = DYNAMIC_K[(wildcards.target, wildcards.workload, wildcards.speculator)]
+    round1 = [
+        c
+        for c in CELLS.values()
+        if c.round == "round1"
+        and c.server_config["target"]["name"] == wildcards.target
+        and c.workload["name"] == wildcards.workload
+        and c.speculator in ("vanilla", wildcards.speculator)
+    ]
+    inputs = {
+        "round1": [grid.cell_output(c.cell_id) for c in round1],
+        "prompts": round1[0].workload["path"],
+        "target": model_input(wildcards.target),
+    }
+    if spec["method"].get("draft"):
+        inputs["draft"] = model_input(spec["method"]["draft"])
+    return inputs
+
+
+def summary_models():
+    """Checkpoint folders of the targets (their tokenizers serve the lossless check)."""
+    return {t: model_input(t) for t in grid.round_targets(config)}
+
+
+def summary_index():
+    return grid.summary_index(config)

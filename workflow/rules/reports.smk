@@ -1,17 +1,18 @@
 # Papermill-executed notebooks -> offline HTML reports; index.html links them.
 
 
-rule report_round1:
+rule report:
     input:
         summary="results/summary.parquet",
-        notebook=NOTEBOOKS / "round1.ipynb",
+        points="results/summary_points.parquet",
+        notebook=NOTEBOOKS / "{round}.ipynb",
     output:
-        html="reports/round1.html",
-        executed="results/notebooks/round1.ipynb",
+        html="reports/{round}.html",
+        executed="results/notebooks/{round}.ipynb",
     params:
-        title="Round 1: methods vs no speculation",
+        title=lambda wc: ROUND_TITLES[wc.round],
     log:
-        "logs/reports/round1.log",
+        "logs/reports/{round}.log",
     conda:
         ENV
     script:
@@ -20,12 +21,12 @@ rule report_round1:
 
 rule index:
     input:
-        report="reports/round1.html",
+        reports=[f"reports/{page}" for page in REPORTS.values()],
         summary="results/summary.parquet",
     output:
         "reports/index.html",
     params:
-        cells=lambda wc: list(CELLS.values()),
+        cells=lambda wc: listed_cells(),
         reports=REPORTS,
     log:
         "logs/reports/index.log",

@@ -1,0 +1,304 @@
+"""Tables and figures of the Round 2 (context and target) and Round 3 (server parameters)
+reports. Speedups are the summary's (paired with no speculation on the same target, server
+arguments, workload and concurrency); this module only arranges them."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from .grid import cell_output, processed_path
+from .plots import METRIC_LABELS, speculative, speedup_text, with_interval
+
+
+def bucket_order(names) -> list[str]:
+    """Buckets by size: '0.25k' < '0.5k' < '1k' < 'out2k'; names without a number last."""
+    def size(name: str) -> tuple[float, str]:
+        match = re.search(r"(\d+(?:\.\d+)?)\s*(k?)", str(name))
+        if not match:
+            return (float("inf"), str(name))
+        return (float(match.group(1)) * (1000 if match.group(2) else 1), str(name))
+    return sorted({str(n) for n in names}, key=size)
+
+
+def target_label(points: pd.DataFrame) -> pd.Series:
+    quant = points["quantization"].fillna("bf16/fp16")
+    return points["target"] + " (" + quant + ")"
+
+
+def in_round(frame: pd.DataFrame, round_name: str) -> pd.DataFrame:
+    return frame[frame["round"] == round_name]
+
+
+def bucket_heatmaps(points: pd.DataFrame) -> plt.Figure | None:
+    """Mean speedup per prompt/output bucket (rows) x concurrency (columns): one panel per
+    target (rows of panels) and task (columns), per method and k."""
+    spec = speculative(points)
+    if spec.empty:
+        return None
+    spec = spec.assign(target_label=target_label(spec),
+                       setting=spec["speculator"] + " k=" + spec["k"].astype(str))
+    panels = spec[["target_label", "setting"]].drop_duplicates().values.tolist()
+    tasks = sorted(spec["dataset"].unique())
+    fig, axes = plt.subplots(len(panels), len(tasks), squeeze=False,
+                             figsize=(3.8 * len(tasks) + 1, 2.2 * len(panels) + 0.8))
+    vmax = max(2.0, float(np.nanmax(spec["speedup_mean"])))
+    for i, (target, setting) in enumerate(panels):
+        for j, task in enumerate(tasks):
+            ax = axes[i][j]
+            part = spec[(spec["target_label"] == target) & (spec["setting"] == setting)
+                        & (spec["dataset"] == task)]
+            if part.empty:
+                ax.axis("off")
+                continue
+            grid = part.pivot_table(index="subset", columns="concurrency", values="speedup_mean",
+                                    aggfunc="mean")
+            grid = grid.reindex(bucket_order(grid.index))
+            sns.heatmap(grid, ax=ax, annot=True, fmt=".2f", cmap="RdYlGn", center=1.0, vmin=0,
+                        vmax=vmax, cbar=False, linewidths=0.5)
+            ax.set_title(f"{target}\n{setting} | {task}", fontsize=9)
+            ax.set_xlabel("concurrency")
+            ax.set_ylabel("bucket")
+    fig.suptitle(METRIC_LABELS["speedup"] + " by bucket, mean over repeats", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def acceptance_by_bucket_plot(points: pd.DataFrame) -> plt.Figure | None:
+    """Acceptance rate and mean acceptance length against the context-length bucket."""
+    spec = speculative(points)
+    if spec.empty or "spec_decode_acceptance_rate_mean" not in spec:
+        return None
+    spec = spec.assign(target_label=target_label(spec))
+    tasks = sorted(spec["dataset"].unique())
+    fig, axes = plt.subplots(2, len(tasks), squeeze=False, figsize=(4.5 * len(tasks) + 1, 6.5))
+    for j, task in enumerate(tasks):
+        part = spec[spec["dataset"] == task]
+        order = bucket_order(part["subset"])
+        part = part.assign(bucket=pd.Categorical(part["subset"], order, ordered=True))
+        for i, metric in enumerate(("spec_decode_acceptance_rate",
+                                    "spec_decode_acceptance_length")):
+            ax = axes[i][j]
+            sns.pointplot(data=part, x="bucket", y=f"{metric}_mean", hue="target_label", ax=ax,
+                          order=order, errorbar=None, dodge=0.2)
+            ax.set_title(task, fontsize=10)
+            ax.set_ylabel(METRIC_LABELS[metric])
+            ax.set_xlabel("bucket")
+            if ax.get_legend() is not None and (i, j) != (0, len(tasks) - 1):
+                ax.get_legend().remove()
+    fig.suptitle("Acceptance vs context length (all concurrency levels pooled)", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def efficiency_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Per target, task and bucket: mean acceptance length ÷ (k + 1), the share of the tokens a
+    verification step could yield that it did."""
+    spec = speculative(points)
+    if spec.empty or "acceptance_efficiency" not in spec:
+        return pd.DataFrame()
+    spec = spec.assign(target_label=target_label(spec))
+    table = spec.pivot_table(index=["target_label", "speculator", "k", "dataset"],
+                             columns="subset", values="acceptance_efficiency", aggfunc="mean")
+    table = table[bucket_order(table.columns)]
+    table.columns.name = "bucket"
+    return table.map(lambda x: "–" if pd.isna(x) else f"{x:.0%}")
+
+
+def quantized_vs_full_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Each quantized target against its full-precision counterpart at equal size: throughput
+    without speculation (quantized ÷ full) and the speculative speedup of each."""
+    rows = []
+    quantized = points[points["full_precision"].notna()]
+    for (target, full, workload, concurrency), group in quantized.groupby(
+            ["target", "full_precision", "workload", "concurrency"]):
+        ref = points[(points["target"] == full) & (points["workload"] == workload)
+                     & (points["concurrency"] == concurrency)]
+        if ref.empty:
+            continue
+        vq, vf = group[group["method"] == "vanilla"], ref[ref["method"] == "vanilla"]
+        ratio = (vq["total_token_throughput_mean"].iloc[0]
+                 / vf["total_token_throughput_mean"].iloc[0]
+                 if len(vq) and len(vf) else np.nan)
+        for _, row in speculative(group).iterrows():
+            twin = speculative(ref)
+            twin = twin[(twin["speculator"] == row["speculator"]) & (twin["k"] == row["k"])]
+            rows.append({
+                "quantized target": f"{target} ({group['quantization'].iloc[0]})",
+                "full precision": full, "workload": workload, "concurrency": concurrency,
+                "vanilla tok/s, quantized ÷ full": "–" if pd.isna(ratio) else f"{ratio:.2f}×",
+                "method": f"{row['speculator']} k={int(row['k'])}",
+                "speedup (quantized)": speedup_text(row),
+                "speedup (full precision)": speedup_text(twin.iloc[0]) if len(twin) else "–",
+                "acceptance % (quantized / full)": (
+                    f"{row.get('spec_decode_acceptance_rate_mean', np.nan):.0f} / "
+                    f"{twin['spec_decode_acceptance_rate_mean'].iloc[0]:.0f}"
+                    if len(twin) else "–")})
+    return pd.DataFrame(rows)
+
+
+def setting_heatmaps(points: pd.DataFrame) -> plt.Figure | None:
+    """Round 3: mean speedup per setting (rows) x concurrency, per target, method and workload."""
+    spec = speculative(points)
+    if spec.empty:
+        return None
+    spec = spec.assign(panel=spec["target"] + " | " + spec["speculator"] + " k="
+                       + spec["k"].astype(str) + " | " + spec["workload"])
+    panels = sorted(spec["panel"].unique())
+    fig, axes = plt.subplots(1, len(panels), squeeze=False,
+                             figsize=(4.5 * len(panels) + 1,
+                                      0.6 * spec["setting"].nunique() + 2.2))
+    vmax = max(2.0, float(np.nanmax(spec["speedup_mean"])))
+    for ax, panel in zip(axes[0], panels, strict=True):
+        grid = spec[spec["panel"] == panel].pivot_table(
+            index="setting", columns="concurrency", values="speedup_mean", aggfunc="mean")
+        sns.heatmap(grid, ax=ax, annot=True, fmt=".2f", cmap="RdYlGn", center=1.0, vmin=0,
+                    vmax=vmax, cbar=False, linewidths=0.5)
+        ax.set_title(panel, fontsize=9)
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel("setting")
+    fig.suptitle(METRIC_LABELS["speedup"] + " per setting, mean over repeats", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def winners_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Round 3: per target, workload and concurrency, the setting with the best mean speedup,
+    and the runner-up for scale."""
+    spec = speculative(points)
+    if spec.empty:
+        return pd.DataFrame()
+    rows = []
+    for (target, workload, concurrency), group in spec.groupby(
+            ["target", "workload", "concurrency"]):
+        ranked = group.sort_values("speedup_mean", ascending=False)
+        best = ranked.iloc[0]
+        rows.append({"target": target, "workload": workload, "concurrency": concurrency,
+                     "best setting": f"{best['setting']} ({best['speculator']} "
+                                     f"k={int(best['k'])})",
+                     "speedup": speedup_text(best),
+                     "speculation pays": "yes" if best["speedup_ci_low"] > 1 else (
+                         "no" if best["speedup_ci_high"] < 1 else "unclear (interval spans 1)"),
+                     "runner-up": (f"{ranked.iloc[1]['setting']}: {speedup_text(ranked.iloc[1])}"
+                                   if len(ranked) > 1 else "–")})
+    return pd.DataFrame(rows)
+
+
+def per_position_plot(frame: pd.DataFrame) -> plt.Figure | None:
+    """Acceptance rate of the i-th proposed token, per setting (mean over points)."""
+    spec = speculative(frame)
+    column = "spec_decode_per_position_acceptance_rates"
+    if spec.empty or column not in spec:
+        return None
+    rows = []
+    for _, row in spec.iterrows():
+        rates = row[column]
+        if isinstance(rates, str):
+            rates = json.loads(rates)
+        if not isinstance(rates, list):
+            continue
+        for position, rate in enumerate(rates, start=1):
+            rows.append({"setting": f"{row['setting']} | {row['speculator']} k={int(row['k'])}",
+                         "concurrency": row["concurrency"], "position": position, "rate": rate})
+    if not rows:
+        return None
+    data = pd.DataFrame(rows)
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    sns.lineplot(data=data, x="position", y="rate", hue="setting", marker="o", ax=ax,
+                 errorbar=None)
+    ax.set_xticks(sorted(data["position"].unique()))
+    ax.set_xlabel("position of the proposed token")
+    ax.set_ylabel("acceptance rate")
+    ax.set_title("Per-position acceptance (mean over concurrency levels and repeats)",
+                 fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def _requests(cell_id: str, root: Path) -> list[dict]:
+    path = root / cell_output(cell_id).replace(".jsonl", ".requests.jsonl.gz")
+    if not path.exists():
+        return []
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def _buckets(dataset: str, subset: str, root: Path) -> list[str | None]:
+    path = root / processed_path(dataset, subset)
+    if not path.exists():
+        return []
+    return [json.loads(line).get("bucket") for line in path.read_text().splitlines() if line]
+
+
+def _tpot_by_bucket(detail: dict, buckets: list) -> dict[str, float]:
+    """Mean time per output token (after the first) of the requests of each bucket; requests
+    are in prompt-file order (the workload is sent unshuffled)."""
+    per: dict[str, list[float]] = {}
+    for i, (latency, ttft, out_len, err) in enumerate(zip(
+            detail["latencies"], detail["ttfts"], detail["output_lens"], detail["errors"],
+            strict=True)):
+        if err or out_len is None or out_len < 2 or i >= len(buckets) or buckets[i] is None:
+            continue
+        per.setdefault(buckets[i], []).append((latency - ttft) / (out_len - 1))
+    return {b: float(np.mean(v)) for b, v in per.items()}
+
+
+def bucket_speedups(frame: pd.DataFrame, root: str | Path = ".") -> pd.DataFrame:
+    """Round 3, split by length bucket: TPOT speedup (baseline TPOT ÷ TPOT) per bucket of a
+    mixed-length workload, paired by repeat, from the per-request detail."""
+    root = Path(root)
+    spec = frame[(frame["method"] != "vanilla") & (frame["status"] == "ok")]
+    rows = []
+    cache: dict[str, dict] = {}
+
+    def detail(cell_id):
+        if cell_id not in cache:
+            cache[cell_id] = {(d["concurrency"], d["repeat"]): d
+                              for d in _requests(cell_id, root)}
+        return cache[cell_id]
+
+    for _, row in spec.iterrows():
+        buckets = _buckets(row["dataset"], row["subset"], root)
+        if not any(buckets):
+            continue
+        point = (row["concurrency"], row["repeat"])
+        mine, base = detail(row["cell_id"]).get(point), detail(
+            row["baseline_cell_id"]).get(point)
+        if mine is None or base is None:
+            continue
+        ours, theirs = _tpot_by_bucket(mine, buckets), _tpot_by_bucket(base, buckets)
+        for bucket in ours:
+            if bucket in theirs and ours[bucket] > 0:
+                rows.append({"setting": row["setting"], "speculator": row["speculator"],
+                             "k": row["k"], "target": row["target"],
+                             "workload": row["workload"], "concurrency": row["concurrency"],
+                             "repeat": row["repeat"], "bucket": bucket,
+                             "tpot_speedup": theirs[bucket] / ours[bucket]})
+    return pd.DataFrame(rows)
+
+
+def bucket_speedup_table(frame: pd.DataFrame, root: str | Path = ".") -> pd.DataFrame:
+    from .aggregate import mean_interval
+
+    data = bucket_speedups(frame, root)
+    if data.empty:
+        return data
+    rows = []
+    for keys, group in data.groupby(["target", "workload", "setting", "speculator", "k",
+                                     "concurrency", "bucket"]):
+        mean, _, low, high = mean_interval(group["tpot_speedup"].to_numpy(dtype=float))
+        rows.append({**dict(zip(["target", "workload", "setting", "speculator", "k",
+                                 "concurrency", "bucket"], keys, strict=True)),
+                     "value": with_interval(mean, low, high)})
+    table = pd.DataFrame(rows).pivot(index=["target", "workload", "setting", "speculator", "k",
+                                            "concurrency"], columns="bucket", values="value")
+    table = table[bucket_order(table.columns)]
+    table.columns.name = "bucket"
+    return table.fillna("–")
