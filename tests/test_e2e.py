@@ -121,8 +121,9 @@ def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run):
     assert len(derived) == 2 and derived["speedup_mean"].notna().all()
     round2 = points[(points["round"] == "round2") & (points["method"] != "vanilla")]
     assert round2["acceptance_efficiency"].between(0, 1).all() and len(round2) == 3 * 2
-    assert set(points.loc[points["round"] == "round3", "setting"]) == {"default",
-                                                                       "draft-len-512"}
+    # round 3's own settings, and the cell measuring the derived dynamic-K schedule
+    assert set(points.loc[points["round"] == "round3", "setting"]) == {
+        "default", "draft-len-512", "derived dynamic K"}
     schedule = json.loads(next((e2e_run["workdir"] / "results" / "derived").rglob(
         "*.schedule.json")).read_text())
     assert schedule["schedule"][0][0] == 1 and schedule["cell_id"] in set(derived["cell_id"])
@@ -133,12 +134,12 @@ def test_reports_are_rendered(e2e_run):
     page = (workdir / "reports" / "round1.html").read_text()
     assert "Best speedup per method and workload" in page and "e2e test" in page
     assert "data:image/png;base64" in page
-    assert "Prompt sets" in page and "cnn_dm_news_summary/0.25k" in page  # data cards
+    assert "Prompt sets" in page and "spec_bench/all" in page  # data cards
     assert "card missing" not in page
     index = (workdir / "reports" / "index.html").read_text()
     assert index.count(">done<") == 12
-    for page in ("round1.html", "round2.html", "round3.html"):
-        assert f'href="{page}"' in index
+    for name in ("round1.html", "round2.html", "round3.html"):
+        assert f'href="{name}"' in index
     for section in ("Lossless check", "Derived dynamic-K schedule", "Provenance",
                     "crossover concurrency", "One setting for all loads"):
         assert section in page, section
@@ -148,6 +149,7 @@ def test_reports_are_rendered(e2e_run):
                     "Quantized vs full precision", "smollm2-135m-gptq (gptq)"):
         assert section in page2, section
     assert "No quantized target" not in page2 and "data:image/png;base64" in page2
+    assert "cnn_dm_news_summary/0.25k" in page2 and "card missing" not in page2
     page3 = (workdir / "reports" / "round3.html").read_text()
     for section in ("Speedup per setting and concurrency", "Which setting wins where",
                     "By length bucket", "Per-position acceptance", "draft-len-512"):
@@ -157,8 +159,16 @@ def test_reports_are_rendered(e2e_run):
 
 def test_quantized_targets_serve_text_close_to_full_precision(e2e_run):
     """The GPTQ and AWQ demo checkpoints load in vLLM (their cells ran) and their greedy
-    answers start like the bf16 target's: 4-bit rounding perturbs, it does not break."""
+    answers stay close to the bf16 target's: 4-bit rounding of a 135M model changes the wording,
+    but each answer shares more words with the bf16 answer to the same prompt than with its
+    answers to the other prompts (a broken checkpoint would share none, or the same with all)."""
+    import re
+
     from sdbench.lossless import read_details
+
+    def similarity(a, b):
+        a, b = set(re.findall(r"\w+", a.lower())), set(re.findall(r"\w+", b.lower()))
+        return len(a & b) / max(1, len(a | b))
 
     frame = pd.read_parquet(e2e_run["workdir"] / "results" / "summary.parquet")
     vanilla = frame[(frame["round"] == "round2") & (frame["method"] == "vanilla")
@@ -173,10 +183,11 @@ def test_quantized_targets_serve_text_close_to_full_precision(e2e_run):
         card = json.loads((e2e_run["workdir"] / "resources" / "models" / name
                            / "sdbench-model.json").read_text())
         assert card["quantization"]["quant_method"] == name.rsplit("-", 1)[1]
-        pairs = list(zip(texts[name], texts["smollm2-135m"], strict=True))
-        assert all(q.strip() for q, _ in pairs)
-        same_start = [q.split()[:2] == f.split()[:2] for q, f in pairs]
-        assert sum(same_start) >= len(pairs) / 2, (name, pairs)
+        ours, full = texts[name], texts["smollm2-135m"]
+        assert len(ours) == len(full) == 4 and all(t.strip() for t in ours)
+        same = [similarity(ours[i], full[i]) for i in range(4)]
+        other = [similarity(ours[i], full[j]) for i in range(4) for j in range(4) if i != j]
+        assert sum(same) / len(same) > 1.2 * sum(other) / len(other), (name, ours, full)
 
 
 def test_converted_model_answers_sensibly(e2e_run):

@@ -8,7 +8,6 @@ sets come from the end-to-end run (copied into this module's own working directo
 import copy
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +21,7 @@ from sdbench.serving import VllmServer, server_command
 from workflow_helpers import (
     REPO,
     SNAKEMAKE,
+    copy_of_inputs,
     e2e_config,
     job_counts,
     one_round,
@@ -35,11 +35,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def workdir(e2e_run, tmp_path_factory):
-    assert e2e_run["result"].returncode == 0, "the end-to-end run failed; see test_e2e"
-    root = tmp_path_factory.mktemp("faults")
-    for folder in ("data", "resources"):
-        shutil.copytree(e2e_run["workdir"] / folder, root / folder)  # keeps mtimes
-    return root
+    return copy_of_inputs(e2e_run, tmp_path_factory, "faults")
 
 
 @pytest.fixture

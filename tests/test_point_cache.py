@@ -5,7 +5,6 @@ import copy
 import gzip
 import json
 import re
-import shutil
 import subprocess
 import sys
 
@@ -15,18 +14,20 @@ from sdbench import grid, provenance
 from sdbench.cell import run_cell
 from sdbench.config import validate_config
 
-from workflow_helpers import e2e_config, one_round, server_processes, write_config
+from workflow_helpers import (
+    copy_of_inputs,
+    e2e_config,
+    one_round,
+    server_processes,
+    write_config,
+)
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 def workdir(e2e_run, tmp_path_factory):
-    assert e2e_run["result"].returncode == 0, "the end-to-end run failed; see test_e2e"
-    root = tmp_path_factory.mktemp("points")
-    for folder in ("data", "resources"):
-        shutil.copytree(e2e_run["workdir"] / folder, root / folder)
-    return root
+    return copy_of_inputs(e2e_run, tmp_path_factory, "points")
 
 
 def one_cell(e2e_run, concurrency):

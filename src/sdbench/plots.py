@@ -239,7 +239,8 @@ def problem_table(frame: pd.DataFrame) -> pd.DataFrame:
 def points_table(points: pd.DataFrame) -> pd.DataFrame:
     """Every point: repeats, status, throughput and speedups with 95 % intervals, efficiency."""
     out = pd.DataFrame({
-        "round": points["round"], "workload": points["workload"],
+        "round": points["round"], "setting": points.get("setting"),
+        "target": points["target"], "workload": points["workload"],
         "method": points["speculator"], "k": points["k"].astype("Int64"),
         "concurrency": points["concurrency"],
         "repeats ok": [f"{a}/{b}" for a, b in zip(points["repeats_ok"], points["repeats"],

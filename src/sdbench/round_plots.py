@@ -48,7 +48,7 @@ def bucket_heatmaps(points: pd.DataFrame) -> plt.Figure | None:
     panels = spec[["target_label", "setting"]].drop_duplicates().values.tolist()
     tasks = sorted(spec["dataset"].unique())
     fig, axes = plt.subplots(len(panels), len(tasks), squeeze=False,
-                             figsize=(3.8 * len(tasks) + 1, 2.2 * len(panels) + 0.8))
+                             figsize=(max(7.0, 3.8 * len(tasks) + 1), 2.2 * len(panels) + 0.8))
     vmax = max(2.0, float(np.nanmax(spec["speedup_mean"])))
     for i, (target, setting) in enumerate(panels):
         for j, task in enumerate(tasks):
@@ -78,7 +78,8 @@ def acceptance_by_bucket_plot(points: pd.DataFrame) -> plt.Figure | None:
         return None
     spec = spec.assign(target_label=target_label(spec))
     tasks = sorted(spec["dataset"].unique())
-    fig, axes = plt.subplots(2, len(tasks), squeeze=False, figsize=(4.5 * len(tasks) + 1, 6.5))
+    fig, axes = plt.subplots(2, len(tasks), squeeze=False,
+                             figsize=(max(7.0, 4.5 * len(tasks) + 1), 6.5))
     for j, task in enumerate(tasks):
         part = spec[spec["dataset"] == task]
         order = bucket_order(part["subset"])

@@ -1,0 +1,87 @@
+"""Round 2 and 3 tables: bucket order, quantized-vs-full pairing, the winning setting, and the
+per-bucket split of a mixed-length workload from the per-request detail."""
+
+import gzip
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sdbench import round_plots
+
+
+def test_buckets_sort_by_size():
+    assert round_plots.bucket_order(["1k", "0.25k", "8k", "0.5k", "all"]) == [
+        "0.25k", "0.5k", "1k", "8k", "all"]
+    assert round_plots.bucket_order(["out2k", "out0.25k"]) == ["out0.25k", "out2k"]
+
+
+def point(target, method, concurrency, speedup, throughput, quant=None, full=None,
+          setting="default", workload="w"):
+    return {"round": "round2", "setting": setting, "cell_id": f"{target}-{method}-{setting}",
+            "target": target, "quantization": quant, "full_precision": full,
+            "speculator": method, "method": method, "k": None if method == "vanilla" else 3,
+            "workload": workload, "dataset": "d", "subset": "0.25k",
+            "concurrency": concurrency, "total_token_throughput_mean": throughput,
+            "speedup_mean": None if method == "vanilla" else speedup,
+            "speedup_ci_low": None if method == "vanilla" else speedup - 0.1,
+            "speedup_ci_high": None if method == "vanilla" else speedup + 0.1,
+            "spec_decode_acceptance_rate_mean": None if method == "vanilla" else 50.0}
+
+
+def test_quantized_target_is_set_against_its_full_precision_twin():
+    points = pd.DataFrame([
+        point("full", "vanilla", 1, None, 100.0), point("full", "draft", 1, 1.5, 150.0),
+        point("q", "vanilla", 1, None, 180.0, "awq", "full"),
+        point("q", "draft", 1, 1.2, 216.0, "awq", "full")])
+    table = round_plots.quantized_vs_full_table(points)
+    assert len(table) == 1
+    row = table.iloc[0]
+    assert row["quantized target"] == "q (awq)" and row["full precision"] == "full"
+    assert row["vanilla tok/s, quantized ÷ full"] == "1.80×"
+    assert row["speedup (quantized)"].startswith("1.20×")
+    assert row["speedup (full precision)"].startswith("1.50×")
+
+
+def test_winning_setting_per_load():
+    points = pd.DataFrame([
+        point("t", "draft", 1, 1.6, 1, setting="default"),
+        point("t", "draft", 1, 1.3, 1, setting="short-draft"),
+        point("t", "draft", 8, 0.9, 1, setting="default"),
+        point("t", "draft", 8, 1.05, 1, setting="short-draft")])
+    table = round_plots.winners_table(points).set_index("concurrency")
+    assert table.loc[1, "best setting"].startswith("default")
+    assert table.loc[1, "speculation pays"] == "yes"
+    assert table.loc[8, "best setting"].startswith("short-draft")
+    assert table.loc[8, "speculation pays"] == "unclear (interval spans 1)"
+
+
+def write_requests(root, cell_id, latencies):
+    path = root / "results" / "cells" / f"{cell_id}.requests.jsonl.gz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = len(latencies)
+    with gzip.open(path, "wt") as fh:
+        fh.write(json.dumps({"cell_id": cell_id, "concurrency": 1, "repeat": 0,
+                             "latencies": latencies, "ttfts": [0.0] * n,
+                             "output_lens": [11] * n, "errors": [""] * n}) + "\n")
+
+
+def test_mixed_workload_is_split_by_bucket(tmp_path):
+    prompts = tmp_path / "data" / "processed" / "mixed" / "all.jsonl"
+    prompts.parent.mkdir(parents=True)
+    prompts.write_text("".join(json.dumps({"prompt": "p", "bucket": b}) + "\n"
+                               for b in ("0.25k", "0.25k", "1k", "1k")))
+    write_requests(tmp_path, "base", [1.0, 1.0, 2.0, 2.0])
+    write_requests(tmp_path, "spec", [0.5, 0.5, 2.5, 2.5])  # faster short, slower long
+    frame = pd.DataFrame([{"cell_id": "spec", "baseline_cell_id": "base", "method": "draft",
+                           "speculator": "draft", "k": 2, "setting": "default", "target": "t",
+                           "workload": "mixed", "dataset": "mixed", "subset": "all",
+                           "concurrency": 1, "repeat": 0, "status": "ok"}])
+    data = round_plots.bucket_speedups(frame, tmp_path).set_index("bucket")
+    assert data.loc["0.25k", "tpot_speedup"] == pytest.approx(2.0)
+    assert data.loc["1k", "tpot_speedup"] == pytest.approx(0.8)
+    table = round_plots.bucket_speedup_table(frame, tmp_path)
+    assert list(table.columns) == ["0.25k", "1k"]
+    assert table.iloc[0]["1k"] == "0.80×"
+    assert np.isfinite(data["tpot_speedup"]).all()
