@@ -63,7 +63,7 @@ def test_workload_references(demo_config_raw):
     msg = _broken(demo_config_raw, lambda c: c["workloads"]["spec_bench"].update(dataset="x"))
     assert "workloads.spec_bench.dataset" in msg
     msg = _broken(demo_config_raw, lambda c: c["round1"]["workloads"].append("missing"))
-    assert "round1.workloads[2]" in msg
+    assert "round1.workloads[1]" in msg
 
 
 def test_dataset_checks(demo_config_raw):
