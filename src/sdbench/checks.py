@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 
 from . import grid
-from .config import VANILLA, ConfigError
+from .config import ROUNDS, VANILLA, ConfigError
 from .files import atomic_write_json
 
 
@@ -179,7 +179,7 @@ def check_vocab(config: dict, cell: grid.Cell, root: str | Path = ".",
 def check_installed(config: dict, root: str | Path = ".", source: str = "config") -> None:
     """All checks that need the installed vLLM and whichever checkpoints already exist."""
     features = vllm_features()
-    for round_name in grid.ROUNDS:
+    for round_name in ROUNDS:
         if not config.get(round_name):
             continue
         for i, spec in enumerate(config[round_name]["methods"]):

@@ -145,6 +145,7 @@ def _check_dataset(source: str, name: str, dataset: dict, sources: dict) -> None
             _fail(source, f"{key}.prompt_tokens_range", [low, high], "needs low <= high")
 
 
+ROUNDS = ("round1", "round2", "round3")
 RESERVED_OPTIONS = {"method", "num_speculative_tokens", "model"}
 
 
@@ -243,7 +244,7 @@ def check_config(config: dict, source: str = "config") -> None:
             _fail(source, f"workloads.{name}.subset", workload["subset"],
                   f"dataset {workload['dataset']!r} has the subsets {subsets}")
 
-    for round_name in ("round1", "round2", "round3"):
+    for round_name in ROUNDS:
         if config.get(round_name):
             _check_round(source, round_name, config[round_name], config)
     round1 = config["round1"]

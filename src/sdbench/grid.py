@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .config import DERIVED_KINDS, VANILLA, ConfigError, speculator_name
+from .config import DERIVED_KINDS, ROUNDS, VANILLA, ConfigError, speculator_name
 from .data.builders import BUCKETED, ORDERED
 from .ids import short_hash
 
 MODELS_DIR = "resources/models"
 PROCESSED_DIR = "data/processed"
 CELLS_DIR = "results/cells"
-ROUNDS = ("round1", "round2", "round3")
 DEFAULT_SETTING = "default"
 
 
@@ -185,25 +184,25 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
     return list(cells.values())
 
 
-def all_cells(config: dict) -> list[Cell]:
-    """Every round's cells, each once: a cell two rounds share (the same server config and
-    workload) is measured once and listed under the first (see `cell_rounds`)."""
-    cells: dict[str, Cell] = {}
+def _cells_and_rounds(config: dict) -> dict[str, tuple[Cell, list[str]]]:
+    """cell id -> (the cell as the first round defines it, every round that uses it)."""
+    found: dict[str, tuple[Cell, list[str]]] = {}
     for round_name in ROUNDS:
         if config.get(round_name):
             for cell in round_cells(config, round_name):
-                cells.setdefault(cell.cell_id, cell)
-    return list(cells.values())
+                found.setdefault(cell.cell_id, (cell, []))[1].append(round_name)
+    return found
+
+
+def all_cells(config: dict) -> list[Cell]:
+    """Every round's cells, each once: a cell two rounds share (the same server config and
+    workload) is measured once and listed under the first (see `cell_rounds`)."""
+    return [cell for cell, _ in _cells_and_rounds(config).values()]
 
 
 def cell_rounds(config: dict) -> dict[str, list[str]]:
     """cell id -> the rounds that use it (reports of each round show it)."""
-    rounds: dict[str, list[str]] = {}
-    for round_name in ROUNDS:
-        if config.get(round_name):
-            for cell in round_cells(config, round_name):
-                rounds.setdefault(cell.cell_id, []).append(round_name)
-    return rounds
+    return {cell_id: rounds for cell_id, (_, rounds) in _cells_and_rounds(config).items()}
 
 
 def round_targets(config: dict) -> list[str]:
@@ -224,9 +223,8 @@ def full_precision(config: dict, name: str) -> str | None:
 def summary_index(config: dict) -> dict:
     """What the summary takes from the current config: rounds and setting of every cell, and
     each target's full-precision counterpart."""
-    settings = {cell.cell_id: cell.setting for cell in all_cells(config)}
-    return {"cells": {cell_id: {"rounds": rounds, "setting": settings[cell_id]}
-                      for cell_id, rounds in cell_rounds(config).items()},
+    return {"cells": {cell_id: {"rounds": rounds, "setting": cell.setting}
+                      for cell_id, (cell, rounds) in _cells_and_rounds(config).items()},
             "targets": {t: {"full_precision": full_precision(config, t)}
                         for t in round_targets(config)}}
 

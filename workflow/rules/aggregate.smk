@@ -5,15 +5,15 @@
 rule summary:
     input:
         records=all_cell_records(),
-        models=list(summary_models().values()),
+        models=list(SUMMARY_MODELS.values()),
     output:
         parquet="results/summary.parquet",
         csv="results/summary.csv",
         points_parquet="results/summary_points.parquet",
         points_csv="results/summary_points.csv",
     params:
-        models=summary_models(),
-        index=summary_index(),
+        models=SUMMARY_MODELS,
+        index=SUMMARY_INDEX,
     log:
         "logs/summary.log",
     conda:

@@ -12,7 +12,7 @@ os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PY
 
 from sdbench import checks, grid, preflight, provenance
 from sdbench.report import salvage
-from sdbench.config import DERIVED_KINDS, validate_config
+from sdbench.config import DERIVED_KINDS, ROUNDS, validate_config
 from sdbench.data.builders import subsets_of
 from sdbench.data.sources import manifest_path, raw_path
 
@@ -100,7 +100,7 @@ def listed_cells():
 
 def salvage_reports():
     """After a run with failed jobs: reports from what was measured, failures listed."""
-    salvage(config, listed_cells(), REPORTS, summary_models(), summary_index())
+    salvage(config, listed_cells(), REPORTS, SUMMARY_MODELS, SUMMARY_INDEX)
 
 
 ROUND_TITLES = {
@@ -109,7 +109,7 @@ ROUND_TITLES = {
     "round3": "Round 3: server parameters",
 }
 # the report of every round the config has (title -> page)
-REPORTS = {ROUND_TITLES[r]: f"{r}.html" for r in grid.ROUNDS if config.get(r)}
+REPORTS = {ROUND_TITLES[r]: f"{r}.html" for r in ROUNDS if config.get(r)}
 
 
 def all_prompt_sets():
@@ -151,10 +151,7 @@ def dynamic_k_inputs(wildcards):
     return inputs
 
 
-def summary_models():
-    """Checkpoint folders of the targets (their tokenizers serve the lossless check)."""
-    return {t: model_input(t) for t in grid.round_targets(config)}
-
-
-def summary_index():
-    return grid.summary_index(config)
+# checkpoint folders of the targets (their tokenizers serve the lossless check), and the rounds
+# and settings of every cell (the summary's columns): computed once per parse
+SUMMARY_MODELS = {t: model_input(t) for t in grid.round_targets(config)}
+SUMMARY_INDEX = grid.summary_index(config)
