@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .files import atomic_path, read_jsonl
+from .grid import requests_output
 
 KEY = ["cell_id", "concurrency", "repeat"]
 # metric -> (column in the summary, higher is better?)
@@ -243,7 +244,6 @@ def build_summary(record_files: list[str | Path], partial_files: list[str | Path
     `apply_index`."""
     from transformers import AutoTokenizer
 
-    from .cell import requests_output
     from .lossless import lossless_columns, read_details
 
     frame = summarize(record_files, partial_files, max_failure_share)

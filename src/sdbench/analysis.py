@@ -15,8 +15,11 @@ import pandas as pd
 SETTING = ["target", "workload", "speculator", "k"]
 
 
-def _speculative(points: pd.DataFrame) -> pd.DataFrame:
-    return points[(points["method"] != "vanilla") & points["speedup_mean"].notna()]
+def speculative(frame: pd.DataFrame) -> pd.DataFrame:
+    """Speculative rows with a speedup: per-measurement rows (`paired`) or per-point rows
+    (`speedup_mean`)."""
+    has = frame["paired"] if "paired" in frame else frame["speedup_mean"].notna()
+    return frame[(frame["method"] != "vanilla") & has]
 
 
 def _crossing(levels: list[int], values: list[float]) -> float | None:
@@ -39,7 +42,7 @@ def crossover(points: pd.DataFrame) -> pd.DataFrame:
     """Per target/workload/method/k: the concurrency where the speedup falls below 1, with an
     interval from where the interval's upper and lower bounds cross 1."""
     rows = []
-    for key, group in _speculative(points).groupby(SETTING, dropna=False):
+    for key, group in speculative(points).groupby(SETTING, dropna=False):
         group = group.sort_values("concurrency")
         levels = group["concurrency"].astype(int).tolist()
         cross = _crossing(levels, group["speedup_mean"].tolist())
@@ -56,7 +59,7 @@ def crossover(points: pd.DataFrame) -> pd.DataFrame:
 
 def best_settings(points: pd.DataFrame) -> pd.DataFrame:
     """Per target, workload and concurrency: the setting with the highest mean speedup."""
-    spec = _speculative(points)
+    spec = speculative(points)
     if spec.empty:
         return pd.DataFrame()
     best = spec.loc[spec.groupby(["target", "workload", "concurrency"])["speedup_mean"].idxmax()]
@@ -69,7 +72,7 @@ def switch_gain(points: pd.DataFrame) -> pd.DataFrame:
     over the concurrency levels all settings share) against an ideal per-load switch between
     settings (the best one at each level); `gain` is the switch's advantage."""
     rows = []
-    for (target, workload), group in _speculative(points).groupby(["target", "workload"]):
+    for (target, workload), group in speculative(points).groupby(["target", "workload"]):
         table = group.pivot_table(index=["speculator", "k"], columns="concurrency",
                                   values="speedup_mean").dropna(axis=1)
         if table.empty:
@@ -94,7 +97,7 @@ def derive_schedule(points: pd.DataFrame, target: str, workload: str,
     concurrency (taken as the batch size) the k with the best mean speedup, 0 (no speculation)
     where no k beats 1. Ranges are inclusive and start at 1; vLLM carries the last one forward
     to larger batches."""
-    spec = _speculative(points)
+    spec = speculative(points)
     part = spec[(spec["target"] == target) & (spec["workload"] == workload)
                 & (spec["speculator"] == speculator)]
     if part.empty:

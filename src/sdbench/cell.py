@@ -26,6 +26,7 @@ from pathlib import Path
 from . import checks, grid, loadgen, models, provenance
 from .config import REPO_ROOT, VANILLA, ConfigError, load_config
 from .files import append_jsonl, atomic_path, atomic_write_json, sha256_file, write_jsonl
+from .grid import requests_output
 from .ids import short_hash
 from .serving import ServerError, VllmServer, log_tail, server_command
 
@@ -48,12 +49,6 @@ def error_output(output: str | Path) -> Path:
     """Written when a cell fails: why, for the index and the reports (removed on success)."""
     output = Path(output)
     return output.with_name(output.name.removesuffix(".jsonl") + ".error.json")
-
-
-def requests_output(output: str | Path) -> Path:
-    """Sidecar with the per-request detail (texts, latencies) of every point of a cell."""
-    output = Path(output)
-    return output.with_name(output.name.removesuffix(".jsonl") + ".requests.jsonl.gz")
 
 
 def speculative_config(cell: grid.Cell, config: dict) -> dict | None:

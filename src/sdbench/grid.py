@@ -9,6 +9,7 @@ target, server arguments and workload, without speculation.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from .config import DERIVED_KINDS, ROUNDS, VANILLA, ConfigError, speculator_name
 from .data.builders import BUCKETED, ORDERED
@@ -277,6 +278,12 @@ def cells_by_id(config: dict) -> dict[str, Cell]:
 
 def cell_output(cell_id: str) -> str:
     return f"{CELLS_DIR}/{cell_id}.jsonl"
+
+
+def requests_output(output: str | Path) -> Path:
+    """Sidecar with the per-request detail (texts, latencies) of every point of a cell."""
+    output = Path(output)
+    return output.with_name(output.name.removesuffix(".jsonl") + ".requests.jsonl.gz")
 
 
 def cell_models(cell: Cell) -> list[str]:

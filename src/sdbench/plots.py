@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from .analysis import best_settings, crossover, speculative, switch_gain
 from .grid import card_path
 
 sns.set_theme(style="whitegrid", context="notebook")
@@ -26,13 +27,6 @@ METRIC_LABELS = {
     "mean_tpot_ms": "mean TPOT (ms)",
     "mean_ttft_ms": "mean TTFT (ms)",
 }
-
-
-def speculative(frame: pd.DataFrame) -> pd.DataFrame:
-    """Speculative rows with a speedup: per-measurement rows (`paired`) or per-point rows
-    (`speedup_mean`)."""
-    has = frame["paired"] if "paired" in frame else frame["speedup_mean"].notna()
-    return frame[(frame["method"] != "vanilla") & has]
 
 
 def setting_label(frame: pd.DataFrame) -> pd.Series:
@@ -99,8 +93,6 @@ def speedup_heatmaps(points: pd.DataFrame, metric: str = "speedup") -> plt.Figur
 
 
 def crossover_table(points: pd.DataFrame) -> pd.DataFrame:
-    from .analysis import crossover
-
     table = crossover(points[points["round"] == "round1"])
     if table.empty:
         return table
@@ -119,8 +111,6 @@ def crossover_table(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def best_settings_table(points: pd.DataFrame) -> pd.DataFrame:
-    from .analysis import best_settings
-
     best = best_settings(points[points["round"] == "round1"])
     if best.empty:
         return best
@@ -134,8 +124,6 @@ def best_settings_table(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def switch_gain_table(points: pd.DataFrame) -> pd.DataFrame:
-    from .analysis import switch_gain
-
     table = switch_gain(points[points["round"] == "round1"])
     if table.empty:
         return table

@@ -4,7 +4,6 @@ arguments, workload and concurrency); this module only arranges them."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 from pathlib import Path
@@ -14,8 +13,10 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .grid import cell_output, processed_path
-from .plots import METRIC_LABELS, speculative, speedup_text, with_interval
+from .analysis import speculative
+from .grid import cell_output, processed_path, requests_output
+from .lossless import read_details
+from .plots import METRIC_LABELS, speedup_text, with_interval
 
 
 def bucket_order(names) -> list[str]:
@@ -223,14 +224,6 @@ def per_position_plot(frame: pd.DataFrame) -> plt.Figure | None:
     return fig
 
 
-def _requests(cell_id: str, root: Path) -> list[dict]:
-    path = root / cell_output(cell_id).replace(".jsonl", ".requests.jsonl.gz")
-    if not path.exists():
-        return []
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh]
-
-
 def _buckets(dataset: str, subset: str, root: Path) -> list[str | None]:
     path = root / processed_path(dataset, subset)
     if not path.exists():
@@ -261,8 +254,8 @@ def bucket_speedups(frame: pd.DataFrame, root: str | Path = ".") -> pd.DataFrame
 
     def detail(cell_id):
         if cell_id not in cache:
-            cache[cell_id] = {(d["concurrency"], d["repeat"]): d
-                              for d in _requests(cell_id, root)}
+            path = root / requests_output(cell_output(cell_id))
+            cache[cell_id] = read_details(path).get(cell_id, {}) if path.exists() else {}
         return cache[cell_id]
 
     for _, row in spec.iterrows():
