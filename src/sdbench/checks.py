@@ -83,24 +83,18 @@ def vllm_features() -> VllmFeatures | None:
     return features
 
 
+def checkpoint_config(model_dir: str | Path) -> dict | None:
+    """A checkpoint's config.json (None if the checkpoint is not there yet)."""
+    path = Path(model_dir) / "config.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def vocab_size(model_dir: str | Path) -> int | None:
     """vocab_size from a checkpoint's config.json (None if the checkpoint is not there yet)."""
-    path = Path(model_dir) / "config.json"
-    if not path.is_file():
+    config = checkpoint_config(model_dir)
+    if config is None:
         return None
-    config = json.loads(path.read_text())
     return config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
-
-
-def checkpoint_quantization(model_dir: str | Path) -> tuple[bool, str | None]:
-    """(found, quant_method) from a checkpoint's config.json; found is False if the checkpoint
-    is not there yet."""
-    path = Path(model_dir) / "config.json"
-    if not path.is_file():
-        return False, None
-    block = json.loads(path.read_text()).get("quantization_config") or {}
-    method = block.get("quant_method")
-    return True, None if method is None else str(method).lower()
 
 
 def check_quantization(config: dict, name: str, root: str | Path = ".",
@@ -108,8 +102,12 @@ def check_quantization(config: dict, name: str, root: str | Path = ".",
     """The quantization a model declares must be the one its checkpoint carries."""
     declared = config["models"][name].get("quantization")
     folder = Path(root) / grid.model_dir(config, name)
-    found, method = checkpoint_quantization(folder)
-    if found and method != declared:
+    checkpoint = checkpoint_config(folder)
+    if checkpoint is None:
+        return  # not built or downloaded yet: the cell checks again before its server starts
+    method = (checkpoint.get("quantization_config") or {}).get("quant_method")
+    method = None if method is None else str(method).lower()
+    if method != declared:
         raise ConfigError(
             f"{source}: models.{name}.quantization = {declared!r}, but {folder}/config.json "
             + (f"says quantization_config.quant_method = {method!r}" if method else

@@ -156,7 +156,7 @@ def build_quantized(name: str, source: dict, base_dir: str | Path, tmp: Path) ->
     card fields (format, group size, max weight error)."""
     import torch
     from safetensors.torch import save_file
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     fmt, group_size = source["format"], source["group_size"]
     where = f"models.{name}"
@@ -170,14 +170,12 @@ def build_quantized(name: str, source: dict, base_dir: str | Path, tmp: Path) ->
         tensors[key] = (torch.from_numpy(np.ascontiguousarray(value))
                         if isinstance(value, np.ndarray) else value.contiguous())
     save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    config = AutoConfig.from_pretrained(base_dir)
-    config_dict = config.to_dict()
+    config_dict = model.config.to_dict()  # the base model's config, read once with the model
     config_dict["quantization_config"] = quantization_config(fmt, group_size)
     config_dict["torch_dtype"] = "bfloat16"
     (tmp / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
-    for extra in ("generation_config.json",):
-        if (Path(base_dir) / extra).exists():
-            shutil.copy(Path(base_dir) / extra, tmp / extra)
+    if (Path(base_dir) / "generation_config.json").exists():
+        shutil.copy(Path(base_dir) / "generation_config.json", tmp / "generation_config.json")
     AutoTokenizer.from_pretrained(base_dir).save_pretrained(tmp)
     errors = [float(np.abs(dequantize(fmt, {s: packed[f"{p}.{s}"] for s in ("qweight", "qzeros",
                                                                              "scales")},

@@ -150,9 +150,8 @@ def salvage(config: dict, cells: list[tuple[Cell, str]], reports: dict[str, str]
     from .aggregate import build_summary, write_summary
 
     try:
-        outputs = cells
-        complete = [o for _, o in outputs if Path(o).exists()]
-        partial = [f"{o}.partial" for _, o in outputs if Path(f"{o}.partial").exists()]
+        complete = [o for _, o in cells if Path(o).exists()]
+        partial = [f"{o}.partial" for _, o in cells if Path(f"{o}.partial").exists()]
         points: list[dict] = []
         if complete or partial:
             frame, per_point = build_summary(complete, partial,
@@ -171,7 +170,7 @@ def salvage(config: dict, cells: list[tuple[Cell, str]], reports: dict[str, str]
                                "points_path": "results/summary_points.incomplete.parquet",
                                "study": config["study"]},
                               title=f"{title} (incomplete run) — {config['study']}")
-        write_index(config["study"], reports, outputs, "reports/index.html", points,
+        write_index(config["study"], reports, cells, "reports/index.html", points,
                     note=" This run had failed jobs: the reports show what was measured.")
         print("sdbench: reports of the incomplete run: reports/index.html", file=sys.stderr)
     except Exception as exc:  # the run's own error is what matters; report this one briefly
