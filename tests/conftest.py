@@ -1,4 +1,5 @@
 import copy
+import shutil
 import sys
 from pathlib import Path
 
@@ -38,3 +39,14 @@ def e2e_run(tmp_path_factory):
     configfile = write_config(workdir / "e2e.yaml", e2e_config(raw))
     result = snakemake(workdir=workdir, configfile=configfile, timeout=1800)
     return {"workdir": workdir, "configfile": configfile, "result": result, "raw": raw}
+
+
+@pytest.fixture(scope="module")
+def workdir(e2e_run, tmp_path_factory, request):
+    """A fresh working directory per test module with the end-to-end run's data and models
+    (mtimes kept), for tests that run cells of their own (faults, point cache)."""
+    assert e2e_run["result"].returncode == 0, "the end-to-end run failed; see test_e2e"
+    root = tmp_path_factory.mktemp(request.module.__name__.removeprefix("test_"))
+    for folder in ("data", "resources"):
+        shutil.copytree(e2e_run["workdir"] / folder, root / folder)
+    return root

@@ -21,7 +21,6 @@ from sdbench.serving import VllmServer, server_command
 from workflow_helpers import (
     REPO,
     SNAKEMAKE,
-    copy_of_inputs,
     e2e_config,
     job_counts,
     one_round,
@@ -31,11 +30,6 @@ from workflow_helpers import (
 )
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def workdir(e2e_run, tmp_path_factory):
-    return copy_of_inputs(e2e_run, tmp_path_factory, "faults")
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from sdbench.cell import run_cell
 from sdbench.config import validate_config
 
 from workflow_helpers import (
-    copy_of_inputs,
     e2e_config,
     one_round,
     server_processes,
@@ -23,11 +22,6 @@ from workflow_helpers import (
 )
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def workdir(e2e_run, tmp_path_factory):
-    return copy_of_inputs(e2e_run, tmp_path_factory, "points")
 
 
 def one_cell(e2e_run, concurrency):

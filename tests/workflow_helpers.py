@@ -66,17 +66,6 @@ def one_round(config: dict) -> dict:
     return config
 
 
-def copy_of_inputs(e2e_run, tmp_path_factory, name):
-    """A fresh working directory with the end-to-end run's data and models (mtimes kept)."""
-    import shutil
-
-    assert e2e_run["result"].returncode == 0, "the end-to-end run failed; see test_e2e"
-    root = tmp_path_factory.mktemp(name)
-    for folder in ("data", "resources"):
-        shutil.copytree(e2e_run["workdir"] / folder, root / folder)
-    return root
-
-
 def write_config(path, config):
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
