@@ -70,6 +70,10 @@ def test_records_carry_metrics_and_provenance(e2e_run):
             assert len(prov["workflow"]["commit"]) == 40  # the workflow checkout, not the workdir
             assert "vllm.entrypoints.openai.api_server" in r["server"]["command"]
             assert "--skip-chat-template" in r["loadgen"]["argv"]
+            # CPU serving: no GPU placement, and energy fields are null, never zero
+            assert r["server"]["gpus"] == [] and "no pinning" in r["server"]["placement"]
+            assert m["energy_per_output_token_j"] is None and m["gpu_energy_j"] is None
+            assert "NVML" in m["gpu_monitor"] or "nvidia-ml-py" in m["gpu_monitor"]
         with gzip.open(path.with_name(path.stem + ".requests.jsonl.gz"), "rt") as fh:
             detail = [json.loads(line) for line in fh]
         assert [len(d["generated_texts"]) for d in detail] == [n] * 4
@@ -144,6 +148,7 @@ def test_reports_are_rendered(e2e_run):
                     "crossover concurrency", "One setting for all loads"):
         assert section in page, section
     assert "No dynamic-K cell in this study" not in page
+    assert "Energy per output token" in page and "No GPU energy readings" in page
     page2 = (workdir / "reports" / "round2.html").read_text()
     for section in ("Speedup by bucket and concurrency", "Acceptance vs context length",
                     "Quantized vs full precision", "smollm2-135m-gptq (gptq)"):

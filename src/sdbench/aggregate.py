@@ -28,6 +28,9 @@ SPEEDUPS = {
     "speedup": ("total_token_throughput", True),
     "output_speedup": ("output_throughput", True),
     "tpot_speedup": ("mean_tpot_ms", False),
+    # energy per output token of no speculation / of this setting (> 1: speculation saves
+    # energy); NaN without GPU readings
+    "energy_gain": ("energy_per_output_token_j", False),
 }
 
 
@@ -158,7 +161,8 @@ POINT_KEYS = ["round", "setting", "cell_id", "speculator", "method", "k", "targe
 STAT_COLUMNS = ["total_token_throughput", "output_throughput", "mean_tpot_ms", "mean_ttft_ms",
                 "speedup", "output_speedup", "tpot_speedup", "spec_decode_acceptance_rate",
                 "spec_decode_acceptance_length", "lossless_exact_share",
-                "lossless_token_agreement"]
+                "lossless_token_agreement", "energy_per_output_token_j", "energy_gain",
+                "gpu_avg_power_w", "gpu_util_pct"]
 CONFIDENCE = 0.95
 
 

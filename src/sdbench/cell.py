@@ -19,11 +19,12 @@ import gzip
 import json
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import checks, grid, loadgen, models, provenance
+from . import checks, gpumon, grid, loadgen, models, provenance, slots
 from .config import REPO_ROOT, VANILLA, ConfigError, load_config
 from .files import append_jsonl, atomic_path, atomic_write_json, sha256_file, write_jsonl
 from .grid import requests_output
@@ -182,20 +183,24 @@ def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
     for point in points.values():
         append_jsonl(partial, point["record"])
     if missing:
-        leftovers = checks.leftover_vllm_processes(checks.gpu_processes())
-        if leftovers:
-            raise CellError(
-                "vLLM processes of an earlier run still hold the GPU: "
-                + "; ".join(f"pid {p['pid']} on GPU {p['gpu']} ({p['cmdline'][:120]})"
-                            for p in leftovers)
-                + ". Stop them (kill <pid>) before measuring; they would skew or crash this "
-                "cell.")
-        context = {"environment": environment, "prompts_sha256": prompts_sha256,
-                   "min_tokens": min_tokens, "server_log": server_log, "log": log,
-                   "partial": partial}
-        for point, measured in _measure(cell, config, missing, context):
-            write_point(paths[point], measured["record"], measured["detail"])
-            points[point] = measured
+        with slots.held(grid.cell_gpus(cell.server_config), label=f"cell {cell.cell_id}",
+                        timeout_s=config["cells"]["slot_timeout_s"]) as held:
+            print(f"[sdbench] cell {cell.cell_id}: {held.reason}", file=log, flush=True)
+            leftovers = checks.leftover_vllm_processes(
+                checks.gpu_processes(held.gpu_ids or None))
+            if leftovers:
+                raise CellError(
+                    "vLLM processes of an earlier run still hold the GPU: "
+                    + "; ".join(f"pid {p['pid']} on GPU {p['gpu']} ({p['cmdline'][:120]})"
+                                for p in leftovers)
+                    + ". Stop them (kill <pid>) before measuring; they would skew or crash "
+                    "this cell.")
+            context = {"environment": environment, "prompts_sha256": prompts_sha256,
+                       "min_tokens": min_tokens, "server_log": server_log, "log": log,
+                       "partial": partial, "slots": held}
+            for point, measured in _measure(cell, config, missing, context):
+                write_point(paths[point], measured["record"], measured["detail"])
+                points[point] = measured
 
     ordered = [points[pt] for pt in sorted(plan)]
     with atomic_path(detail_out) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as fh:
@@ -209,47 +214,67 @@ def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
     return records
 
 
+def cell_server(cell: grid.Cell, config: dict, server_log: str | Path,
+                env: dict | None = None) -> VllmServer:
+    """The cell's vLLM server (not started: use it as a context manager)."""
+    server_cfg, srv = cell.server_config, config["server"]
+    target = server_cfg["target"]["name"]
+    target_dir = grid.model_dir(config, target)
+    spec = speculative_config(cell, config)
+
+    def build(port: int) -> list[str]:
+        return server_command(target_dir, target, srv["host"], port, server_cfg["args"], spec)
+
+    return VllmServer(build, host=srv["host"], log_path=server_log,
+                      env={**server_cfg["env"], **(env or {})},
+                      startup_timeout_s=srv["startup_timeout_s"],
+                      stop_timeout_s=srv["stop_timeout_s"])
+
+
+def point_argv(cell: grid.Cell, config: dict, server: VllmServer, concurrency: int,
+               min_tokens: int | None) -> list[str]:
+    """The load generator's arguments for one point of the cell against a running server."""
+    target = cell.server_config["target"]["name"]
+    return loadgen.loadgen_argv(
+        host=server.connect_host, port=server.port, served_name=target,
+        tokenizer=grid.model_dir(config, target), dataset_path=cell.workload["path"],
+        num_prompts=cell.workload["num_prompts"], concurrency=concurrency,
+        settings=cell.workload["loadgen"], shuffle=cell.workload["shuffle"],
+        min_tokens=min_tokens)
+
+
 def _measure(cell: grid.Cell, config: dict, plan: list[tuple[int, int]], context: dict):
     """Start the cell's server and yield ((concurrency, repeat), {record, detail}) for each
     point of `plan` that is not failed; a failed point stops the cell (CellError)."""
     log, server_log = context["log"], context["server_log"]
     server_cfg = cell.server_config
-    target = server_cfg["target"]["name"]
-    target_dir = grid.model_dir(config, target)
-    spec = speculative_config(cell, config)
-    settings = cell.workload["loadgen"]
-    srv = config["server"]
+    target_dir = grid.model_dir(config, server_cfg["target"]["name"])
     model_cards = {"target": {"path": target_dir, "card": models.read_card(target_dir)}}
     if server_cfg["draft"] is not None:
-        model_cards["draft"] = {"path": spec["model"], "card": models.read_card(spec["model"])}
-
-    def build(port: int) -> list[str]:
-        return server_command(target_dir, target, srv["host"], port, server_cfg["args"], spec)
-
-    with _signals_raise(), VllmServer(build, host=srv["host"], log_path=server_log,
-                                      env=server_cfg["env"],
-                                      startup_timeout_s=srv["startup_timeout_s"],
-                                      stop_timeout_s=srv["stop_timeout_s"]) as server:
+        draft_dir = grid.model_dir(config, server_cfg["draft"]["name"])
+        model_cards["draft"] = {"path": draft_dir, "card": models.read_card(draft_dir)}
+    held = context["slots"]
+    interval_s = config["cells"]["gpu_sample_interval_ms"] / 1000.0
+    with _signals_raise(), cell_server(cell, config, server_log, held.env) as server:
         print(f"[sdbench] cell {cell.cell_id}: server ready on port {server.port} after "
               f"{server.startup_s:.1f} s", file=log, flush=True)
         for concurrency, repeat in plan:
-            argv = loadgen.loadgen_argv(
-                host=server.connect_host, port=server.port,
-                served_name=target, tokenizer=target_dir, dataset_path=cell.workload["path"],
-                num_prompts=cell.workload["num_prompts"], concurrency=concurrency,
-                settings=settings, shuffle=cell.workload["shuffle"],
-                min_tokens=context["min_tokens"])
+            argv = point_argv(cell, config, server, concurrency, context["min_tokens"])
             started = _now()
             error = None
-            try:
-                result = loadgen.run_point(argv, log=log)
-            except Exception as exc:  # the load generator raises on a dead endpoint
-                result, error = {}, f"{type(exc).__name__}: {exc}"
+            with gpumon.GpuSampler(held.monitor_ids, interval_s=interval_s) as sampler:
+                try:
+                    result = loadgen.run_point(argv, log=log)
+                except Exception as exc:  # the load generator raises on a dead endpoint
+                    result, error = {}, f"{type(exc).__name__}: {exc}"
+                returned = time.perf_counter()
             if not server.alive():
                 seen = error or "the load generator raised no error"
                 error = (f"the vLLM server exited during the point ({seen}); last lines of "
                          f"{server_log}:\n{log_tail(server_log, 15)}")
             metrics, detail = loadgen.split_result(result)
+            window = gpumon.request_window(detail, returned, metrics.get("duration"))
+            metrics.update(sampler.window_metrics(*window, metrics.get("total_output_tokens")))
             status, reason = point_status(metrics, error, config["loadgen"]["max_failure_share"])
             record = {
                 "schema": RECORD_SCHEMA,
@@ -265,7 +290,8 @@ def _measure(cell: grid.Cell, config: dict, plan: list[tuple[int, int]], context
                 "error": reason or None,
                 "metrics": metrics,
                 "server": {"command": server.command, "port": server.port,
-                           "startup_s": server.startup_s, "log": str(server_log)},
+                           "startup_s": server.startup_s, "log": str(server_log),
+                           "gpus": held.gpu_ids, "placement": held.reason},
                 "loadgen": {"argv": argv},
                 "provenance": {**context["environment"], "models": model_cards,
                                "dataset": {"path": cell.workload["path"],

@@ -192,8 +192,9 @@ def check_installed(config: dict, root: str | Path = ".", source: str = "config"
         check_vocab(config, cell, root, features, source)
 
 
-def gpu_processes() -> list[dict]:
-    """Processes holding memory on the visible NVIDIA GPUs (NVML); [] without NVML."""
+def gpu_processes(indices: list[int] | None = None) -> list[dict]:
+    """Processes holding memory on NVIDIA GPUs `indices` (default: the visible ones; NVML
+    numbering); [] without NVML."""
     try:
         import pynvml
     except ImportError:
@@ -205,8 +206,9 @@ def gpu_processes() -> list[dict]:
     try:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         count = pynvml.nvmlDeviceGetCount()
-        indices = ([int(i) for i in visible.split(",") if i.strip().isdigit()]
-                   if visible else range(count))
+        if indices is None:
+            indices = ([int(i) for i in visible.split(",") if i.strip().isdigit()]
+                       if visible else range(count))
         found = []
         for index in indices:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)

@@ -131,9 +131,27 @@ def server_config(config: dict, target: str, method: str = VANILLA, k: int | Non
         "num_speculative_tokens": k,
         "draft": None if draft is None else model_identity(config, draft),
         "method_options": dict(options or {}),
-        "args": {**config["server"]["args"], **(args or {})},
+        "args": {**config["server"]["args"], **parallel_args(config, target), **(args or {})},
         "env": config["server"]["env"],
     }
+
+
+def parallel_args(config: dict, target: str) -> dict:
+    """The target's declared tensor parallelism as a server argument (none when 1, so that
+    single-GPU cells keep their ids)."""
+    tp = config["models"][target].get("tensor_parallel_size", 1)
+    return {} if tp == 1 else {"tensor_parallel_size": tp}
+
+
+PARALLEL_ARGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+
+
+def cell_gpus(server: dict) -> int:
+    """GPUs one cell's server takes: the product of its parallel sizes (at least 1)."""
+    n = 1
+    for key in PARALLEL_ARGS:
+        n *= int(server["args"].get(key) or 1)
+    return n
 
 
 def cell_id_of(server: dict, workload: dict) -> str:

@@ -244,8 +244,37 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
         "acceptance %": points.get("spec_decode_acceptance_rate_mean"),
         "acceptance length": points.get("spec_decode_acceptance_length_mean"),
         "efficiency": points.get("efficiency"),
+        "mJ / output token": (points["energy_per_output_token_j_mean"] * 1000
+                              if "energy_per_output_token_j_mean" in points else np.nan),
         "cell": points["cell_id"]})
     return out.reset_index(drop=True)
+
+
+def stat_text(row, metric: str, scale: float = 1.0, unit: str = "") -> str:
+    """A STAT_COLUMNS metric of a point as 'mean [low, high]' (× scale)."""
+    values = [row.get(f"{metric}_{part}", np.nan) for part in ("mean", "ci_low", "ci_high")]
+    return with_interval(*(v * scale if pd.notna(v) else np.nan for v in values), unit)
+
+
+def energy_table(points: pd.DataFrame, round_name: str | None = None) -> pd.DataFrame:
+    """Energy per output token next to speedup, for every point with GPU readings (NVML):
+    empty when none has them (CPU serving)."""
+    part = points if round_name is None else points[points["round"] == round_name]
+    column = "energy_per_output_token_j_mean"
+    if column not in part or part[column].isna().all():
+        return pd.DataFrame()
+    part = part[part[column].notna()]
+    return pd.DataFrame({
+        "target": part["target"], "workload": part["workload"],
+        "setting": part.get("setting"), "method": part["speculator"],
+        "k": part["k"].astype("Int64"), "concurrency": part["concurrency"],
+        "speedup": [speedup_text(r) for _, r in part.iterrows()],
+        "energy / output token": [stat_text(r, "energy_per_output_token_j", 1000, " mJ")
+                                  for _, r in part.iterrows()],
+        "energy gain": [stat_text(r, "energy_gain", unit="×") for _, r in part.iterrows()],
+        "avg power": [stat_text(r, "gpu_avg_power_w", unit=" W") for _, r in part.iterrows()],
+        "GPU util": [stat_text(r, "gpu_util_pct", unit=" %") for _, r in part.iterrows()],
+    }).reset_index(drop=True)
 
 
 def provenance_table(frame: pd.DataFrame) -> pd.DataFrame:

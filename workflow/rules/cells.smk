@@ -15,7 +15,9 @@ rule cell:
         server="logs/cells/{cell_id}.server.log",
     threads: CELL_THREADS
     resources:
-        gpu=config["cells"]["gpus"],
+        gpu=lambda wc: grid.cell_gpus(CELLS[wc.cell_id].server_config),
+        runtime=config["cells"]["runtime"],
+        mem_mb=config["cells"]["mem_mb"],
     conda:
         ENV
     script:
@@ -37,7 +39,9 @@ rule dynamic_k_cell:
         server="logs/derived/{target}/{workload}/{speculator}.server.log",
     threads: CELL_THREADS
     resources:
-        gpu=config["cells"]["gpus"],
+        gpu=lambda wc: grid.cell_gpus(grid.server_config(config, wc.target)),
+        runtime=config["cells"]["runtime"],
+        mem_mb=config["cells"]["mem_mb"],
     conda:
         ENV
     script:
