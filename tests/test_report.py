@@ -1,5 +1,8 @@
 import json
 import re
+from pathlib import Path
+
+import pytest
 
 from sdbench import plots
 from sdbench.aggregate import aggregate_points, apply_index, summarize, write_summary
@@ -75,3 +78,29 @@ def test_index_lists_cells_with_status_and_problems(tmp_path, demo_config):
     assert "exited with code 1 during start-up" in problems
     assert "3 of 8 requests failed" in problems and "concurrency 4" in problems
     assert cells[1].cell_id in problems  # the interrupted one
+
+
+def test_a_kernel_that_dies_at_start_is_started_again(tmp_path, monkeypatch):
+    import papermill
+
+    from sdbench import report
+
+    calls = []
+
+    def flaky(notebook, output, **kwargs):
+        calls.append(output)
+        if len(calls) == 1:  # two kernels raced for a port
+            raise RuntimeError("Kernel died before replying to kernel_info")
+        Path(output).write_text("{}")
+
+    monkeypatch.setattr(papermill, "execute_notebook", flaky)
+    report.execute_notebook("nb.ipynb", tmp_path / "out.ipynb", {})
+    assert len(calls) == 2 and (tmp_path / "out.ipynb").read_text() == "{}"
+
+    def broken(notebook, output, **kwargs):
+        raise RuntimeError("Kernel died before replying to kernel_info")
+
+    monkeypatch.setattr(papermill, "execute_notebook", broken)
+    with pytest.raises(RuntimeError, match="Kernel died"):
+        report.execute_notebook("nb.ipynb", tmp_path / "other.ipynb", {})
+    assert not (tmp_path / "other.ipynb").exists()

@@ -70,9 +70,20 @@ def run_point(argv: list[str], log: io.TextIOBase | None = None) -> dict[str, An
         return serve.main(args)
 
 
+def with_latencies(detail: dict[str, list]) -> dict[str, list]:
+    """The detail with per-request end-to-end `latencies`: vLLM before 0.27 does not save them,
+    so they are derived as time to first token + the inter-token gaps (the time the last token
+    arrived), 0 for failed requests as vLLM itself writes."""
+    if "latencies" in detail or "ttfts" not in detail or "itls" not in detail:
+        return detail
+    return {**detail, "latencies": [(ttft or 0.0) + sum(itl or []) if ttft else 0.0
+                                    for ttft, itl in zip(detail["ttfts"], detail["itls"],
+                                                         strict=True)]}
+
+
 def split_result(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list]]:
     """(scalar metrics, per-request detail). Non-finite floats become None (valid JSON)."""
-    detail = {k: result[k] for k in DETAIL_FIELDS if k in result}
+    detail = with_latencies({k: result[k] for k in DETAIL_FIELDS if k in result})
     metrics: dict[str, Any] = {}
     for key, value in result.items():
         if key in detail:

@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .loadgen import with_latencies
+
 
 def read_details(path: str | Path) -> dict[str, dict[tuple[int, int], dict]]:
     """Per-request detail of a cell file: {cell_id: {(concurrency, repeat): detail}}."""
@@ -30,7 +32,7 @@ def read_details(path: str | Path) -> dict[str, dict[tuple[int, int], dict]]:
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         for detail in map(json.loads, fh):
             out.setdefault(detail["cell_id"], {})[
-                (detail["concurrency"], detail.get("repeat", 0))] = detail
+                (detail["concurrency"], detail.get("repeat", 0))] = with_latencies(detail)
     return out
 
 

@@ -19,14 +19,29 @@ from .grid import Cell
 OFFLINE_TEMPLATE = REPO_ROOT / "workflow" / "notebooks" / "templates" / "offline.html.j2"
 
 
+KERNEL_START_ATTEMPTS = 3
+
+
 def execute_notebook(notebook: str | Path, executed: str | Path, parameters: dict,
                      cwd: str | Path = ".") -> None:
+    """Run the notebook with papermill. A kernel that dies before it answers is started again:
+    jupyter_client picks the kernel's TCP ports by binding and releasing them, so kernels
+    started at the same moment (several reports rendered in parallel) can lose a port race
+    ("Address already in use", seen on a 32-core GPU host)."""
     import papermill
 
-    with atomic_path(executed) as tmp:
-        papermill.execute_notebook(str(notebook), str(tmp), parameters=parameters,
-                                   cwd=str(cwd), progress_bar=False, kernel_name="python3",
-                                   log_output=False)
+    for attempt in range(1, KERNEL_START_ATTEMPTS + 1):
+        try:
+            with atomic_path(executed) as tmp:
+                papermill.execute_notebook(str(notebook), str(tmp), parameters=parameters,
+                                           cwd=str(cwd), progress_bar=False,
+                                           kernel_name="python3", log_output=False)
+            return
+        except RuntimeError as exc:
+            if "Kernel died before replying" not in str(exc) or attempt == KERNEL_START_ATTEMPTS:
+                raise
+            print(f"report: the notebook kernel died at start ({exc}); attempt {attempt + 1} "
+                  f"of {KERNEL_START_ATTEMPTS}", file=sys.stderr)
 
 
 def notebook_to_html(executed: str | Path, html_out: str | Path, title: str) -> None:
