@@ -1,7 +1,8 @@
 # Speculative-decoding benchmark workflow for vLLM.
 #
-#   snakemake --cores all --resources gpu=1                                 # the real study
+#   snakemake --cores all --resources gpu=N                                 # the real study
 #   snakemake --cores all --resources gpu=1 --configfile config/demo.yaml   # the CPU demo
+#   snakemake --profile workflow/profiles/slurm                             # on SLURM
 #
 # A --configfile replaces config/config.yaml (it is not merged into it).
 
@@ -16,6 +17,16 @@ include: "workflow/rules/models.smk"
 include: "workflow/rules/cells.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/reports.smk"
+
+
+# under a cluster executor these run on the submitting node: downloads need its network, the
+# summary and the reports take seconds
+localrules:
+    all,
+    fetch_source,
+    summary,
+    report,
+    index,
 
 
 onstart:

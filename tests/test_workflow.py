@@ -1,6 +1,6 @@
 """The workflow plans correctly (dry runs) and passes snakemake --lint."""
 
-from workflow_helpers import REPO, job_counts, snakemake
+from workflow_helpers import REPO, SNAKEMAKE, job_counts, snakemake
 
 
 def test_lint_is_clean():
@@ -59,3 +59,35 @@ def test_bad_config_fails_before_any_job(tmp_path):
     result = snakemake("-n", workdir=tmp_path, configfile=bad, timeout=300)
     assert result.returncode != 0
     assert "round1.targets[0] = 'smollm2-1b'" in result.stderr + result.stdout
+
+
+def test_slurm_profile_plans_gpu_runtime_and_memory_per_cell(tmp_path):
+    import re
+    import subprocess
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    # as the README runs it: no --resources (Snakemake would cap each job's gpu to N)
+    result = subprocess.run(
+        [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n", "--profile",
+         str(REPO / "workflow" / "profiles" / "slurm"), "--configfile",
+         str(REPO / "config" / "config.yaml")], capture_output=True, text=True, timeout=300,
+        cwd=REPO)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert job_counts(out)["cell"] == 7 * 11 + 12 * 18 * 2 + (1 + 4) + 3 * 2
+    gpus_by_target = {}
+    for block in out.split("rule cell:")[1:]:
+        target = re.search(r"resources/models/([\w.\-]+)", block).group(1)
+        resources = dict(re.findall(r"(\w+)=([^,\s]+)", block.split("resources:", 1)[1]
+                                    .splitlines()[0]))
+        assert resources["runtime"] == "240" and resources["mem_mb"] == "64000"
+        gpus_by_target.setdefault(target, set()).add(int(resources["gpu"]))
+    assert gpus_by_target["qwen2.5-72b-instruct"] == {4}
+    assert gpus_by_target["qwen2.5-32b-instruct"] == {2}
+    assert gpus_by_target["qwen2.5-7b-instruct"] == {1}
+    # the plugin turns a cell's gpu resource into the job's GPU request
+    job = SimpleNamespace(resources=SimpleNamespace(
+        get=lambda key, default=None: {"gpu": 4}.get(key, default), gpu=4))
+    assert set_gres_string(job).strip() == "--gpus=4"
