@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# On a GPU host: run the GPU smoke study, then the workflow's own validation measurements
+# (docs/validation.md). Needs vLLM (CUDA build), snakemake and papermill importable by $PYTHON
+# and Spec-Bench's question.jsonl at data/local/spec_bench/question.jsonl for `validate`.
+#
+#   scripts/gpu_run.sh smoke       snakemake on config/gpu-smoke.yaml, every GPU of the host
+#   scripts/gpu_run.sh validate    overhead, fidelity and cold/warm start-up -> results/validation
+#   scripts/gpu_run.sh all         both
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+GPUS=${GPUS:-$(nvidia-smi -L | wc -l)}
+OUT=results/validation
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+mkdir -p logs "$OUT"
+stamp() { echo "[gpu_run $(date +%T)] $*"; }
+
+smoke() {
+  stamp "smoke: snakemake --resources gpu=$GPUS on config/gpu-smoke.yaml"
+  local t0=$SECONDS
+  "$PYTHON" -m snakemake --cores all --resources gpu="$GPUS" --configfile config/gpu-smoke.yaml \
+    --keep-going > logs/gpu-smoke.snakemake.log 2>&1
+  stamp "smoke: exit $? after $((SECONDS - t0)) s"
+}
+
+validate() {
+  local cfg=config/gpu-validation.yaml
+  "$PYTHON" -m snakemake data/processed/spec_bench/all.jsonl resources/models/smollm2-135m \
+    --cores all --configfile $cfg > logs/gpu-validation.snakemake.log 2>&1 || { stamp "data/model build failed"; return 1; }
+  local cells spec base
+  cells=$("$PYTHON" -m sdbench.cell --config $cfg --list)
+  spec=$(awk '/^[0-9a-f]+ +ngram/{print $1}' <<< "$cells")
+  base=$(awk '/^[0-9a-f]+ +vanilla/{print $1}' <<< "$cells")
+  stamp "validate: cells ngram=$spec vanilla=$base"
+  "$PYTHON" -m sdbench.validation startup --config $cfg --cell "$spec" --out $OUT/startup.json \
+    > logs/gpu-validation.startup.log 2>&1; stamp "startup: exit $?"
+  "$PYTHON" -m sdbench.validation overhead --config $cfg --cell "$spec" --out $OUT/overhead.json \
+    > logs/gpu-validation.overhead.log 2>&1; stamp "overhead: exit $?"
+  "$PYTHON" -m sdbench.validation fidelity --config $cfg --cell "$base" --concurrency 16 \
+    --repeats 3 --out $OUT/fidelity.json > logs/gpu-validation.fidelity.log 2>&1
+  stamp "fidelity: exit $?"
+}
+
+case "${1:-all}" in
+  smoke) smoke ;;
+  validate) validate ;;
+  all) smoke; validate ;;
+  *) echo "usage: $0 smoke|validate|all" >&2; exit 2 ;;
+esac
