@@ -104,3 +104,33 @@ def test_a_kernel_that_dies_at_start_is_started_again(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="Kernel died"):
         report.execute_notebook("nb.ipynb", tmp_path / "other.ipynb", {})
     assert not (tmp_path / "other.ipynb").exists()
+
+
+def test_energy_per_token_is_paired_with_its_baseline_and_shown_next_to_speedup(tmp_path):
+    rows = []
+    for repeat, noise in ((0, 1.0), (1, 1.1)):
+        base = record("base", "vanilla", 1, 100.0, repeat=repeat)
+        spec = record("ng", "ngram", 1, 150.0, baseline="base", k=2, repeat=repeat)
+        # GPU readings: speculation uses 0.2 J per token, no speculation 0.3 (x noise)
+        base["metrics"].update(energy_per_output_token_j=0.3 * noise, gpu_avg_power_w=200.0,
+                               gpu_util_pct=80.0)
+        spec["metrics"].update(energy_per_output_token_j=0.2 * noise, gpu_avg_power_w=210.0,
+                               gpu_util_pct=60.0)
+        rows += [base, spec]
+    write_jsonl(tmp_path / "cells.jsonl", rows)
+    points = aggregate_points(apply_index(summarize([tmp_path / "cells.jsonl"]), None))
+    spec_point = points[points["speculator"] == "ngram"].iloc[0]
+    assert spec_point["energy_gain_mean"] == pytest.approx(1.5)
+    table = plots.energy_table(points)
+    row = table[table["method"] == "ngram"].iloc[0]
+    assert row["speedup"].startswith("1.50×")
+    assert row["energy / output token"].startswith("210.00 mJ [")
+    assert row["energy gain"] == "1.50× [1.50, 1.50]"
+    # CPU records carry no readings: no table, and no zero anywhere
+    for r in rows:
+        for key in ("energy_per_output_token_j", "gpu_avg_power_w", "gpu_util_pct"):
+            r["metrics"][key] = None
+    write_jsonl(tmp_path / "cpu.jsonl", rows)
+    cpu = aggregate_points(apply_index(summarize([tmp_path / "cpu.jsonl"]), None))
+    assert plots.energy_table(cpu).empty
+    assert cpu["energy_gain_mean"].isna().all()

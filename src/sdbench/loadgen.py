@@ -71,9 +71,9 @@ def run_point(argv: list[str], log: io.TextIOBase | None = None) -> dict[str, An
 
 
 def with_latencies(detail: dict[str, list]) -> dict[str, list]:
-    """The detail with per-request end-to-end `latencies`: vLLM before 0.27 does not save them,
-    so they are derived as time to first token + the inter-token gaps (the time the last token
-    arrived), 0 for failed requests as vLLM itself writes."""
+    """The detail with per-request end-to-end `latencies`: vLLM 0.26 does not save them (0.32
+    does), so they are derived as time to first token + the inter-token gaps (the time the last
+    token arrived), 0 for failed requests as vLLM itself writes."""
     if "latencies" in detail or "ttfts" not in detail or "itls" not in detail:
         return detail
     return {**detail, "latencies": [(ttft or 0.0) + sum(itl or []) if ttft else 0.0

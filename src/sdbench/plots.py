@@ -256,10 +256,9 @@ def stat_text(row, metric: str, scale: float = 1.0, unit: str = "") -> str:
     return with_interval(*(v * scale if pd.notna(v) else np.nan for v in values), unit)
 
 
-def energy_table(points: pd.DataFrame, round_name: str | None = None) -> pd.DataFrame:
+def energy_table(part: pd.DataFrame) -> pd.DataFrame:
     """Energy per output token next to speedup, for every point with GPU readings (NVML):
     empty when none has them (CPU serving)."""
-    part = points if round_name is None else points[points["round"] == round_name]
     column = "energy_per_output_token_j_mean"
     if column not in part or part[column].isna().all():
         return pd.DataFrame()
