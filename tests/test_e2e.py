@@ -120,8 +120,12 @@ def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run):
     spec = points[points["method"] != "vanilla"]
     assert (spec["speedup_ci_low"] <= spec["speedup_mean"]).all()
     assert (spec["speedup_mean"] <= spec["speedup_ci_high"]).all()
-    assert spec["efficiency"].notna().all()
     derived = points[points["setting"] == "derived dynamic K"]
+    assert spec.loc[~spec.index.isin(derived.index), "efficiency"].notna().all()
+    # the derived schedule may switch speculation off at every level (no k beat no speculation
+    # on this CPU): then there is no acceptance length and no efficiency, never a made-up one
+    measured = spec["spec_decode_acceptance_length_mean"].notna()
+    assert spec["efficiency"].notna().eq(measured).all()
     assert len(derived) == 2 and derived["speedup_mean"].notna().all()
     round2 = points[(points["round"] == "round2") & (points["method"] != "vanilla")]
     assert round2["acceptance_efficiency"].between(0, 1).all() and len(round2) == 3 * 2
