@@ -186,8 +186,7 @@ def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
         with slots.held(grid.cell_gpus(cell.server_config), label=f"cell {cell.cell_id}",
                         timeout_s=config["cells"]["slot_timeout_s"]) as held:
             print(f"[sdbench] cell {cell.cell_id}: {held.reason}", file=log, flush=True)
-            leftovers = checks.leftover_vllm_processes(
-                checks.gpu_processes(held.gpu_ids or None))
+            leftovers = checks.leftover_vllm_processes(checks.gpu_processes(held.monitor_ids))
             if leftovers:
                 raise CellError(
                     "vLLM processes of an earlier run still hold the GPU: "

@@ -24,6 +24,7 @@ import psutil
 from . import grid
 from .config import ROUNDS, VANILLA, ConfigError
 from .files import atomic_write_json
+from .gpumon import nvml_session
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,32 +193,16 @@ def check_installed(config: dict, root: str | Path = ".", source: str = "config"
         check_vocab(config, cell, root, features, source)
 
 
-def gpu_processes(indices: list[int] | None = None) -> list[dict]:
-    """Processes holding memory on NVIDIA GPUs `indices` (default: the visible ones; NVML
-    numbering); [] without NVML."""
-    try:
-        import pynvml
-    except ImportError:
-        return []
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # no NVIDIA driver
-        return []
-    try:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        count = pynvml.nvmlDeviceGetCount()
-        if indices is None:
-            indices = ([int(i) for i in visible.split(",") if i.strip().isdigit()]
-                       if visible else range(count))
-        found = []
-        for index in indices:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+def gpu_processes(indices: list[int]) -> list[dict]:
+    """Processes holding memory on NVIDIA GPUs `indices` (NVML numbering); [] without NVML."""
+    found = []
+    with nvml_session() as nvml:
+        for index in indices if nvml is not None else []:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
                 found.append({"gpu": index, "pid": proc.pid,
                               "used_memory": getattr(proc, "usedGpuMemory", None)})
-        return found
-    finally:
-        pynvml.nvmlShutdown()
+    return found
 
 
 def leftover_vllm_processes(holders: list[dict]) -> list[dict]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ def empty(reason: str) -> dict[str, Any]:
 
 
 def _load_nvml():
+    """(pynvml initialised, "") or (None, why not); the caller shuts it down."""
     try:
         import pynvml
     except ImportError:
@@ -40,6 +42,19 @@ def _load_nvml():
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         return None, f"NVML unavailable ({type(exc).__name__})"
     return pynvml, ""
+
+
+@contextlib.contextmanager
+def nvml_session() -> Iterator[Any]:
+    """pynvml, initialised for the block and shut down after it; None without an NVIDIA
+    driver or without nvidia-ml-py (CPU serving)."""
+    nvml, _ = _load_nvml()
+    try:
+        yield nvml
+    finally:
+        if nvml is not None:
+            with contextlib.suppress(Exception):
+                nvml.nvmlShutdown()
 
 
 class GpuSampler:

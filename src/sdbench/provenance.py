@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import platform
 import shutil
@@ -11,6 +12,7 @@ from functools import cache
 from pathlib import Path
 
 from . import __version__
+from .gpumon import nvml_session
 
 
 def _dist_version(name: str) -> str | None:
@@ -47,23 +49,16 @@ def cpu_model() -> str | None:
 
 def gpus() -> list[dict]:
     """NVIDIA GPUs through NVML (no CUDA context is created), else nvidia-smi, else []."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            driver = pynvml.nvmlSystemGetDriverVersion()
+    with nvml_session() as nvml, contextlib.suppress(Exception):  # a failed read: nvidia-smi
+        if nvml is not None:
+            driver = nvml.nvmlSystemGetDriverVersion()
             out = []
-            for i in range(pynvml.nvmlDeviceGetCount()):
-                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-                mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-                out.append({"index": i, "name": pynvml.nvmlDeviceGetName(handle),
+            for i in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(i)
+                mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+                out.append({"index": i, "name": nvml.nvmlDeviceGetName(handle),
                             "memory_total_bytes": mem.total, "driver": driver})
             return out
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no NVML library or no NVIDIA driver
-        pass
     if shutil.which("nvidia-smi"):
         try:
             text = subprocess.run(

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .gpumon import nvml_session
+
 LOCK_DIR = ".sdbench/gpu-slots"
 SCHEDULER_VARIABLES = ("SLURM_JOB_ID",)
 
@@ -49,18 +51,8 @@ def visible_gpu_ids(environ: dict | None = None,
 
 
 def nvml_device_count() -> int:
-    try:
-        import pynvml
-    except ImportError:
-        return 0
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return 0
-    try:
-        return pynvml.nvmlDeviceGetCount()
-    finally:
-        pynvml.nvmlShutdown()
+    with nvml_session() as nvml:
+        return 0 if nvml is None else nvml.nvmlDeviceGetCount()
 
 
 @dataclass
