@@ -146,8 +146,8 @@ class GpuSampler:
                 energy_j += float(np.trapezoid(np.interp(grid, times, power), grid))
                 sources.add("power_integral")
         inside = (times >= start) & (times <= end)
-        if not inside.any():  # a window shorter than the sampling interval
-            inside = np.abs(times - (start + end) / 2) == np.abs(times - (start + end) / 2).min()
+        if not inside.any():  # a window shorter than the sampling interval: the nearest sample
+            inside[np.argmin(np.abs(times - (start + end) / 2))] = True
         power_total = np.array([sum(s[2]) for s in self.samples])[inside]
         util = np.array([np.mean(s[3]) for s in self.samples])[inside]
         mem = np.array([np.mean(s[4]) for s in self.samples])[inside]

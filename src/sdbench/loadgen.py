@@ -76,7 +76,7 @@ def with_latencies(detail: dict[str, list]) -> dict[str, list]:
     token arrived), 0 for failed requests as vLLM itself writes."""
     if "latencies" in detail or "ttfts" not in detail or "itls" not in detail:
         return detail
-    return {**detail, "latencies": [(ttft or 0.0) + sum(itl or []) if ttft else 0.0
+    return {**detail, "latencies": [ttft + sum(itl or []) if ttft else 0.0
                                     for ttft, itl in zip(detail["ttfts"], detail["itls"],
                                                          strict=True)]}
 

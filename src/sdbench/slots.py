@@ -78,11 +78,15 @@ class Slots:
                 "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
     def release(self) -> None:
-        for handle in self._handles:
-            with contextlib.suppress(OSError):
-                fcntl.flock(handle, fcntl.LOCK_UN)
-            handle.close()
+        _unlock(self._handles)
         self._handles.clear()
+
+
+def _unlock(handles: list) -> None:
+    for handle in handles:
+        with contextlib.suppress(OSError):
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
 
 
 def _try_lock(path: Path):
@@ -120,7 +124,7 @@ def acquire(n: int, *, lock_dir: str | Path = LOCK_DIR, environ: dict | None = N
     if not ids:
         return Slots([], "no pinning: no NVIDIA GPU visible (CPU serving)")
     if n > len(ids):
-        raise SlotError(f"{label} needs {n} GPUs (tensor_parallel_size x pipeline_parallel_size) "
+        raise SlotError(f"{label} needs {n} GPUs (tensor x pipeline x data parallel size) "
                         f"but this host exposes {len(ids)}: {ids}")
     folder = Path(lock_dir) / socket.gethostname()
     folder.mkdir(parents=True, exist_ok=True)
@@ -135,7 +139,7 @@ def acquire(n: int, *, lock_dir: str | Path = LOCK_DIR, environ: dict | None = N
                 if len(taken) == n:
                     return Slots(taken, f"pinned to GPU {','.join(map(str, taken))} of {ids}",
                                  handles)
-        Slots(taken, "", handles).release()
+        _unlock(handles)  # not enough free: take none, try again
         if time.monotonic() >= deadline:
             raise SlotError(
                 f"{label}: {n} of the GPUs {ids} were not free for {timeout_s:.0f} s (lock files "
