@@ -48,6 +48,7 @@ def _with_models(tmp_path, demo_config_raw, target_vocab, draft_vocab, options=N
     raw["round1"]["methods"] = [{"method": "draft_model", "draft": "d", "k": [2],
                                  "options": options or {}}]
     raw["dynamic_k"] = []
+    del raw["round1"]["offline"], raw["round1"]["transformers"]
     config = validate_config(raw)
     cell = next(c for c in grid.all_cells(config) if not c.is_baseline)
     return config, cell

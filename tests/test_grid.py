@@ -13,12 +13,28 @@ def cells_of(raw):
 def test_demo_grid_shape(demo_config):
     cells = grid.all_cells(demo_config)
     rounds = {r: [c for c in cells if c.round == r] for r in grid.ROUNDS}
-    # round 1: vanilla + ngram k=2,4; round 2: (vanilla + draft k=3) x 3 targets x 2 buckets;
-    # round 3: one vanilla shared by the two speculative-only settings
-    assert [len(rounds[r]) for r in grid.ROUNDS] == [3, 12, 3]
-    assert len({c.cell_id for c in cells}) == 18
-    assert {c.speculator for c in cells} == {"vanilla", "ngram", "draft-6l"}
-    assert all(c.concurrency == (1, 4) for c in cells)
+    # round 1: server cells vanilla, ngram k=2,4, the draft and the EAGLE head (k=3); offline
+    # vanilla + ngram k=4; Transformers vanilla + ngram and the draft (k=3); round 2: (vanilla
+    # + draft k=3) x 3 targets x 2 buckets; round 3: one vanilla shared by the two
+    # speculative-only settings
+    assert [len(rounds[r]) for r in grid.ROUNDS] == [5 + 2 + 3, 12, 3]
+    assert len({c.cell_id for c in cells}) == 25
+    assert {c.speculator for c in cells} == {"vanilla", "ngram", "draft-6l", "eagle-untrained"}
+    engines = {e: [c for c in rounds["round1"] if c.engine == e]
+               for e in ("serve", "offline", "transformers")}
+    assert [len(engines[e]) for e in engines] == [5, 2, 3]
+    assert all(c.concurrency == (1, 4) for c in cells if c.engine != "transformers")
+    assert all(c.concurrency == (1,) for c in engines["transformers"])
+    # every round 1 cell is paired with vanilla of its own engine (and target)
+    by_id = {c.cell_id: c for c in cells}
+    for cell in rounds["round1"]:
+        if not cell.is_baseline:
+            base = by_id[cell.baseline_cell_id]
+            assert base.is_baseline and base.engine == cell.engine
+    # open-loop points are in the server cells only
+    assert {c.request_rates for c in engines["serve"]} == {(2,)}
+    assert {c.request_rates for c in engines["offline"] + engines["transformers"]} == {()}
+    assert [p["mode"] for p in engines["serve"][0].load_points()] == ["concurrency"] * 2 + ["rate"]
     assert {c.server_config["target"]["quantization"] for c in rounds["round2"]} == {
         None, "gptq", "awq"}
     spec3 = [c for c in rounds["round3"] if not c.is_baseline]
@@ -85,7 +101,10 @@ def test_server_args_and_model_source_are_part_of_the_identity(demo_config_raw):
     before = {c.cell_id for c in cells_of(demo_config_raw)}
     changed = copy.deepcopy(demo_config_raw)
     changed["server"]["args"]["max_model_len"] = 2048
-    assert before.isdisjoint({c.cell_id for c in cells_of(changed)})
+    # (Transformers cells take no vLLM server arguments: they keep their ids)
+    hf = {c.cell_id for c in cells_of(demo_config_raw) if c.engine == "transformers"}
+    assert (before - hf).isdisjoint({c.cell_id for c in cells_of(changed)})
+    assert hf <= {c.cell_id for c in cells_of(changed)}
     # the draft is cut from the target: changing the target's source changes draft cells too
     changed = copy.deepcopy(demo_config_raw)
     changed["models"]["smollm2-135m"]["source"]["file"] = "other.gguf"
@@ -113,7 +132,7 @@ def test_a_bucket_change_only_touches_that_bucket(demo_config_raw):
         grid.subset_definition(after, "cnn_dm_news_summary", "0.5k")
     ids = {c.cell_id: c.workload["name"] for c in grid.all_cells(before)}
     kept = {c.cell_id for c in grid.all_cells(after)} & set(ids)
-    assert {ids[i] for i in kept} == {"news_0.25k"} and len(kept) == 3
+    assert {ids[i] for i in kept} == {"news_0.25k"} and len(kept) == 10
 
 
 def test_duplicate_cells_are_refused(demo_config_raw):

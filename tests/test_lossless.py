@@ -57,7 +57,7 @@ def test_points_with_other_prompts_are_not_compared(tmp_path):
     write_details(tmp_path / "base.gz", "base", {(1, 0): ["a"]})
     write_details(tmp_path / "ng.gz", "ng", {(1, 0): ["a"]})
     details = {**read_details(tmp_path / "base.gz"), **read_details(tmp_path / "ng.gz")}
-    details["ng"][(1, 0)]["input_lens"] = [11]
+    details["ng"][(1, None, 0)]["input_lens"] = [11]
     frame = add_speedups(records_frame([record("base", "vanilla", 1, 1.0),
                                         record("ng", "ngram", 1, 1.0, baseline="base", k=2)]))
     result = lossless_columns(frame, details, {"t": encode}).set_index("cell_id")

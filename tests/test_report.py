@@ -65,7 +65,7 @@ def test_index_lists_cells_with_status_and_problems(tmp_path, demo_config):
     (tmp_path / f"{cells[2].cell_id}.error.json").write_text(json.dumps(
         {"error": "ServerError: vLLM server exited with code 1 during start-up"}))
     out = tmp_path / "index.html"
-    invalid = {"cell_id": cells[0].cell_id, "status": "invalid", "concurrency": 4,
+    invalid = {"cell_id": cells[0].cell_id, "status": "invalid", "level": "concurrency 4",
                "label": cells[0].label, "error": "3 of 8 requests failed"}
     write_index("demo", {"Round 1": "round1.html"},
                 [(c, tmp_path / f"{c.cell_id}.jsonl") for c in cells], out, [invalid])

@@ -22,7 +22,10 @@ import pandas as pd
 from .files import atomic_path, read_jsonl
 from .grid import requests_output
 
-KEY = ["cell_id", "concurrency", "repeat"]
+# a point: closed-loop concurrency (batch size for offline / Transformers cells) or open-loop
+# request rate (concurrency empty)
+LEVEL = ["concurrency", "request_rate"]
+KEY = ["cell_id", *LEVEL, "repeat"]
 # metric -> (column in the summary, higher is better?)
 SPEEDUPS = {
     "speedup": ("total_token_throughput", True),
@@ -51,7 +54,11 @@ def _row(record: dict) -> dict:
         "dataset": workload["dataset"],
         "subset": workload["subset"],
         "num_prompts": workload["num_prompts"],
+        "engine": record.get("engine", "serve"),
+        "load": (record.get("load") or {}).get("mode", "concurrency"),
         "concurrency": record["concurrency"],
+        "request_rate": record.get("request_rate"),
+        "burstiness": (record.get("load") or {}).get("burstiness"),
         "repeat": record["repeat"],
         "status": record["status"],
         "error": record["error"],
@@ -69,7 +76,7 @@ def _row(record: dict) -> dict:
         "dataset_sha256": prov["dataset"]["sha256"],
         "started_at": prov["started_at"],
         "finished_at": prov["finished_at"],
-        "server_startup_s": record["server"]["startup_s"],
+        "server_startup_s": record["server"].get("startup_s"),
         "spec_options": json.dumps(server.get("method_options") or {}, sort_keys=True),
         "server_args": json.dumps(server.get("args") or {}, sort_keys=True),
     }
@@ -83,10 +90,12 @@ def _row(record: dict) -> dict:
 def records_frame(records: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame([_row(r) for r in records])
     frame["k"] = frame["k"].astype("Int64")  # integer, empty for vanilla
+    frame["concurrency"] = frame["concurrency"].astype("Int64")  # empty for rate points
+    frame["request_rate"] = frame["request_rate"].astype(float)
     duplicated = frame.duplicated(KEY, keep=False)
     if duplicated.any():
         dups = frame.loc[duplicated, KEY].drop_duplicates().to_dict("records")
-        raise ValueError(f"several records for the same (cell, concurrency, repeat): {dups}")
+        raise ValueError(f"several records for the same (cell, level, repeat): {dups}")
     return frame
 
 
@@ -104,7 +113,7 @@ def add_speedups(frame: pd.DataFrame) -> pd.DataFrame:
     own = frame["baseline_cell_id"].fillna(frame["cell_id"])
     merged = frame.assign(_base=own).merge(
         base.rename(columns={"baseline_cell_id": "_base"}),
-        on=["_base", "concurrency", "repeat"], how="left", validate="many_to_one")
+        on=["_base", *LEVEL, "repeat"], how="left", validate="many_to_one")
     for name, (column, higher_is_better) in SPEEDUPS.items():
         value, baseline = merged[column].astype(float), merged[f"baseline_{column}"].astype(float)
         ratio = value / baseline if higher_is_better else baseline / value
@@ -143,8 +152,9 @@ def summarize(cell_files: list[str | Path], partial_files: list[str | Path] = ()
     if max_failure_share is not None and "failure_share" in frame:
         frame = apply_failure_threshold(frame, max_failure_share)
     frame = add_speedups(frame)
-    return frame.sort_values(["round", "target", "workload", "method", "k", "concurrency",
-                              "repeat"], na_position="first").reset_index(drop=True)
+    return frame.sort_values(["round", "target", "workload", "engine", "method", "k", "load",
+                              "concurrency", "request_rate", "repeat"],
+                             na_position="first").reset_index(drop=True)
 
 
 def write_summary(frame: pd.DataFrame, parquet: str | Path, csv: str | Path) -> None:
@@ -156,7 +166,7 @@ def write_summary(frame: pd.DataFrame, parquet: str | Path, csv: str | Path) -> 
 
 POINT_KEYS = ["round", "setting", "cell_id", "speculator", "method", "k", "target",
               "quantization", "full_precision", "draft", "workload", "dataset", "subset",
-              "concurrency", "baseline_cell_id"]
+              "engine", "load", "concurrency", "request_rate", "baseline_cell_id"]
 # statistics over repeats: mean, std, 95 % interval
 STAT_COLUMNS = ["total_token_throughput", "output_throughput", "mean_tpot_ms", "mean_ttft_ms",
                 "speedup", "output_speedup", "tpot_speedup", "spec_decode_acceptance_rate",
@@ -216,7 +226,8 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
         points["efficiency"] = (points["speedup_mean"]
                                 / points["spec_decode_acceptance_length_mean"])
     points["k"] = points["k"].astype("Int64")
-    return points.sort_values(["round", "target", "workload", "method", "k", "concurrency"],
+    return points.sort_values(["round", "target", "workload", "engine", "method", "k", "load",
+                               "concurrency", "request_rate"],
                               na_position="first").reset_index(drop=True)
 
 

@@ -98,6 +98,8 @@ def derive_schedule(points: pd.DataFrame, target: str, workload: str,
     where no k beats 1. Ranges are inclusive and start at 1; vLLM carries the last one forward
     to larger batches."""
     spec = speculative(points)
+    if "load" in spec:  # batch sizes are concurrency levels: closed-loop points only
+        spec = spec[spec["load"] == "concurrency"]
     part = spec[(spec["target"] == target) & (spec["workload"] == workload)
                 & (spec["speculator"] == speculator)]
     if part.empty:

@@ -17,14 +17,17 @@ import argparse
 import contextlib
 import gzip
 import json
+import math
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import checks, gpumon, grid, loadgen, models, provenance, slots
+from . import checks, engines, gpumon, grid, loadgen, models, profiling, provenance, slots
 from .config import REPO_ROOT, VANILLA, ConfigError, load_config
 from .files import append_jsonl, atomic_path, atomic_write_json, sha256_file, write_jsonl
 from .grid import requests_output
@@ -132,18 +135,33 @@ def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
 POINTS_DIR = "results/points"
 
 
-def point_key(cell: grid.Cell, concurrency: int, repeat: int, prompts_sha256: str,
+def point_id(load: dict, repeat: int) -> tuple:
+    """A point's place in its cell, sortable: closed-loop levels (concurrency, or batch size
+    offline) first, then open-loop request rates."""
+    if load["mode"] == "rate":
+        return ("q", float(load["request_rate"]), repeat)
+    return ("c", int(load["concurrency"]), repeat)
+
+
+def point_key(cell: grid.Cell, load: dict, repeat: int, prompts_sha256: str,
               min_tokens: int | None, vllm: dict) -> str:
     """Content hash of everything that determines one measurement: the server config, the
     workload (with its load-generator settings), the prompt file's bytes, the point itself and
     the vLLM build. A cached measurement is reused only under the same key."""
-    return short_hash({"server_config": cell.server_config, "workload": cell.workload,
-                       "prompts_sha256": prompts_sha256, "concurrency": concurrency,
-                       "repeat": repeat, "min_tokens": min_tokens, "vllm": vllm}, length=16)
+    fields = {"server_config": cell.server_config, "workload": cell.workload,
+              "prompts_sha256": prompts_sha256, "concurrency": load.get("concurrency"),
+              "repeat": repeat, "min_tokens": min_tokens, "vllm": vllm}
+    if load["mode"] == "rate":
+        fields["load"] = load
+    if cell.profile:
+        fields["profile"] = cell.profile
+    return short_hash(fields, length=16)
 
 
-def point_path(cell_id: str, concurrency: int, repeat: int, key: str) -> Path:
-    return Path(POINTS_DIR) / cell_id / f"c{concurrency}-r{repeat}-{key}.json.gz"
+def point_path(cell_id: str, load: dict, repeat: int, key: str) -> Path:
+    level = (f"q{load['request_rate']:g}" if load["mode"] == "rate"
+             else f"c{load['concurrency']}")
+    return Path(POINTS_DIR) / cell_id / f"{level}-r{repeat}-{key}.json.gz"
 
 
 def read_point(path: Path) -> dict:
@@ -172,17 +190,20 @@ def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
     environment = provenance.environment(str(REPO_ROOT))  # the workflow's own checkout
     prompts_sha256 = sha256_file(cell.workload["path"])
 
-    # repeats interleaved: every concurrency level once, then again
-    plan = [(c, r) for r in range(cell.repeats) for c in cell.concurrency]
-    paths = {(c, r): point_path(cell.cell_id, c, r, point_key(
-        cell, c, r, prompts_sha256, min_tokens, environment["vllm"])) for c, r in plan}
-    points = {pt: read_point(path) for pt, path in paths.items() if path.exists()}
-    missing = [pt for pt in plan if pt not in points]
+    # repeats interleaved: every load point once, then again
+    plan = {point_id(load, r): (load, r) for r in range(cell.repeats)
+            for load in cell.load_points()}
+    paths = {pid: point_path(cell.cell_id, load, r, point_key(
+        cell, load, r, prompts_sha256, min_tokens, environment["vllm"]))
+        for pid, (load, r) in plan.items()}
+    points = {pid: read_point(path) for pid, path in paths.items() if path.exists()}
+    missing = [pid for pid in plan if pid not in points]
     print(f"[sdbench] cell {cell.cell_id} ({cell.label}): {len(points)} of {len(plan)} points "
           f"cached, measuring {len(missing)}: {missing}", file=log, flush=True)
     for point in points.values():
         append_jsonl(partial, point["record"])
     if missing:
+        checks.check_cell_tools(cell, source=f"cell {cell.cell_id}")
         with slots.held(grid.cell_gpus(cell.server_config), label=f"cell {cell.cell_id}",
                         timeout_s=config["cells"]["slot_timeout_s"]) as held:
             print(f"[sdbench] cell {cell.cell_id}: {held.reason}", file=log, flush=True)
@@ -197,16 +218,18 @@ def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
             context = {"environment": environment, "prompts_sha256": prompts_sha256,
                        "min_tokens": min_tokens, "server_log": server_log, "log": log,
                        "partial": partial, "slots": held}
-            for point, measured in _measure(cell, config, missing, context):
-                write_point(paths[point], measured["record"], measured["detail"])
-                points[point] = measured
+            measure = _measure if cell.engine == grid.SERVE else _measure_engine
+            for pid, measured in measure(cell, config, [plan[p] for p in missing], context):
+                write_point(paths[pid], measured["record"], measured["detail"])
+                points[pid] = measured
 
-    ordered = [points[pt] for pt in sorted(plan)]
+    ordered = [points[pid] for pid in sorted(plan)]
     with atomic_path(detail_out) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as fh:
         for point in ordered:
-            fh.write(json.dumps({"cell_id": cell.cell_id,
-                                 "concurrency": point["record"]["concurrency"],
-                                 "repeat": point["record"]["repeat"], **point["detail"]}) + "\n")
+            record = point["record"]
+            fh.write(json.dumps({"cell_id": cell.cell_id, "concurrency": record["concurrency"],
+                                 "request_rate": record.get("request_rate"),
+                                 "repeat": record["repeat"], **point["detail"]}) + "\n")
     records = [point["record"] for point in ordered]
     write_jsonl(output, records)
     partial.unlink(missing_ok=True)
@@ -222,7 +245,10 @@ def cell_server(cell: grid.Cell, config: dict, server_log: str | Path,
     spec = speculative_config(cell, config)
 
     def build(port: int) -> list[str]:
-        return server_command(target_dir, target, srv["host"], port, server_cfg["args"], spec)
+        argv = server_command(target_dir, target, srv["host"], port, server_cfg["args"], spec)
+        if cell.profile == "nsys":
+            argv = profiling.wrap_command(argv, profiling.session_name(cell.cell_id))
+        return argv
 
     return VllmServer(build, host=srv["host"], log_path=server_log,
                       env={**server_cfg["env"], **(env or {})},
@@ -230,42 +256,137 @@ def cell_server(cell: grid.Cell, config: dict, server_log: str | Path,
                       stop_timeout_s=srv["stop_timeout_s"])
 
 
-def point_argv(cell: grid.Cell, config: dict, server: VllmServer, concurrency: int,
-               min_tokens: int | None) -> list[str]:
-    """The load generator's arguments for one point of the cell against a running server."""
+def point_argv(cell: grid.Cell, config: dict, server: VllmServer, load: dict | int,
+               min_tokens: int | None, num_prompts: int | None = None) -> list[str]:
+    """The load generator's arguments for one point of the cell against a running server
+    (`load`: a load point of the cell, or a concurrency)."""
+    if isinstance(load, int):
+        load = {"mode": "concurrency", "concurrency": load}
     target = cell.server_config["target"]["name"]
     return loadgen.loadgen_argv(
         host=server.connect_host, port=server.port, served_name=target,
         tokenizer=grid.model_dir(config, target), dataset_path=cell.workload["path"],
-        num_prompts=cell.workload["num_prompts"], concurrency=concurrency,
-        settings=cell.workload["loadgen"], shuffle=cell.workload["shuffle"],
-        min_tokens=min_tokens)
+        num_prompts=num_prompts or cell.workload["num_prompts"],
+        concurrency=load.get("concurrency"), request_rate=load.get("request_rate"),
+        burstiness=load.get("burstiness", 1.0), settings=cell.workload["loadgen"],
+        shuffle=cell.workload["shuffle"], min_tokens=min_tokens)
 
 
-def _measure(cell: grid.Cell, config: dict, plan: list[tuple[int, int]], context: dict):
-    """Start the cell's server and yield ((concurrency, repeat), {record, detail}) for each
-    point of `plan` that is not failed; a failed point stops the cell (CellError)."""
-    log, server_log = context["log"], context["server_log"]
+def _model_cards(cell: grid.Cell, config: dict) -> dict:
     server_cfg = cell.server_config
     target_dir = grid.model_dir(config, server_cfg["target"]["name"])
-    model_cards = {"target": {"path": target_dir, "card": models.read_card(target_dir)}}
+    cards = {"target": {"path": target_dir, "card": models.read_card(target_dir)}}
     if server_cfg["draft"] is not None:
         draft_dir = grid.model_dir(config, server_cfg["draft"]["name"])
-        model_cards["draft"] = {"path": draft_dir, "card": models.read_card(draft_dir)}
+        cards["draft"] = {"path": draft_dir, "card": models.read_card(draft_dir)}
+    return cards
+
+
+def _record(cell: grid.Cell, load: dict, repeat: int, metrics: dict, status: str, reason: str,
+            server: dict, loadgen_info: dict, context: dict, model_cards: dict,
+            started: str) -> dict:
+    return {
+        "schema": RECORD_SCHEMA,
+        "cell_id": cell.cell_id,
+        "round": cell.round,
+        "speculator": cell.speculator,
+        "baseline_cell_id": cell.baseline_cell_id,
+        "server_config": cell.server_config,
+        "workload": cell.workload,
+        "engine": cell.engine,
+        "load": load,
+        "concurrency": load.get("concurrency"),
+        "request_rate": load.get("request_rate"),
+        "repeat": repeat,
+        "status": status,
+        "error": reason or None,
+        "metrics": metrics,
+        "server": server,
+        "loadgen": loadgen_info,
+        "provenance": {**context["environment"], "models": model_cards,
+                       "dataset": {"path": cell.workload["path"],
+                                   "sha256": context["prompts_sha256"]},
+                       "started_at": started, "finished_at": _now()},
+    }
+
+
+def _point_label(load: dict, repeat: int) -> str:
+    level = (f"rate {load['request_rate']:g}/s" if load["mode"] == "rate"
+             else f"{load['mode']} {load['concurrency']}")
+    return f"{level}, repeat {repeat}"
+
+
+def _report_point(cell: grid.Cell, load: dict, repeat: int, status: str, reason: str,
+                  metrics: dict, server_log, log) -> None:
+    """Stop the cell at a failed point (CellError), else log the point's line."""
+    if status == "failed":
+        raise CellError(f"cell {cell.cell_id} ({cell.label}), {_point_label(load, repeat)}: "
+                        f"{reason}; later points were not attempted. Log: {server_log}")
+    print(f"[sdbench] cell {cell.cell_id} {_point_label(load, repeat)}: {status}"
+          f"{' (' + reason + ')' if reason else ''}, "
+          f"{metrics.get('total_token_throughput') or float('nan'):.1f} tok/s total, "
+          f"{metrics.get('completed')} completed, {metrics.get('failed')} failed",
+          file=log, flush=True)
+
+
+def _num_prompts(cell: grid.Cell, load: dict, probe) -> tuple[int, dict]:
+    """Prompts of one point: the workload's, or with loadgen.duration_s the count that lasts
+    that long at the point's rate (request rate, or the request throughput a short probe at
+    that concurrency measured), capped by the workload's num_prompts."""
+    available = cell.workload["num_prompts"]
+    duration = cell.workload["loadgen"].get("duration_s")
+    if duration is None:
+        return available, {}
+    if load["mode"] == "rate":
+        rate, info = load["request_rate"], {}
+    else:
+        rate = probe(load)
+        info = {"probe_request_throughput": rate}
+    wanted = max(math.ceil(rate * duration), load.get("concurrency") or 1)
+    return min(wanted, available), {**info, "duration_s": duration,
+                                    "duration_prompts_wanted": wanted,
+                                    "duration_capped": wanted > available}
+
+
+def _measure(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]], context: dict):
+    """Start the cell's server and yield (point id, {record, detail}) for each point of
+    `plan` that is not failed; a failed point stops the cell (CellError)."""
+    log, server_log = context["log"], context["server_log"]
+    model_cards = _model_cards(cell, config)
     held = context["slots"]
     interval_s = config["cells"]["gpu_sample_interval_ms"] / 1000.0
+    probes: dict[int, float] = {}
     with _signals_raise(), cell_server(cell, config, server_log, held.env) as server:
         print(f"[sdbench] cell {cell.cell_id}: server ready on port {server.port} after "
               f"{server.startup_s:.1f} s", file=log, flush=True)
-        for concurrency, repeat in plan:
-            argv = point_argv(cell, config, server, concurrency, context["min_tokens"])
+
+        def probe(load: dict) -> float:
+            """Request throughput of a short run at this concurrency (for duration_s)."""
+            c = load["concurrency"]
+            if c not in probes:
+                n = min(cell.workload["num_prompts"], max(2 * c, 4))
+                result = loadgen.run_point(point_argv(cell, config, server, load,
+                                                      context["min_tokens"], n), log=log)
+                probes[c] = float(result["request_throughput"])
+            return probes[c]
+
+        profiler = profiling.nsys_session(cell, server) if cell.profile == "nsys" else None
+        for load, repeat in plan:
+            error, result, argv, extra = None, {}, [], {}
             started = _now()
-            error = None
-            with gpumon.GpuSampler(held.monitor_ids, interval_s=interval_s) as sampler:
-                try:
-                    result = loadgen.run_point(argv, log=log)
-                except Exception as exc:  # the load generator raises on a dead endpoint
-                    result, error = {}, f"{type(exc).__name__}: {exc}"
+            try:
+                num_prompts, extra = _num_prompts(cell, load, probe)
+                argv = point_argv(cell, config, server, load, context["min_tokens"],
+                                  num_prompts)
+            except Exception as exc:  # a probe against a dead endpoint
+                error = f"{type(exc).__name__}: {exc}"
+            with gpumon.GpuSampler(held.monitor_ids, interval_s=interval_s) as sampler, \
+                    (profiler.capture(load, repeat) if profiler else contextlib.nullcontext()):
+                if error is None:
+                    try:
+                        result = loadgen.run_point(argv, log=log)
+                    except Exception as exc:  # the load generator raises on a dead endpoint
+                        error = f"{type(exc).__name__}: {exc}"
                 returned = time.perf_counter()
             if not server.alive():
                 seen = error or "the load generator raised no error"
@@ -275,39 +396,79 @@ def _measure(cell: grid.Cell, config: dict, plan: list[tuple[int, int]], context
             window = gpumon.request_window(detail, returned, metrics.get("duration"))
             metrics.update(sampler.window_metrics(*window, metrics.get("total_output_tokens")))
             status, reason = point_status(metrics, error, config["loadgen"]["max_failure_share"])
-            record = {
-                "schema": RECORD_SCHEMA,
-                "cell_id": cell.cell_id,
-                "round": cell.round,
-                "speculator": cell.speculator,
-                "baseline_cell_id": cell.baseline_cell_id,
-                "server_config": server_cfg,
-                "workload": cell.workload,
-                "concurrency": concurrency,
-                "repeat": repeat,
-                "status": status,
-                "error": reason or None,
-                "metrics": metrics,
-                "server": {"command": server.command, "port": server.port,
+            server_info = {"command": server.command, "port": server.port,
                            "startup_s": server.startup_s, "log": str(server_log),
-                           "gpus": held.gpu_ids, "placement": held.reason},
-                "loadgen": {"argv": argv},
-                "provenance": {**context["environment"], "models": model_cards,
-                               "dataset": {"path": cell.workload["path"],
-                                           "sha256": context["prompts_sha256"]},
-                               "started_at": started, "finished_at": _now()},
-            }
+                           "gpus": held.gpu_ids, "placement": held.reason}
+            if profiler:
+                server_info["profile"] = str(profiler.report(load, repeat))
+            record = _record(cell, load, repeat, metrics, status, reason, server_info,
+                             {"argv": argv, **extra}, context, model_cards, started)
             append_jsonl(context["partial"], record)
-            if status == "failed":
-                raise CellError(f"cell {cell.cell_id} ({cell.label}), concurrency {concurrency}, "
-                                f"repeat {repeat}: {reason}; later points were not attempted. "
-                                f"Server log: {server_log}")
-            print(f"[sdbench] cell {cell.cell_id} c={concurrency} r={repeat}: {status}"
-                  f"{' (' + reason + ')' if reason else ''}, "
-                  f"{metrics.get('total_token_throughput') or float('nan'):.1f} tok/s total, "
-                  f"{metrics.get('completed')} completed, {metrics.get('failed')} failed",
-                  file=log, flush=True)
-            yield (concurrency, repeat), {"record": record, "detail": detail}
+            _report_point(cell, load, repeat, status, reason, metrics, server_log, log)
+            yield point_id(load, repeat), {"record": record, "detail": detail}
+
+
+def engine_job(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]],
+               out_dir: str | Path) -> dict:
+    """What the child process of an offline / Transformers cell needs (see sdbench.engines)."""
+    server_cfg, settings = cell.server_config, cell.workload["loadgen"]
+    draft = server_cfg["draft"]
+    return {"engine": cell.engine,
+            "target_dir": grid.model_dir(config, server_cfg["target"]["name"]),
+            "draft_dir": None if draft is None else grid.model_dir(config, draft["name"]),
+            "speculative_config": speculative_config(cell, config),
+            "args": server_cfg["args"], "method": server_cfg["method"],
+            "k": server_cfg["num_speculative_tokens"], "options": server_cfg["method_options"],
+            "prompts": cell.workload["path"], "num_prompts": cell.workload["num_prompts"],
+            "shuffle": cell.workload["shuffle"], "seed": settings["seed"],
+            "temperature": settings["temperature"], "endpoint": settings["endpoint"],
+            "num_warmups": settings["num_warmups"],
+            "plan": [{**load, "repeat": repeat} for load, repeat in plan],
+            "out_dir": str(out_dir)}
+
+
+def _measure_engine(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]],
+                    context: dict):
+    """An offline / Transformers cell: one child process (own process group, stopped whatever
+    happens) measures every point; yield (point id, {record, detail}) for each it finished."""
+    log, server_log = context["log"], context["server_log"]
+    model_cards = _model_cards(cell, config)
+    held = context["slots"]
+    out_dir = Path(tempfile.mkdtemp(prefix=f".{cell.cell_id}.", dir=context["partial"].parent))
+    try:
+        job_path = out_dir / "job.json"
+        job_path.write_text(json.dumps(engine_job(cell, config, plan, out_dir)))
+        command = [sys.executable, "-m", "sdbench.engines", str(job_path)]
+        runner = VllmServer(lambda _port: command, host=config["server"]["host"],
+                            log_path=server_log, env={**cell.server_config["env"], **held.env},
+                            stop_timeout_s=config["server"]["stop_timeout_s"])
+        started = _now()
+        with _signals_raise():
+            try:
+                code = runner.run_to_completion()
+            finally:
+                runner.stop()
+        for index, (load, repeat) in enumerate(plan):
+            path = engines.point_file(out_dir, index)
+            if not path.exists():
+                raise CellError(f"cell {cell.cell_id} ({cell.label}), "
+                                f"{_point_label(load, repeat)}: the {cell.engine} run exited "
+                                f"with code {code} before finishing it; last lines of "
+                                f"{server_log}:\n{log_tail(server_log, 15)}")
+            result = json.loads(path.read_text())
+            metrics, detail = result["metrics"], result["detail"]
+            status, reason = point_status(metrics, None, config["loadgen"]["max_failure_share"])
+            server_info = {"command": command, "port": None, "startup_s": None,
+                           "log": str(server_log), "gpus": held.gpu_ids,
+                           "placement": held.reason}
+            record = _record(cell, load, repeat, metrics, status, reason, server_info,
+                             {"engine": cell.engine, "batch_size": load["concurrency"]},
+                             context, model_cards, started)
+            append_jsonl(context["partial"], record)
+            _report_point(cell, load, repeat, status, reason, metrics, server_log, log)
+            yield point_id(load, repeat), {"record": record, "detail": detail}
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -336,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         checks.check_installed(config, source=args.config)
         run_cell(cells[args.cell], config, output, server_log=server_log)
-    except (CellError, ServerError, ConfigError) as exc:
+    except (CellError, ServerError, ConfigError, profiling.ProfileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except Interrupted as exc:

@@ -150,6 +150,26 @@ def check_setting(setting: dict, where: str, features: VllmFeatures | None,
                 "with this vLLM. Remove it, fix its name, or install a vLLM that has it.")
 
 
+# speculative methods that need a package besides vLLM (checked when a cell runs: the machine
+# that plans the workflow need not be the one that measures)
+METHOD_PACKAGES = {"suffix": ("arctic_inference", "arctic-inference")}
+
+
+def check_cell_tools(cell: grid.Cell, source: str = "cell") -> None:
+    """What a cell needs beyond vLLM, before it takes a GPU: the method's extra package, and
+    nsys when the method is profiled."""
+    from .profiling import nsys_executable
+
+    needed = METHOD_PACKAGES.get(cell.server_config["method"])
+    if needed and importlib.util.find_spec(needed[0]) is None:
+        raise ConfigError(
+            f"{source} ({cell.label}): method {cell.server_config['method']!r} needs the Python "
+            f"package {needed[1]!r}, which is not installed here (pip install {needed[1]}); "
+            "vLLM would refuse the server at start-up")
+    if cell.profile == "nsys":
+        nsys_executable()
+
+
 def check_vocab(config: dict, cell: grid.Cell, root: str | Path = ".",
                 features: VllmFeatures | None = None, source: str = "config") -> None:
     """A draft whose vocabulary size differs from its target's is refused (vLLM would refuse

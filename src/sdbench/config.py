@@ -23,6 +23,9 @@ SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 METHODS_WITH_DRAFT = frozenset({"draft_model", "eagle", "eagle3", "medusa", "mlp_speculator"})
 METHODS_WITHOUT_DRAFT = frozenset({"ngram", "ngram_gpu", "suffix", "mtp"})
 VANILLA = "vanilla"
+# Round 1 methods with a Transformers counterpart (assisted generation) for the reference cells
+TRANSFORMERS_METHODS = {"ngram": "prompt_lookup_num_tokens", "draft_model": "assistant_model"}
+ROUND1_ONLY = ("request_rates", "offline", "transformers")
 
 # Dataset keys each builder reads (beyond builder, source, tokenizer, seed, allow_partial);
 # a key another builder reads is an error, not silently ignored.
@@ -159,9 +162,23 @@ def _check_round(source: str, round_name: str, spec: dict, config: dict) -> None
         if workload not in config["workloads"]:
             _fail(source, f"{round_name}.workloads[{i}]", workload,
                   f"must be one of the workloads defined: {sorted(config['workloads'])}")
+    for key in ROUND1_ONLY:
+        if round_name != "round1" and spec.get(key):
+            _fail(source, f"{round_name}.{key}", spec[key], "only round 1 has this (remove it)")
     for i, method_spec in enumerate(spec["methods"]):
         key = f"{round_name}.methods[{i}]"
         method = method_spec["method"]
+        for j, target in enumerate(method_spec.get("targets") or []):
+            if target not in models:
+                _fail(source, f"{key}.targets[{j}]", target,
+                      f"must be one of the models defined: {sorted(models)}")
+        draft_tp = method_spec["options"].get("draft_tensor_parallel_size")
+        for target in method_targets(spec, method_spec) if draft_tp is not None else []:
+            tp = models[target].get("tensor_parallel_size", 1)
+            if draft_tp not in (1, tp):
+                _fail(source, f"{key}.options.draft_tensor_parallel_size", draft_tp,
+                      f"vLLM runs a draft with tensor parallelism 1 or the target's; target "
+                      f"{target!r} has tensor_parallel_size {tp}")
         if method == VANILLA:
             _fail(source, f"{key}.method", method,
                   "no speculation is always measured for every target; "
@@ -199,7 +216,33 @@ def _check_round(source: str, round_name: str, spec: dict, config: dict) -> None
                   "the model and speculative_config come from the round's targets and methods")
 
 
-DERIVED_KINDS = ("truncate", "quantize")  # models built from another model of the config
+DERIVED_KINDS = ("truncate", "quantize", "eagle_head")  # built from another model of the config
+
+
+def method_targets(round_spec: dict, method_spec: dict) -> list[str]:
+    """The targets a round's method runs on: its own `targets`, else the round's."""
+    return method_spec.get("targets") or round_spec["targets"]
+
+
+def _check_round1_extras(source: str, round1: dict) -> None:
+    """offline / transformers sections: they name round 1 workloads and methods."""
+    names = {speculator_name(m): m for m in round1["methods"]}
+    for section in ("offline", "transformers"):
+        spec = round1.get(section)
+        if not spec:
+            continue
+        for j, workload in enumerate(spec.get("workloads") or []):
+            if workload not in round1["workloads"]:
+                _fail(source, f"round1.{section}.workloads[{j}]", workload,
+                      f"must be a round 1 workload: {round1['workloads']}")
+        for j, name in enumerate(spec.get("speculators") or []):
+            if name not in names:
+                _fail(source, f"round1.{section}.speculators[{j}]", name,
+                      f"must name a round 1 method: {sorted(names)}")
+            if section == "transformers" and names[name]["method"] not in TRANSFORMERS_METHODS:
+                _fail(source, f"round1.transformers.speculators[{j}]", name,
+                      f"method {names[name]['method']!r} has no Transformers counterpart; "
+                      f"these do: {sorted(TRANSFORMERS_METHODS)}")
 
 
 def check_config(config: dict, source: str = "config") -> None:
@@ -248,6 +291,7 @@ def check_config(config: dict, source: str = "config") -> None:
         if config.get(round_name):
             _check_round(source, round_name, config[round_name], config)
     round1 = config["round1"]
+    _check_round1_extras(source, round1)
     names = [speculator_name(spec) for spec in round1["methods"]]
     for i, entry in enumerate(config["dynamic_k"]):
         if entry["speculator"] not in names:

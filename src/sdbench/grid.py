@@ -11,7 +11,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .config import DERIVED_KINDS, ROUNDS, VANILLA, ConfigError, speculator_name
+from .config import (
+    DERIVED_KINDS,
+    ROUNDS,
+    VANILLA,
+    TRANSFORMERS_METHODS,
+    ConfigError,
+    method_targets,
+    speculator_name,
+)
 from .data.builders import BUCKETED, ORDERED
 from .ids import short_hash
 
@@ -19,6 +27,14 @@ MODELS_DIR = "resources/models"
 PROCESSED_DIR = "data/processed"
 CELLS_DIR = "results/cells"
 DEFAULT_SETTING = "default"
+# how a cell measures: a vLLM server + vLLM's load generator (the default, not in the server
+# config so that such cells keep their ids), vLLM's offline engine, or Transformers at batch 1
+SERVE, OFFLINE, TRANSFORMERS = "serve", "offline", "transformers"
+ENGINE_LABELS = {OFFLINE: "offline", TRANSFORMERS: "transformers"}
+
+
+def engine_of(server: dict) -> str:
+    return server.get("engine", SERVE)
 
 
 @dataclass(frozen=True)
@@ -29,9 +45,24 @@ class Cell:
     server_config: dict
     workload: dict
     baseline_cell_id: str | None
-    concurrency: tuple[int, ...] = field(default=())
+    concurrency: tuple[int, ...] = field(default=())  # batch sizes for offline cells
     repeats: int = 1
     setting: str = DEFAULT_SETTING  # the round's server-parameter setting (not in the identity)
+    request_rates: tuple[float, ...] = field(default=())  # open-loop points (serve cells)
+    burstiness: float = 1.0
+    profile: str | None = None  # "nsys": servers run under Nsight Systems
+
+    @property
+    def engine(self) -> str:
+        return engine_of(self.server_config)
+
+    def load_points(self) -> list[dict]:
+        """The cell's load points: closed-loop concurrency (batch size offline), then
+        open-loop request rates."""
+        mode = "concurrency" if self.engine == SERVE else "batch"
+        return ([{"mode": mode, "concurrency": c} for c in self.concurrency]
+                + [{"mode": "rate", "request_rate": r, "burstiness": self.burstiness}
+                   for r in self.request_rates])
 
     @property
     def is_baseline(self) -> bool:
@@ -41,6 +72,8 @@ class Cell:
     def label(self) -> str:
         k = self.server_config["num_speculative_tokens"]
         name = self.speculator if k is None else f"{self.speculator} k={k}"
+        if self.engine != SERVE:
+            name += f" ({ENGINE_LABELS[self.engine]})"
         if self.setting != DEFAULT_SETTING:
             name += f" [{self.setting}]"
         return f"{name} | {self.server_config['target']['name']} | {self.workload['name']}"
@@ -48,11 +81,13 @@ class Cell:
     def to_dict(self) -> dict:
         out = asdict(self)
         out["concurrency"] = list(self.concurrency)
+        out["request_rates"] = list(self.request_rates)
         return out
 
     @classmethod
     def from_dict(cls, data: dict) -> Cell:
-        return cls(**{**data, "concurrency": tuple(data["concurrency"])})
+        return cls(**{**data, "concurrency": tuple(data["concurrency"]),
+                      "request_rates": tuple(data.get("request_rates", ()))})
 
 
 def model_dir(config: dict, name: str) -> str:
@@ -117,15 +152,24 @@ def workload_spec(config: dict, name: str) -> dict:
         "path": processed_path(workload["dataset"], workload["subset"]),
         # how many repeats and which failure share makes a point invalid do not change what a
         # measurement is: more repeats add points, the threshold is applied when summarizing
+        # (duration_s only when set: cells measured before it existed keep their ids)
         "loadgen": {k: v for k, v in config["loadgen"].items()
-                    if k not in ("repeats", "max_failure_share")},
+                    if k not in ("repeats", "max_failure_share")
+                    and not (k == "duration_s" and v is None)},
     }
 
 
 def server_config(config: dict, target: str, method: str = VANILLA, k: int | None = None,
                   draft: str | None = None, options: dict | None = None,
-                  args: dict | None = None) -> dict:
+                  args: dict | None = None, engine: str = SERVE) -> dict:
+    if engine == TRANSFORMERS:
+        # no vLLM server arguments: the model, the method and its k are the whole setting
+        return {"engine": engine, "target": model_identity(config, target), "method": method,
+                "num_speculative_tokens": k,
+                "draft": None if draft is None else model_identity(config, draft),
+                "method_options": dict(options or {}), "args": dict(args or {}), "env": {}}
     return {
+        **({} if engine == SERVE else {"engine": engine}),
         "target": model_identity(config, target),
         "method": method,
         "num_speculative_tokens": k,
@@ -179,28 +223,87 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
         cells[cell.cell_id] = cell
         origin[cell.cell_id] = where
 
+    rates = dict(request_rates=tuple(sorted(spec["request_rates"])),
+                 burstiness=spec["burstiness"])
+    targets = list(dict.fromkeys(spec["targets"] + [
+        t for method in spec["methods"] for t in method.get("targets") or []]))
     for setting in spec["settings"]:
         args, extra, name = setting["server"], setting["speculative"], setting["name"]
         at = "" if name == DEFAULT_SETTING else f", setting {name!r}"
-        for target in spec["targets"]:
+        for target in targets:
             for workload_name in spec["workloads"]:
                 workload = workload_spec(config, workload_name)
                 base_server = server_config(config, target, args=args)
                 base_id = cell_id_of(base_server, workload)
                 add(Cell(base_id, round_name, VANILLA, base_server, workload, None, concurrency,
-                         repeats, name if args else DEFAULT_SETTING),
+                         repeats, name if args else DEFAULT_SETTING, **rates),
                     f"{round_name} vanilla for target {target!r}, workload {workload_name!r}{at}")
                 for i, method in enumerate(spec["methods"]):
+                    if target not in method_targets(spec, method):
+                        continue
                     label = speculator_name(method)
                     for k in method["k"]:
                         server = server_config(config, target, method["method"], k,
                                                method.get("draft"),
                                                {**method["options"], **extra}, args)
                         add(Cell(cell_id_of(server, workload), round_name, label, server,
-                                 workload, base_id, concurrency, repeats, name),
+                                 workload, base_id, concurrency, repeats, name, **rates,
+                                 profile=method.get("profile")),
                             f"{round_name}.methods[{i}] (k={k}, target {target!r}, "
                             f"workload {workload_name!r}{at})")
+    if round_name == "round1":
+        for cell in offline_cells(config) + transformers_cells(config):
+            add(cell, f"round1.{cell.engine}")
     return list(cells.values())
+
+
+def _engine_cells(config: dict, engine: str, section: dict, levels: tuple[int, ...],
+                  k_values: list[int] | None = None, args: dict | None = None) -> list[Cell]:
+    """Round 1 cells of another engine: vanilla and the chosen methods on each of their
+    targets and the chosen workloads, each paired with that engine's vanilla cell."""
+    round1 = config["round1"]
+    chosen = section.get("speculators")
+    methods = [m for m in round1["methods"]
+               if (speculator_name(m) in chosen if chosen is not None
+                   else engine != TRANSFORMERS or m["method"] in TRANSFORMERS_METHODS)]
+    targets = list(dict.fromkeys(t for m in methods for t in method_targets(round1, m)))
+    cells = []
+    for target in targets or round1["targets"]:
+        for workload_name in section.get("workloads") or round1["workloads"]:
+            workload = workload_spec(config, workload_name)
+            base_server = server_config(config, target, args=args, engine=engine)
+            base_id = cell_id_of(base_server, workload)
+            cells.append(Cell(base_id, "round1", VANILLA, base_server, workload, None, levels,
+                              config["loadgen"]["repeats"]))
+            for method in methods:
+                if target not in method_targets(round1, method):
+                    continue
+                for k in k_values or method["k"]:
+                    server = server_config(config, target, method["method"], k,
+                                           method.get("draft"), method["options"],
+                                           args, engine)
+                    cells.append(Cell(cell_id_of(server, workload), "round1",
+                                      speculator_name(method), server, workload, base_id,
+                                      levels, config["loadgen"]["repeats"]))
+    return cells
+
+
+def offline_cells(config: dict) -> list[Cell]:
+    """vLLM's offline engine (LLM.generate) over round 1's batch-size sweep."""
+    section = config["round1"].get("offline")
+    if not section:
+        return []
+    return _engine_cells(config, OFFLINE, section, tuple(sorted(section["batch_sizes"])),
+                         section.get("k"))
+
+
+def transformers_cells(config: dict) -> list[Cell]:
+    """The Transformers reference at batch size 1 (assisted generation vs plain generate)."""
+    section = config["round1"].get("transformers")
+    if section is None:
+        return []
+    return _engine_cells(config, TRANSFORMERS, section, (1,), section.get("k"),
+                         {"dtype": section.get("dtype", "bfloat16")})
 
 
 def _cells_and_rounds(config: dict) -> dict[str, tuple[Cell, list[str]]]:
@@ -257,7 +360,7 @@ def dynamic_k_specs(config: dict) -> list[dict]:
     return [{"target": target, "workload": workload, "speculator": entry["speculator"],
              "method": methods[entry["speculator"]]}
             for entry in config["dynamic_k"]
-            for target in config["round1"]["targets"]
+            for target in method_targets(config["round1"], methods[entry["speculator"]])
             for workload in entry.get("workloads") or config["round1"]["workloads"]]
 
 

@@ -21,12 +21,23 @@ PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
 
 
 def loadgen_argv(*, host: str, port: int, served_name: str, tokenizer: str, dataset_path: str,
-                 num_prompts: int, concurrency: int, settings: dict, shuffle: bool = True,
-                 min_tokens: int | None = None) -> list[str]:
-    """Arguments for `vllm bench serve` for one concurrency point (closed loop, all at once).
+                 num_prompts: int, concurrency: int | None, settings: dict,
+                 shuffle: bool = True, min_tokens: int | None = None,
+                 request_rate: float | None = None, burstiness: float = 1.0) -> list[str]:
+    """Arguments for `vllm bench serve` for one point: closed loop at `concurrency` (all
+    requests at once, at most that many in flight), or open loop at `request_rate` requests
+    per second (gamma-distributed arrivals of shape `burstiness`, 1 = Poisson; no cap on
+    requests in flight unless `concurrency` is given too).
 
     shuffle=False sends the prompts in file order; min_tokens forces every output to at least
     that many tokens (with max_tokens equal, a fixed output length)."""
+    if concurrency is None and request_rate is None:
+        raise ValueError("a point needs a concurrency or a request rate")
+    if request_rate is None:
+        load = ["--max-concurrency", str(concurrency), "--request-rate", "inf"]
+    else:
+        load = [*([] if concurrency is None else ["--max-concurrency", str(concurrency)]),
+                "--request-rate", f"{request_rate:g}", "--burstiness", f"{burstiness:g}"]
     if settings["endpoint"] == "chat":
         # the server applies the chat template; the client sends the raw prompt as a message
         endpoint = ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
@@ -40,8 +51,7 @@ def loadgen_argv(*, host: str, port: int, served_name: str, tokenizer: str, data
         "--model", tokenizer, "--served-model-name", served_name, "--tokenizer", tokenizer,
         # -1: each prompt's own `output_tokens` (the load generator's default is 256 for all)
         "--dataset-name", "custom", "--dataset-path", dataset_path, "--custom-output-len", "-1",
-        "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
-        "--request-rate", "inf",
+        "--num-prompts", str(num_prompts), *load,
         "--temperature", f"{settings['temperature']:g}",
         "--seed", str(settings["seed"]),
         "--num-warmups", str(settings["num_warmups"]),

@@ -26,13 +26,22 @@ import pandas as pd
 from .loadgen import with_latencies
 
 
-def read_details(path: str | Path) -> dict[str, dict[tuple[int, int], dict]]:
-    """Per-request detail of a cell file: {cell_id: {(concurrency, repeat): detail}}."""
+def point_of(concurrency, request_rate, repeat) -> tuple:
+    """(concurrency or None, request rate or None, repeat): one point, from a detail line or
+    a summary row (where an empty level is NA)."""
+    return (None if pd.isna(concurrency) else int(concurrency),
+            None if request_rate is None or pd.isna(request_rate) else float(request_rate),
+            int(repeat))
+
+
+def read_details(path: str | Path) -> dict[str, dict[tuple, dict]]:
+    """Per-request detail of a cell file: {cell_id: {point_of(...): detail}}."""
     out: dict[str, dict] = {}
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         for detail in map(json.loads, fh):
-            out.setdefault(detail["cell_id"], {})[
-                (detail["concurrency"], detail.get("repeat", 0))] = with_latencies(detail)
+            point = point_of(detail["concurrency"], detail.get("request_rate"),
+                             detail.get("repeat", 0))
+            out.setdefault(detail["cell_id"], {})[point] = with_latencies(detail)
     return out
 
 
@@ -62,10 +71,12 @@ def lossless_columns(frame: pd.DataFrame, details: dict[str, dict],
     details: cell_id -> read_details(...); encoders: target -> tokenizer encode function."""
     rows = []
     for row in frame.itertuples():
-        out = {"cell_id": row.cell_id, "concurrency": row.concurrency, "repeat": row.repeat}
+        out = {"cell_id": row.cell_id, "concurrency": row.concurrency,
+               "request_rate": row.request_rate, "repeat": row.repeat}
+        point = point_of(row.concurrency, row.request_rate, row.repeat)
         base = details.get(row.baseline_cell_id) if isinstance(row.baseline_cell_id, str) else None
-        mine = details.get(row.cell_id, {}).get((row.concurrency, row.repeat))
-        ref = base.get((row.concurrency, row.repeat)) if base else None
+        mine = details.get(row.cell_id, {}).get(point)
+        ref = base.get(point) if base else None
         if mine is not None and ref is not None and row.status == "ok":
             if mine.get("input_lens") != ref.get("input_lens"):
                 out["lossless_note"] = "prompts differ from the baseline's; not compared"
@@ -77,6 +88,8 @@ def lossless_columns(frame: pd.DataFrame, details: dict[str, dict],
                                    encoders[row.target]))
         rows.append(out)
     result = pd.DataFrame(rows)
+    result["concurrency"] = result["concurrency"].astype("Int64")
+    result["request_rate"] = result["request_rate"].astype(float)
     for column in ("lossless_requests", "lossless_exact_share", "lossless_token_agreement",
                    "lossless_first_divergence", "lossless_note"):
         if column not in result:

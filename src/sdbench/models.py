@@ -119,6 +119,48 @@ def build_truncated(name: str, source: dict, base_dir: str | Path, out_dir: str 
     return card
 
 
+def build_eagle_head(name: str, source: dict, base_dir: str | Path, out_dir: str | Path) -> dict:
+    """An untrained EAGLE (1) head for the Llama-architecture model in `base_dir`, in the
+    layout of the published EAGLE-LLaMA heads that vLLM's `eagle` method loads: `fc` maps
+    [token embedding, target hidden state] to the hidden size (here it passes the hidden state
+    through), then one decoder layer without input norm (here a copy of the target's last);
+    embeddings and lm_head are the target's."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoConfig, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(base_dir)
+    if config.model_type != "llama":
+        raise ModelError(f"models.{name}.source: an eagle_head is made for Llama-architecture "
+                         f"models; {source['model']!r} is {config.model_type!r}")
+    weights: dict = {}
+    for path in sorted(Path(base_dir).glob("*.safetensors")):
+        weights.update(load_file(path))
+    hidden, last = config.hidden_size, config.num_hidden_layers - 1
+    fc = torch.zeros(hidden, 2 * hidden, dtype=torch.bfloat16)
+    fc[:, hidden:] = torch.eye(hidden, dtype=torch.bfloat16)
+    prefix = f"model.layers.{last}."
+    head = {"fc.weight": fc}
+    head.update({"layers.0." + key.removeprefix(prefix): value.to(torch.bfloat16).clone()
+                 for key, value in weights.items()
+                 if key.startswith(prefix) and ".input_layernorm." not in key})
+    config.num_hidden_layers = 1
+    config.architectures = ["LlamaForCausalLM"]
+    if isinstance(getattr(config, "layer_types", None), list):
+        config.layer_types = config.layer_types[:1]
+    base_card = read_card(base_dir) or {}
+    with _atomic_dir(out_dir) as tmp:
+        save_file(head, tmp / "model.safetensors", metadata={"format": "pt"})
+        config.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(base_dir).save_pretrained(tmp)
+        card = _write_card(tmp, name, source, {
+            "dtype": "bfloat16", "base_files": base_card.get("files"), "trained": False,
+            "note": "UNTRAINED EAGLE head (fc passes the target's hidden state through, one "
+                    "copy of the target's last layer): exercises vLLM's EAGLE path; its "
+                    "acceptance says nothing about trained heads"})
+    return card
+
+
 def build_quantized(name: str, source: dict, base_dir: str | Path, out_dir: str | Path) -> dict:
     """A 4-bit GPTQ or AWQ checkpoint of the full-precision model in `base_dir`."""
     from .quantize import build_quantized as write_quantized

@@ -330,3 +330,82 @@ def prompt_length_plot(cards: dict[str, dict]) -> plt.Figure | None:
     axes[0][0].set_ylabel("prompts")
     fig.tight_layout()
     return fig
+
+
+def select(frame: pd.DataFrame, engine: str = "serve", load: str | None = None) -> pd.DataFrame:
+    """Rows of one engine (serve, offline, transformers) and load mode (concurrency, rate,
+    batch); summaries written before these columns existed are closed-loop server rows."""
+    engines = frame["engine"] if "engine" in frame else pd.Series("serve", index=frame.index)
+    loads = frame["load"] if "load" in frame else pd.Series("concurrency", index=frame.index)
+    keep = engines == engine
+    if load is not None:
+        keep &= loads == load
+    return frame[keep]
+
+
+def methods_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Every setting measured: engine, method, its draft / head, k values, targets, levels."""
+    rows = []
+    for (engine, speculator, method, draft), group in points.groupby(
+            ["engine", "speculator", "method", "draft"], dropna=False, sort=False):
+        levels = [f"c={int(c)}" if engine == "serve" else f"batch {int(c)}"
+                  for c in sorted(group["concurrency"].dropna().unique())]
+        levels += [f"{r:g} req/s" for r in sorted(group["request_rate"].dropna().unique())]
+        rows.append({"engine": engine, "method": speculator, "vLLM method": method,
+                     "draft / head": draft if pd.notna(draft) else "",
+                     "k": ", ".join(str(int(k)) for k in sorted(group["k"].dropna().unique())),
+                     "targets": ", ".join(sorted(group["target"].unique())),
+                     "points": ", ".join(levels)})
+    return pd.DataFrame(rows)
+
+
+def speedup_lines(points: pd.DataFrame, x: str) -> plt.Figure | None:
+    """Mean speedup (95 % interval as error bars) against `x` (concurrency, request_rate or a
+    batch size in `concurrency`), one line per setting, one panel per target and workload."""
+    spec = speculative(points).dropna(subset=[x])
+    if spec.empty:
+        return None
+    spec = spec.assign(setting=setting_label(spec), panel=spec["target"] + " | " + spec["workload"])
+    panels = list(dict.fromkeys(spec["panel"]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), squeeze=False)
+    for ax, panel in zip(axes[0], panels, strict=True):
+        part = spec[spec["panel"] == panel].sort_values(x)
+        for setting, line in part.groupby("setting", sort=False):
+            low = (line["speedup_mean"] - line["speedup_ci_low"]).fillna(0)
+            high = (line["speedup_ci_high"] - line["speedup_mean"]).fillna(0)
+            ax.errorbar(line[x].astype(float), line["speedup_mean"], yerr=[low, high],
+                        marker="o", capsize=3, label=setting)
+        ax.axhline(1.0, color="grey", lw=1, ls="--")
+        ax.set_title(panel, fontsize=10)
+        ax.set_xlabel({"request_rate": "request rate (req/s, Poisson)",
+                       "concurrency": "concurrency"}.get(x, x))
+        ax.set_ylabel("speedup vs vanilla")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def engine_table(points: pd.DataFrame, reference: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Offline / Transformers points: speedup against the same engine's vanilla at the same
+    batch size, acceptance, throughput; with `reference` (server points), the vLLM server's
+    speedup for the same method, k, target and workload at concurrency = batch size."""
+    spec = speculative(points)
+    if spec.empty:
+        return pd.DataFrame()
+    same = ["target", "workload", "speculator", "k", "concurrency"]
+    if reference is not None:
+        server = speculative(reference)[same + ["speedup_mean", "speedup_ci_low",
+                                                "speedup_ci_high"]]
+        spec = spec.merge(server, on=same, how="left", suffixes=("", "_server"))
+    out = pd.DataFrame({
+        "target": spec["target"], "workload": spec["workload"], "method": spec["speculator"],
+        "k": spec["k"].astype("Int64"), "batch size": spec["concurrency"].astype("Int64"),
+        "speedup": [speedup_text(r) for _, r in spec.iterrows()],
+        "acceptance length": spec["spec_decode_acceptance_length_mean"].round(2),
+        "acceptance %": spec["spec_decode_acceptance_rate_mean"].round(1),
+        "output tok/s": spec["output_throughput_mean"].round(1)})
+    if reference is not None:
+        out["vLLM server speedup (c = batch size)"] = [
+            with_interval(r["speedup_mean_server"], r["speedup_ci_low_server"],
+                          r["speedup_ci_high_server"]) for _, r in spec.iterrows()]
+    return out.reset_index(drop=True)

@@ -106,8 +106,11 @@ def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str
         status, detail = cell_status(output)
         counts[status] = counts.get(status, 0) + 1
         server = cell.server_config
-        fields = (cell.round, server["target"]["name"], cell.workload["name"], cell.speculator,
-                  server["num_speculative_tokens"] or "", ", ".join(map(str, cell.concurrency)),
+        method = cell.speculator + ("" if cell.engine == "serve" else f" ({cell.engine})")
+        fields = (cell.round, server["target"]["name"], cell.workload["name"], method,
+                  server["num_speculative_tokens"] or "",
+                  ", ".join([*map(str, cell.concurrency),
+                             *(f"{r:g}/s" for r in cell.request_rates)]),
                   cell.cell_id)
         rows.append(_row((*fields, status), {"done": "done", "not run": "missing"}.get(
             status, status)))
@@ -119,7 +122,7 @@ def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str
     for point in problem_points or []:
         problems.append(
             f"<tr><td><code>{point['cell_id']}</code></td>"
-            f"<td>{html.escape(point['label'])}, concurrency {point['concurrency']}</td>"
+            f"<td>{html.escape(point['label'])}, {point['level']}</td>"
             f'<td class="invalid">{point["status"]} point</td>'
             f'<td class="detail">{html.escape(str(point["error"]))}</td></tr>')
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
@@ -148,7 +151,9 @@ def problem_points(frame) -> list[dict]:
     """Failed or invalid points of a summary table, for the index."""
     bad = frame[frame["status"] != "ok"]
     return [{"cell_id": r.cell_id, "status": r.status, "error": r.error,
-             "concurrency": int(r.concurrency),
+             "level": (f"request rate {r.request_rate:g}/s" if pd.isna(r.concurrency)
+                       else f"{'batch size' if r.engine != 'serve' else 'concurrency'} "
+                            f"{int(r.concurrency)}"),
              "label": f"{r.speculator}{'' if pd.isna(r.k) else f' k={int(r.k)}'} | "
                       f"{r.target} | {r.workload}"}
             for r in bad.itertuples()]

@@ -15,7 +15,7 @@ import seaborn as sns
 
 from .analysis import speculative
 from .grid import cell_output, processed_path, requests_output
-from .lossless import read_details
+from .lossless import point_of, read_details
 from .plots import METRIC_LABELS, speedup_text, with_interval
 
 
@@ -262,7 +262,7 @@ def bucket_speedups(frame: pd.DataFrame, root: str | Path = ".") -> pd.DataFrame
         buckets = _buckets(row["dataset"], row["subset"], root)
         if not any(buckets):
             continue
-        point = (row["concurrency"], row["repeat"])
+        point = point_of(row["concurrency"], row.get("request_rate"), row["repeat"])
         mine, base = detail(row["cell_id"]).get(point), detail(
             row["baseline_cell_id"]).get(point)
         if mine is None or base is None:

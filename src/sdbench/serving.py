@@ -149,6 +149,12 @@ class VllmServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def run_to_completion(self) -> int:
+        """For a command that is not a server (offline and Transformers cells): launch it in
+        its own process group and wait for it to exit; `stop` still clears its group."""
+        self._launch()
+        return self.proc.wait()
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 

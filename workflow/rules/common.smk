@@ -47,7 +47,7 @@ BUILT_MODELS = [n for n, m in config["models"].items() if m["source"]["kind"] !=
 wildcard_constraints:
     cell_id="[0-9a-f]{12}",
     round="round[123]",
-    target=names_regex(config["round1"]["targets"]),
+    target=names_regex({t for (t, _, _) in DYNAMIC_K}),
     workload=names_regex(config["round1"]["workloads"]),
     speculator=names_regex({s for (_, _, s) in DYNAMIC_K}),
     source=names_regex(config["sources"]),
@@ -140,6 +140,7 @@ def dynamic_k_inputs(wildcards):
         and c.server_config["target"]["name"] == wildcards.target
         and c.workload["name"] == wildcards.workload
         and c.speculator in ("vanilla", wildcards.speculator)
+        and c.engine == grid.SERVE
     ]
     inputs = {
         "round1": [grid.cell_output(c.cell_id) for c in round1],

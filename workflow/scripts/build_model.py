@@ -10,6 +10,8 @@ with to_log(sm.log[0]):
         card = models.build_from_gguf(name, source, out)
     elif source["kind"] == "truncate":
         card = models.build_truncated(name, source, sm.input.base, out)
+    elif source["kind"] == "eagle_head":
+        card = models.build_eagle_head(name, source, sm.input.base, out)
     elif source["kind"] == "quantize":
         card = models.build_quantized(name, source, sm.input.base, out)
     elif source["kind"] == "hf":

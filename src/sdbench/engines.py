@@ -1,0 +1,238 @@
+"""Cells measured without a server: vLLM's offline engine and the Transformers reference.
+
+Both run in a child process (`python -m sdbench.engines <job.json>`; the cell stops its whole
+process group whatever happens) and write one JSON file per point into the job's folder, with
+the same metric names as vLLM's load generator where the quantity is the same, so records,
+pairing with the baseline, the lossless check and the reports are shared with server cells:
+
+- offline (`LLM.chat` / `LLM.generate`): the prompts in batches of `batch_size`, each batch
+  finished before the next (static batching, as in an offline experiment); spec-decode
+  acceptance from the engine's own counters (`LLM.get_metrics`) over the point.
+- transformers (batch size 1): `generate` one prompt at a time, plain or assisted
+  (`assistant_model` = the draft with num_assistant_tokens = k and a constant schedule, or
+  `prompt_lookup_num_tokens` = k). Acceptance counts the candidate tokens the assistant
+  proposed and the target's forward passes: acceptance length = new tokens per target step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def read_prompts(path: str, num_prompts: int, shuffle: bool, seed: int) -> list[dict]:
+    """The workload's prompts: a seeded shuffle of the file (unless ordered), first n."""
+    records = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()
+               if line.strip()]
+    if shuffle:
+        random.Random(seed).shuffle(records)
+    return records[:num_prompts]
+
+
+def throughput_metrics(duration: float, input_lens: list[int], output_lens: list[int],
+                       latencies: list[float]) -> dict:
+    """Load-generator-style totals and rates of one point."""
+    total_in, total_out = sum(input_lens), sum(output_lens)
+    return {"duration": duration, "completed": len(output_lens), "failed": 0,
+            "total_input_tokens": total_in, "total_output_tokens": total_out,
+            "request_throughput": len(output_lens) / duration,
+            "output_throughput": total_out / duration,
+            "total_token_throughput": (total_in + total_out) / duration,
+            "mean_e2el_ms": 1000.0 * sum(latencies) / len(latencies)}
+
+
+def spec_metrics(num_drafts: float, draft_tokens: float, accepted: float,
+                 per_position: list[float] | None = None) -> dict:
+    """The load generator's spec_decode_* fields from counter deltas (none without drafts)."""
+    if draft_tokens <= 0:
+        return {}
+    return {"spec_decode_num_drafts": int(num_drafts),
+            "spec_decode_draft_tokens": int(draft_tokens),
+            "spec_decode_accepted_tokens": int(accepted),
+            "spec_decode_acceptance_rate": 100.0 * accepted / draft_tokens,
+            "spec_decode_acceptance_length": 1 + accepted / num_drafts if num_drafts else 0.0,
+            "spec_decode_per_position_acceptance_rates": [
+                p / num_drafts for p in per_position or []] if num_drafts else []}
+
+
+def _counters(llm) -> dict:
+    """The engine's spec-decode counters now (totals since start)."""
+    values: dict = {"per_position": []}
+    for metric in llm.get_metrics():
+        name = metric.name.removeprefix("vllm:spec_decode_")
+        if name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+            values[name] = values.get(name, 0) + metric.value
+        elif name == "num_accepted_tokens_per_pos":
+            values["per_position"] = list(metric.values)
+    return values
+
+
+def _delta(before: dict, after: dict) -> dict:
+    per_pos = [a - (before["per_position"][i] if i < len(before["per_position"]) else 0)
+               for i, a in enumerate(after["per_position"])]
+    return spec_metrics(after.get("num_drafts", 0) - before.get("num_drafts", 0),
+                        after.get("num_draft_tokens", 0) - before.get("num_draft_tokens", 0),
+                        after.get("num_accepted_tokens", 0) - before.get("num_accepted_tokens",
+                                                                         0),
+                        per_pos)
+
+
+def run_offline(job: dict) -> Iterator[tuple[dict, dict, dict]]:
+    """Yield (point, metrics, detail) for each (batch size, repeat) of the job."""
+    from vllm import LLM, SamplingParams
+
+    args = {k.replace("-", "_"): v for k, v in job["args"].items()}
+    llm = LLM(model=job["target_dir"], speculative_config=job["speculative_config"],
+              disable_log_stats=False, **args)
+    prompts = read_prompts(job["prompts"], job["num_prompts"], job["shuffle"], job["seed"])
+    chat = job["endpoint"] == "chat"
+
+    def generate(batch: list[dict]):
+        params = [SamplingParams(temperature=job["temperature"], seed=job["seed"],
+                                 max_tokens=p["output_tokens"], min_tokens=p.get("min_tokens")
+                                 or 0) for p in batch]
+        if chat:
+            return llm.chat([[{"role": "user", "content": p["prompt"]}] for p in batch],
+                            params, use_tqdm=False)
+        return llm.generate([p["prompt"] for p in batch], params, use_tqdm=False)
+
+    if job["num_warmups"]:
+        generate(prompts[:job["num_warmups"]])
+    for point in job["plan"]:
+        size = point["concurrency"]
+        before, outputs, latencies = _counters(llm), [], []
+        started = time.perf_counter()
+        for i in range(0, len(prompts), size):
+            t0 = time.perf_counter()
+            batch = generate(prompts[i:i + size])
+            latencies += [time.perf_counter() - t0] * len(batch)
+            outputs += batch
+        duration = time.perf_counter() - started
+        input_lens = [len(o.prompt_token_ids) for o in outputs]
+        output_lens = [len(o.outputs[0].token_ids) for o in outputs]
+        metrics = {**throughput_metrics(duration, input_lens, output_lens, latencies),
+                   **_delta(before, _counters(llm))}
+        detail = {"input_lens": input_lens, "output_lens": output_lens,
+                  "latencies": latencies, "generated_texts": [o.outputs[0].text for o in outputs],
+                  "errors": [""] * len(outputs)}
+        yield point, metrics, detail
+
+
+@contextlib.contextmanager
+def _count_candidates(counts: dict) -> Iterator[None]:
+    """Count the candidate tokens Transformers' assistants propose (and the proposals)."""
+    from transformers.generation import candidate_generator as cg
+
+    patched = {}
+    for cls in (cg.AssistedCandidateGenerator, cg.PromptLookupCandidateGenerator):
+        original = cls.__dict__["get_candidates"]
+
+        def counting(self, input_ids, *args, _original=original, **kwargs):
+            candidates, logits = _original(self, input_ids, *args, **kwargs)
+            new = candidates.shape[-1] - input_ids.shape[-1]
+            counts["drafts"] += int(new > 0)
+            counts["draft_tokens"] += new
+            return candidates, logits
+
+        patched[cls] = original
+        cls.get_candidates = counting
+    try:
+        yield
+    finally:
+        for cls, original in patched.items():
+            cls.get_candidates = original
+
+
+def run_transformers(job: dict) -> Iterator[tuple[dict, dict, dict]]:
+    """Yield (point, metrics, detail) for each repeat of the job (batch size 1)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = getattr(torch, job["args"].get("dtype", "bfloat16"))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tokenizer = AutoTokenizer.from_pretrained(job["target_dir"])
+    model = AutoModelForCausalLM.from_pretrained(job["target_dir"], dtype=dtype).to(device)
+    extra: dict = {}
+    method, k = job["method"], job["k"]
+    if method == "draft_model":
+        extra = {"assistant_model": AutoModelForCausalLM.from_pretrained(
+                     job["draft_dir"], dtype=dtype).to(device),
+                 "num_assistant_tokens": k, "num_assistant_tokens_schedule": "constant",
+                 "assistant_confidence_threshold": 0.0}
+    elif method == "ngram":
+        extra = {"prompt_lookup_num_tokens": k}
+        if job["options"].get("prompt_lookup_max"):
+            extra["max_matching_ngram_size"] = job["options"]["prompt_lookup_max"]
+    steps = {"n": 0}
+    model.register_forward_hook(lambda *_: steps.__setitem__("n", steps["n"] + 1))
+    prompts = read_prompts(job["prompts"], job["num_prompts"], job["shuffle"], job["seed"])
+
+    def encode(text: str):
+        if job["endpoint"] == "chat":
+            return tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                 add_generation_prompt=True,
+                                                 return_tensors="pt", return_dict=True)
+        return tokenizer(text, return_tensors="pt")
+
+    def generate(record: dict) -> tuple[list[int], list[int]]:
+        enc = encode(record["prompt"]).to(device)
+        out = model.generate(**enc, do_sample=False, max_new_tokens=record["output_tokens"],
+                             min_new_tokens=record.get("min_tokens") or 0,
+                             pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+                             **extra)
+        return enc["input_ids"][0].tolist(), out[0][enc["input_ids"].shape[1]:].tolist()
+
+    for record in prompts[:job["num_warmups"]]:
+        generate(record)
+    for point in job["plan"]:
+        counts = {"drafts": 0, "draft_tokens": 0}
+        steps["n"] = 0
+        input_lens, output_lens, latencies, texts = [], [], [], []
+        started = time.perf_counter()
+        with _count_candidates(counts):
+            for record in prompts:
+                t0 = time.perf_counter()
+                prompt_ids, new_ids = generate(record)
+                latencies.append(time.perf_counter() - t0)
+                input_lens.append(len(prompt_ids))
+                output_lens.append(len(new_ids))
+                texts.append(tokenizer.decode(new_ids, skip_special_tokens=True))
+        duration = time.perf_counter() - started
+        metrics = throughput_metrics(duration, input_lens, output_lens, latencies)
+        metrics["target_forward_passes"] = steps["n"]
+        if method != "vanilla":
+            # each target step keeps the accepted candidates plus one token of its own
+            accepted = max(sum(output_lens) - steps["n"], 0)
+            metrics.update(spec_metrics(counts["drafts"], counts["draft_tokens"], accepted))
+            metrics["spec_decode_acceptance_length"] = sum(output_lens) / max(steps["n"], 1)
+        detail = {"input_lens": input_lens, "output_lens": output_lens, "latencies": latencies,
+                  "generated_texts": texts, "errors": [""] * len(texts)}
+        yield point, metrics, detail
+
+
+RUNNERS = {"offline": run_offline, "transformers": run_transformers}
+
+
+def point_file(folder: str | Path, index: int) -> Path:
+    return Path(folder) / f"point-{index:04d}.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the job in `argv[0]` (JSON), one result file per point into its `out_dir`."""
+    job = json.loads(Path((argv or sys.argv[1:])[0]).read_text())
+    for index, (point, metrics, detail) in enumerate(RUNNERS[job["engine"]](job)):
+        tmp = point_file(job["out_dir"], index).with_suffix(".tmp")
+        tmp.write_text(json.dumps({"point": point, "metrics": metrics, "detail": detail}))
+        tmp.rename(point_file(job["out_dir"], index))
+        print(f"[sdbench] point {index} {point}: {metrics['total_token_throughput']:.1f} tok/s",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Optional Nsight Systems profiles of a cell's server (`profile: nsys` on a method).
+
+The server is started under `nsys launch` (an interactive session: the application runs, nothing
+is collected yet); around each point the cell runs `nsys start` / `nsys stop` on that session, so
+every point gets its own report, named after it, under results/profiles/<cell id>/ (CUDA, NVTX
+and OS-runtime traces). The load generator runs in the cell's own process, outside the
+profiled server, so a point's capture window (not an NVTX range pushed by the client) is what
+marks it in the profile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+PROFILES_DIR = "results/profiles"
+NSYS_TRACE = "cuda,nvtx,osrt"
+
+
+class ProfileError(RuntimeError):
+    """The profiler is missing or refused a command."""
+
+
+def nsys_executable() -> str:
+    found = shutil.which("nsys")
+    if found is None:
+        raise ProfileError(
+            "profile: nsys is set for this method, but `nsys` (Nsight Systems) is not on the "
+            f"PATH of this cell ({os.environ.get('PATH', '')[:200]}...). Install Nsight Systems "
+            "or add its bin folder to PATH on the GPU host, or remove `profile` from the method.")
+    return found
+
+
+def session_name(cell_id: str) -> str:
+    return f"sdbench-{cell_id}-{os.getpid()}"
+
+
+def wrap_command(argv: list[str], session: str) -> list[str]:
+    """The server command under `nsys launch` (collection starts per point)."""
+    return [nsys_executable(), "launch", f"--session-new={session}", f"--trace={NSYS_TRACE}",
+            "--wait=all", *argv]
+
+
+def point_name(load: dict, repeat: int) -> str:
+    level = (f"rate{load['request_rate']:g}" if load["mode"] == "rate"
+             else f"c{load['concurrency']}")
+    return f"{level}-r{repeat}"
+
+
+class NsysSession:
+    """Per-point captures on a server started by `wrap_command`."""
+
+    def __init__(self, session: str, out_dir: str | Path):
+        self.session = session
+        self.out_dir = Path(out_dir)
+
+    def report(self, load: dict, repeat: int) -> Path:
+        return self.out_dir / f"{point_name(load, repeat)}.nsys-rep"
+
+    def _run(self, *args: str) -> None:
+        result = subprocess.run([nsys_executable(), *args, f"--session={self.session}"],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ProfileError(f"nsys {args[0]} --session={self.session} failed "
+                               f"({result.returncode}): {(result.stderr or result.stdout)[-500:]}")
+
+    @contextlib.contextmanager
+    def capture(self, load: dict, repeat: int) -> Iterator[None]:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        report = self.report(load, repeat)
+        self._run("start", f"--output={report.with_suffix('')}", "--force-overwrite=true")
+        try:
+            yield
+        finally:
+            self._run("stop")
+
+
+def nsys_session(cell, server) -> NsysSession:
+    """The capture helper of a cell whose server was wrapped with `wrap_command`."""
+    return NsysSession(session_name(cell.cell_id), Path(PROFILES_DIR) / cell.cell_id)
