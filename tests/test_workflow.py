@@ -9,18 +9,28 @@ def test_lint_is_clean():
     assert "Congratulations" in result.stdout + result.stderr
 
 
+# round 1, 7 workloads each: Qwen2.5-7B x (vanilla + ngram k=1..5 + ngram_gpu k=2,4 + suffix
+# k=8,16 + draft k=1..5), Llama 3 8B x (vanilla + EAGLE k=1..5 + MLP speculator k=1..4), Vicuna
+# x (vanilla + Medusa k=1..5), Llama 3.1 x (vanilla + EAGLE-3 k=1..5), MiMo x (vanilla + MTP
+# k=1..3); offline: 2 workloads x (vanilla + ngram k=1..5 + draft k=1..5); Transformers: 2
+# workloads x (vanilla + ngram + draft, k=3);
+# round 2: 12 targets (7B-72B, each also AWQ and GPTQ) x 18 buckets x (vanilla + draft k=3);
+# round 3: vanilla, 4 speculative-only settings (one shared vanilla), 3 server settings (each
+# with its own vanilla)
+REAL_STUDY_CELLS = (7 * (15 + 10 + 6 + 6 + 4) + 2 * 11 + 2 * 3
+                    + 12 * 18 * 2 + (1 + 4) + 3 * 2)
+
+
 def test_real_study_plans(tmp_path):
     result = snakemake("-n", workdir=tmp_path, configfile=REPO / "config" / "config.yaml",
                        timeout=300)
     assert result.returncode == 0, result.stderr + result.stdout
     counts = job_counts(result.stdout + result.stderr)
-    # round 1: 1 target x 7 workloads x (vanilla + ngram k=1..5 + draft k=1..5);
-    # round 2: 12 targets (7B-72B, each also AWQ and GPTQ) x 18 buckets x (vanilla + draft k=3);
-    # round 3: vanilla, 4 speculative-only settings (one shared vanilla), 3 server settings
-    # (each with its own vanilla)
-    assert counts["cell"] == 7 * 11 + 12 * 18 * 2 + (1 + 4) + 3 * 2
+    assert counts["cell"] == REAL_STUDY_CELLS
     assert counts["dynamic_k_cell"] == 2 * 7       # ngram and the draft, per round 1 workload
-    assert counts["model"] == 13                    # 12 targets and the 0.5B draft
+    # 12 Qwen targets and the 0.5B draft; Llama 3 8B + EAGLE and MLP-speculator heads, Vicuna
+    # 7B + Medusa heads, Llama 3.1 8B + an EAGLE-3 head, MiMo-7B (MTP)
+    assert counts["model"] == 13 + 8
     assert counts["fetch_source"] == 4    # Spec-Bench (GitHub), ShareGPT, CNN-DM, THUCNews (hub)
     # Spec-Bench 6 groups + all, ShareGPT, 6 news->summary, 6 highlights->news, 6 THUCNews
     # polish buckets, the mixed-length set
@@ -76,7 +86,7 @@ def test_slurm_profile_plans_gpu_runtime_and_memory_per_cell(tmp_path):
         cwd=REPO)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
-    assert job_counts(out)["cell"] == 7 * 11 + 12 * 18 * 2 + (1 + 4) + 3 * 2
+    assert job_counts(out)["cell"] == REAL_STUDY_CELLS
     gpus_by_target = {}
     for block in out.split("rule cell:")[1:]:
         target = re.search(r"resources/models/([\w.\-]+)", block).group(1)

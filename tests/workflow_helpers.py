@@ -55,13 +55,18 @@ def e2e_config(raw: dict) -> dict:
         config[round_name]["concurrency"] = [1, 2]
         for method in config[round_name]["methods"]:
             method["k"] = [2]
+    config["round1"]["offline"].update(batch_sizes=[1, 2], k=[2])
+    config["round1"]["transformers"]["k"] = [2]
     return config
 
 
 def one_round(config: dict) -> dict:
-    """Only round 1 (fault and cache tests measure a cell or two)."""
+    """Only round 1's server cells at fixed concurrency (fault and cache tests measure a cell or
+    two)."""
     for round_name in ("round2", "round3"):
         config.pop(round_name, None)
+    for key in ("offline", "transformers", "request_rates"):
+        config["round1"].pop(key, None)
     config["dynamic_k"] = []
     return config
 

