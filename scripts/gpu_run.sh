@@ -4,8 +4,9 @@
 # and Spec-Bench's question.jsonl at data/local/spec_bench/question.jsonl for `validate`.
 #
 #   scripts/gpu_run.sh smoke       snakemake on config/gpu-smoke.yaml, every GPU of the host
+#   scripts/gpu_run.sh round1      snakemake on config/gpu-round1.yaml (engines, load modes)
 #   scripts/gpu_run.sh validate    overhead, fidelity and cold/warm start-up -> results/validation
-#   scripts/gpu_run.sh all         both
+#   scripts/gpu_run.sh all         all three
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -15,12 +16,12 @@ export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p logs "$OUT"
 stamp() { echo "[gpu_run $(date +%T)] $*"; }
 
-smoke() {
-  stamp "smoke: snakemake --resources gpu=$GPUS on config/gpu-smoke.yaml"
+study() {  # study <name>: snakemake on config/gpu-<name>.yaml
+  stamp "$1: snakemake --resources gpu=$GPUS on config/gpu-$1.yaml"
   local t0=$SECONDS
-  "$PYTHON" -m snakemake --cores all --resources gpu="$GPUS" --configfile config/gpu-smoke.yaml \
-    --keep-going > logs/gpu-smoke.snakemake.log 2>&1
-  stamp "smoke: exit $? after $((SECONDS - t0)) s"
+  "$PYTHON" -m snakemake --cores all --resources gpu="$GPUS" --configfile "config/gpu-$1.yaml" \
+    --keep-going > "logs/gpu-$1.snakemake.log" 2>&1
+  stamp "$1: exit $? after $((SECONDS - t0)) s"
 }
 
 validate() {
@@ -42,8 +43,8 @@ validate() {
 }
 
 case "${1:-all}" in
-  smoke) smoke ;;
+  smoke|round1) study "$1" ;;
   validate) validate ;;
-  all) smoke; validate ;;
-  *) echo "usage: $0 smoke|validate|all" >&2; exit 2 ;;
+  all) study smoke; study round1; validate ;;
+  *) echo "usage: $0 smoke|round1|validate|all" >&2; exit 2 ;;
 esac

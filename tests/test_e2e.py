@@ -185,10 +185,13 @@ def test_reports_are_rendered(e2e_run):
     assert "No dynamic-K cell in this study" not in page
     assert "Energy per output token" in page and "No GPU energy readings" in page
     # every engine, the EAGLE head and the request-rate points are in the round 1 report
-    for section in ("Methods measured", "Speedup vs load", "request rate (req/s, Poisson)",
-                    "Offline batch mode", "Transformers reference", "eagle-untrained",
+    for section in ("Methods measured", "Speedup vs load", "Offline batch mode",
+                    "Transformers reference", "eagle-untrained",
                     "vLLM server speedup (c = batch size)"):
         assert section in page, section
+    # speedup vs concurrency and vs request rate: two figures
+    load_section = page.split("Speedup vs load")[1].split("Offline batch mode")[0]
+    assert load_section.count("data:image/png;base64") == 2
     for absent in ("No offline cells", "No Transformers reference", "No request rate points"):
         assert absent not in page, absent
     page2 = (workdir / "reports" / "round2.html").read_text()
