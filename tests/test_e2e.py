@@ -189,9 +189,9 @@ def test_reports_are_rendered(e2e_run):
                     "Transformers reference", "eagle-untrained",
                     "vLLM server speedup (c = batch size)"):
         assert section in page, section
-    # speedup vs concurrency and vs request rate: two figures
+    # speedup vs concurrency, and throughput and TPOT speedup vs request rate
     load_section = page.split("Speedup vs load")[1].split("Offline batch mode")[0]
-    assert load_section.count("data:image/png;base64") == 2
+    assert load_section.count("data:image/png;base64") == 3
     for absent in ("No offline cells", "No Transformers reference", "No request rate points"):
         assert absent not in page, absent
     page2 = (workdir / "reports" / "round2.html").read_text()

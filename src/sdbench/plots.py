@@ -359,10 +359,11 @@ def methods_table(points: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def speedup_lines(points: pd.DataFrame, x: str) -> plt.Figure | None:
-    """Mean speedup (95 % interval as error bars) against `x` (concurrency, request_rate or a
-    batch size in `concurrency`), one line per setting, one panel per target and workload."""
-    spec = speculative(points).dropna(subset=[x])
+def speedup_lines(points: pd.DataFrame, x: str, metric: str = "speedup") -> plt.Figure | None:
+    """Mean `metric` (a speedup column; 95 % interval as error bars) against `x` (concurrency,
+    request_rate or a batch size in `concurrency`), one line per setting, one panel per target
+    and workload."""
+    spec = speculative(points).dropna(subset=[x, f"{metric}_mean"])
     if spec.empty:
         return None
     spec = spec.assign(setting=setting_label(spec), panel=spec["target"] + " | " + spec["workload"])
@@ -371,15 +372,16 @@ def speedup_lines(points: pd.DataFrame, x: str) -> plt.Figure | None:
     for ax, panel in zip(axes[0], panels, strict=True):
         part = spec[spec["panel"] == panel].sort_values(x)
         for setting, line in part.groupby("setting", sort=False):
-            low = (line["speedup_mean"] - line["speedup_ci_low"]).fillna(0)
-            high = (line["speedup_ci_high"] - line["speedup_mean"]).fillna(0)
-            ax.errorbar(line[x].astype(float), line["speedup_mean"], yerr=[low, high],
-                        marker="o", capsize=3, label=setting)
+            mean = line[f"{metric}_mean"]
+            low = (mean - line[f"{metric}_ci_low"]).fillna(0)
+            high = (line[f"{metric}_ci_high"] - mean).fillna(0)
+            ax.errorbar(line[x].astype(float), mean, yerr=[low, high], marker="o", capsize=3,
+                        label=setting)
         ax.axhline(1.0, color="grey", lw=1, ls="--")
         ax.set_title(panel, fontsize=10)
         ax.set_xlabel({"request_rate": "request rate (req/s, Poisson)",
                        "concurrency": "concurrency"}.get(x, x))
-        ax.set_ylabel("speedup vs vanilla")
+        ax.set_ylabel(METRIC_LABELS.get(metric, metric))
         ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
