@@ -60,6 +60,11 @@ def test_real_study_runs_every_method_against_vanilla_on_its_own_target(repo):
         assert part and all(cells[c.baseline_cell_id].engine == engine
                             for c in part if not c.is_baseline)
     assert {c.request_rates for c in serve} == {(1, 2, 4, 8)}
+    # the summary reads every target's tokenizer (lossless check): the methods' own included
+    assert {"llama-3-8b-instruct", "vicuna-7b-v1.3", "llama-3.1-8b-instruct",
+            "mimo-7b-rl"} <= set(grid.round_targets(config))
+    assert set(grid.round_targets(config)) >= {
+        c.server_config["target"]["name"] for c in cells.values()}
 
 
 def test_a_method_the_installed_vllm_lacks_is_refused_with_the_version(repo, monkeypatch):

@@ -328,8 +328,11 @@ def cell_rounds(config: dict) -> dict[str, list[str]]:
 
 
 def round_targets(config: dict) -> list[str]:
-    """Targets of every round, in order, once."""
-    return list(dict.fromkeys(t for r in ROUNDS if config.get(r) for t in config[r]["targets"]))
+    """Targets of every round (a method's own targets included), in order, once."""
+    return list(dict.fromkeys(
+        t for r in ROUNDS if config.get(r)
+        for t in config[r]["targets"] + [t for m in config[r]["methods"]
+                                         for t in m.get("targets") or []]))
 
 
 def full_precision(config: dict, name: str) -> str | None:

@@ -171,8 +171,11 @@ def lossless_table(points: pd.DataFrame) -> pd.DataFrame:
     if spec.empty:
         return pd.DataFrame()
     return pd.DataFrame({
+        "engine": spec.get("engine", "serve"),
         "workload": spec["workload"], "method": spec["speculator"],
-        "k": spec["k"].astype("Int64"), "concurrency": spec["concurrency"],
+        "k": spec["k"].astype("Int64"),
+        "concurrency / batch": spec["concurrency"].astype("Int64"),
+        "request rate": spec.get("request_rate", np.nan),
         "identical outputs": spec["lossless_exact_share_mean"].map("{:.0%}".format),
         "token agreement": spec["lossless_token_agreement_mean"].map("{:.1%}".format),
         "first divergence (median token)": spec["lossless_first_divergence"].map(
