@@ -224,6 +224,12 @@ def method_targets(round_spec: dict, method_spec: dict) -> list[str]:
     return method_spec.get("targets") or round_spec["targets"]
 
 
+def all_targets(round_spec: dict) -> list[str]:
+    """A round's targets and its methods' own, in order, once."""
+    return list(dict.fromkeys(round_spec["targets"] + [
+        t for method in round_spec["methods"] for t in method.get("targets") or []]))
+
+
 def _check_round1_extras(source: str, round1: dict) -> None:
     """offline / transformers sections: they name round 1 workloads and methods."""
     names = {speculator_name(m): m for m in round1["methods"]}

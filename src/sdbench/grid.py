@@ -17,6 +17,7 @@ from .config import (
     TRANSFORMERS_METHODS,
     VANILLA,
     ConfigError,
+    all_targets,
     method_targets,
     speculator_name,
 )
@@ -30,7 +31,6 @@ DEFAULT_SETTING = "default"
 # how a cell measures: a vLLM server + vLLM's load generator (the default, not in the server
 # config so that such cells keep their ids), vLLM's offline engine, or Transformers at batch 1
 SERVE, OFFLINE, TRANSFORMERS = "serve", "offline", "transformers"
-ENGINE_LABELS = {OFFLINE: "offline", TRANSFORMERS: "transformers"}
 
 
 def engine_of(server: dict) -> str:
@@ -73,7 +73,7 @@ class Cell:
         k = self.server_config["num_speculative_tokens"]
         name = self.speculator if k is None else f"{self.speculator} k={k}"
         if self.engine != SERVE:
-            name += f" ({ENGINE_LABELS[self.engine]})"
+            name += f" ({self.engine})"
         if self.setting != DEFAULT_SETTING:
             name += f" [{self.setting}]"
         return f"{name} | {self.server_config['target']['name']} | {self.workload['name']}"
@@ -162,12 +162,11 @@ def workload_spec(config: dict, name: str) -> dict:
 def server_config(config: dict, target: str, method: str = VANILLA, k: int | None = None,
                   draft: str | None = None, options: dict | None = None,
                   args: dict | None = None, engine: str = SERVE) -> dict:
-    if engine == TRANSFORMERS:
-        # no vLLM server arguments: the model, the method and its k are the whole setting
-        return {"engine": engine, "target": model_identity(config, target), "method": method,
-                "num_speculative_tokens": k,
-                "draft": None if draft is None else model_identity(config, draft),
-                "method_options": dict(options or {}), "args": dict(args or {}), "env": {}}
+    if engine == TRANSFORMERS:  # no vLLM: the server's arguments and environment do not apply
+        run_args, env = dict(args or {}), {}
+    else:
+        run_args = {**config["server"]["args"], **parallel_args(config, target), **(args or {})}
+        env = config["server"]["env"]
     return {
         **({} if engine == SERVE else {"engine": engine}),
         "target": model_identity(config, target),
@@ -175,8 +174,8 @@ def server_config(config: dict, target: str, method: str = VANILLA, k: int | Non
         "num_speculative_tokens": k,
         "draft": None if draft is None else model_identity(config, draft),
         "method_options": dict(options or {}),
-        "args": {**config["server"]["args"], **parallel_args(config, target), **(args or {})},
-        "env": config["server"]["env"],
+        "args": run_args,
+        "env": env,
     }
 
 
@@ -225,12 +224,10 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
 
     rates = dict(request_rates=tuple(sorted(spec["request_rates"])),
                  burstiness=spec["burstiness"])
-    targets = list(dict.fromkeys(spec["targets"] + [
-        t for method in spec["methods"] for t in method.get("targets") or []]))
     for setting in spec["settings"]:
         args, extra, name = setting["server"], setting["speculative"], setting["name"]
         at = "" if name == DEFAULT_SETTING else f", setting {name!r}"
-        for target in targets:
+        for target in all_targets(spec):
             for workload_name in spec["workloads"]:
                 workload = workload_spec(config, workload_name)
                 base_server = server_config(config, target, args=args)
@@ -329,10 +326,7 @@ def cell_rounds(config: dict) -> dict[str, list[str]]:
 
 def round_targets(config: dict) -> list[str]:
     """Targets of every round (a method's own targets included), in order, once."""
-    return list(dict.fromkeys(
-        t for r in ROUNDS if config.get(r)
-        for t in config[r]["targets"] + [t for m in config[r]["methods"]
-                                         for t in m.get("targets") or []]))
+    return list(dict.fromkeys(t for r in ROUNDS if config.get(r) for t in all_targets(config[r])))
 
 
 def full_precision(config: dict, name: str) -> str | None:
