@@ -159,9 +159,7 @@ def point_key(cell: grid.Cell, load: dict, repeat: int, prompts_sha256: str,
 
 
 def point_path(cell_id: str, load: dict, repeat: int, key: str) -> Path:
-    level = (f"q{load['request_rate']:g}" if load["mode"] == "rate"
-             else f"c{load['concurrency']}")
-    return Path(POINTS_DIR) / cell_id / f"{level}-r{repeat}-{key}.json.gz"
+    return Path(POINTS_DIR) / cell_id / f"{grid.level_name(load)}-r{repeat}-{key}.json.gz"
 
 
 def read_point(path: Path) -> dict:
@@ -256,12 +254,10 @@ def cell_server(cell: grid.Cell, config: dict, server_log: str | Path,
                       stop_timeout_s=srv["stop_timeout_s"])
 
 
-def point_argv(cell: grid.Cell, config: dict, server: VllmServer, load: dict | int,
+def point_argv(cell: grid.Cell, config: dict, server: VllmServer, load: dict,
                min_tokens: int | None, num_prompts: int | None = None) -> list[str]:
-    """The load generator's arguments for one point of the cell against a running server
-    (`load`: a load point of the cell, or a concurrency)."""
-    if isinstance(load, int):
-        load = {"mode": "concurrency", "concurrency": load}
+    """The load generator's arguments for one load point of the cell against a running
+    server."""
     target = cell.server_config["target"]["name"]
     return loadgen.loadgen_argv(
         host=server.connect_host, port=server.port, served_name=target,

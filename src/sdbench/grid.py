@@ -37,6 +37,13 @@ def engine_of(server: dict) -> str:
     return server.get("engine", SERVE)
 
 
+def level_name(load: dict) -> str:
+    """A load point in file names: c<concurrency or batch size> or rate<requests per s>."""
+    if load["mode"] == "rate":
+        return f"rate{load['request_rate']:g}"
+    return f"c{load['concurrency']}"
+
+
 @dataclass(frozen=True)
 class Cell:
     cell_id: str

@@ -17,6 +17,8 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+from .grid import level_name
+
 PROFILES_DIR = "results/profiles"
 NSYS_TRACE = "cuda,nvtx,osrt"
 
@@ -45,12 +47,6 @@ def wrap_command(argv: list[str], session: str) -> list[str]:
             "--wait=all", *argv]
 
 
-def point_name(load: dict, repeat: int) -> str:
-    level = (f"rate{load['request_rate']:g}" if load["mode"] == "rate"
-             else f"c{load['concurrency']}")
-    return f"{level}-r{repeat}"
-
-
 class NsysSession:
     """Per-point captures on a server started by `wrap_command`."""
 
@@ -59,7 +55,7 @@ class NsysSession:
         self.out_dir = Path(out_dir)
 
     def report(self, load: dict, repeat: int) -> Path:
-        return self.out_dir / f"{point_name(load, repeat)}.nsys-rep"
+        return self.out_dir / f"{level_name(load)}-r{repeat}.nsys-rep"
 
     def _run(self, *args: str) -> None:
         result = subprocess.run([nsys_executable(), *args, f"--session={self.session}"],

@@ -95,7 +95,9 @@ def fidelity(args) -> dict:
     rows = []
     with slots.held(grid.cell_gpus(cell.server_config)) as held, cellmod.cell_server(
             cell, config, workdir / f"{cell.cell_id}.fidelity.server.log", held.env) as srv:
-        argv = cellmod.point_argv(cell, config, srv, args.concurrency, min_tokens)
+        argv = cellmod.point_argv(cell, config, srv, {"mode": "concurrency",
+                                                      "concurrency": args.concurrency},
+                                  min_tokens)
         direct = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", *argv,
                   "--save-result", "--result-dir", str(workdir),
                   "--result-filename", "fidelity-direct.json"]
