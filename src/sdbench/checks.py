@@ -25,6 +25,7 @@ from . import grid
 from .config import ROUNDS, VANILLA, ConfigError
 from .files import atomic_write_json
 from .gpumon import nvml_session
+from .profiling import nsys_executable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,8 +159,6 @@ METHOD_PACKAGES = {"suffix": ("arctic_inference", "arctic-inference")}
 def check_cell_tools(cell: grid.Cell, source: str = "cell") -> None:
     """What a cell needs beyond vLLM, before it takes a GPU: the method's extra package, and
     nsys when the method is profiled."""
-    from .profiling import nsys_executable
-
     needed = METHOD_PACKAGES.get(cell.server_config["method"])
     if needed and importlib.util.find_spec(needed[0]) is None:
         raise ConfigError(

@@ -1,8 +1,5 @@
 """Cells measured without a server: vLLM's offline engine and the Transformers reference.
 
-(`time.perf_counter` is the host's monotonic clock on Linux: the point windows the child
-writes are on the clock of the cell's GPU sampler.)
-
 Both run in a child process (`python -m sdbench.engines <job.json>`; the cell stops its whole
 process group whatever happens) and write one JSON file per point into the job's folder, with
 the same metric names as vLLM's load generator where the quantity is the same, so records,
@@ -15,6 +12,9 @@ pairing with the baseline, the lossless check and the reports are shared with se
   (`assistant_model` = the draft with num_assistant_tokens = k and a constant schedule, or
   `prompt_lookup_num_tokens` = k). Acceptance counts the candidate tokens the assistant
   proposed and the target's forward passes: acceptance length = new tokens per target step.
+
+Each point's window is on `time.perf_counter`, the host's monotonic clock on Linux: the clock
+of the cell's GPU sampler in the parent process.
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from .files import read_jsonl
+
 
 def read_prompts(path: str, num_prompts: int, shuffle: bool, seed: int) -> list[dict]:
     """The workload's prompts: a seeded shuffle of the file (unless ordered), first n."""
-    records = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()
-               if line.strip()]
+    records = read_jsonl(path)
     if shuffle:
         random.Random(seed).shuffle(records)
     return records[:num_prompts]
