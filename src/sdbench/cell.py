@@ -45,8 +45,10 @@ class Interrupted(BaseException):
     """SIGTERM/SIGINT received: unwind (stopping the server) and exit."""
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+def _now(timestamp: float | None = None) -> str:
+    """Now (or a Unix timestamp) as an ISO time in UTC."""
+    moment = datetime.now(UTC) if timestamp is None else datetime.fromtimestamp(timestamp, UTC)
+    return moment.isoformat(timespec="milliseconds")
 
 
 def error_output(output: str | Path) -> Path:
@@ -280,7 +282,7 @@ def _model_cards(cell: grid.Cell, config: dict) -> dict:
 
 def _record(cell: grid.Cell, load: dict, repeat: int, metrics: dict, status: str, reason: str,
             server: dict, loadgen_info: dict, context: dict, model_cards: dict,
-            started: str) -> dict:
+            started: str, finished: str | None = None) -> dict:
     return {
         "schema": RECORD_SCHEMA,
         "cell_id": cell.cell_id,
@@ -302,7 +304,7 @@ def _record(cell: grid.Cell, load: dict, repeat: int, metrics: dict, status: str
         "provenance": {**context["environment"], "models": model_cards,
                        "dataset": {"path": cell.workload["path"],
                                    "sha256": context["prompts_sha256"]},
-                       "started_at": started, "finished_at": _now()},
+                       "started_at": started, "finished_at": finished or _now()},
     }
 
 
@@ -438,7 +440,6 @@ def _measure_engine(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]],
         runner = VllmServer(lambda _port: command, host=config["server"]["host"],
                             log_path=server_log, env={**cell.server_config["env"], **held.env},
                             stop_timeout_s=config["server"]["stop_timeout_s"])
-        started = _now()
         interval_s = config["cells"]["gpu_sample_interval_ms"] / 1000.0
         with _signals_raise(), gpumon.GpuSampler(held.monitor_ids, interval_s) as sampler:
             try:
@@ -458,12 +459,15 @@ def _measure_engine(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]],
             metrics.update(sampler.window_metrics(*metrics["window_perf_counter"],
                                                   metrics["total_output_tokens"]))
             status, reason = point_status(metrics, None, config["loadgen"]["max_failure_share"])
+            # the child's window (host monotonic clock) as wall-clock times of this point
+            offset = time.time() - time.perf_counter()
+            start, end = (_now(t + offset) for t in metrics["window_perf_counter"])
             server_info = {"command": command, "port": None, "startup_s": None,
                            "log": str(server_log), "gpus": held.gpu_ids,
                            "placement": held.reason}
             record = _record(cell, load, repeat, metrics, status, reason, server_info,
                              {"engine": cell.engine, "batch_size": load["concurrency"]},
-                             context, model_cards, started)
+                             context, model_cards, start, end)
             append_jsonl(context["partial"], record)
             _report_point(cell, load, repeat, status, reason, metrics, server_log, log)
             yield point_id(load, repeat), {"record": record, "detail": detail}
