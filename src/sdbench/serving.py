@@ -23,6 +23,8 @@ from pathlib import Path
 
 import psutil
 
+from .logcause import error_cause
+
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 HEALTH_POLL_S = 1.0
 BIND_RACE_MARKERS = ("Address already in use", "address already in use", "Errno 98")
@@ -192,10 +194,11 @@ class VllmServer:
         while True:
             code = self.proc.poll()
             if code is not None:
+                cause = error_cause(self.log_path) or "no error line in its log"
                 raise ServerError(
-                    f"vLLM server exited with code {code} during start-up "
-                    f"(command: {' '.join(self.command)}). Last lines of {self.log_path}:\n"
-                    f"{log_tail(self.log_path)}")
+                    f"vLLM server exited with code {code} during start-up: {cause} (log: "
+                    f"{self.log_path})\nCommand: {' '.join(self.command)}\n"
+                    f"Last lines of {self.log_path}:\n{log_tail(self.log_path)}")
             try:
                 with urllib.request.urlopen(f"{self.url}/health", timeout=5) as response:
                     if response.status == 200:
@@ -206,8 +209,8 @@ class VllmServer:
             if remaining <= 0:
                 raise ServerError(
                     f"vLLM server not ready after {self.startup_timeout_s:.0f} s (no 200 from "
-                    f"{self.url}/health). Last lines of {self.log_path}:\n"
-                    f"{log_tail(self.log_path)}")
+                    f"{self.url}/health; log: {self.log_path})\nLast lines of "
+                    f"{self.log_path}:\n{log_tail(self.log_path)}")
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=min(HEALTH_POLL_S, remaining))
 
