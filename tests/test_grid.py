@@ -15,10 +15,10 @@ def test_demo_grid_shape(demo_config):
     rounds = {r: [c for c in cells if c.round == r] for r in grid.ROUNDS}
     # round 1: server cells vanilla, ngram k=2,4, the draft and the EAGLE head (k=3); offline
     # vanilla + ngram k=4; Transformers vanilla + ngram and the draft (k=3); round 2: (vanilla
-    # + draft k=3) x 3 targets x 2 buckets; round 3: one vanilla shared by the two
-    # speculative-only settings
-    assert [len(rounds[r]) for r in grid.ROUNDS] == [5 + 2 + 3, 12, 3]
-    assert len({c.cell_id for c in cells}) == 25
+    # + draft k=3) x 4 targets (bf16, GPTQ, AWQ, W8A8) x 2 buckets; round 3: one vanilla shared
+    # by the two speculative-only settings
+    assert [len(rounds[r]) for r in grid.ROUNDS] == [5 + 2 + 3, 16, 3]
+    assert len({c.cell_id for c in cells}) == 29
     assert {c.speculator for c in cells} == {"vanilla", "ngram", "draft-6l", "eagle-untrained"}
     engines = {e: [c for c in rounds["round1"] if c.engine == e]
                for e in ("serve", "offline", "transformers")}
@@ -36,7 +36,7 @@ def test_demo_grid_shape(demo_config):
     assert {c.request_rates for c in engines["offline"] + engines["transformers"]} == {()}
     assert [p["mode"] for p in engines["serve"][0].load_points()] == ["concurrency"] * 2 + ["rate"]
     assert {c.server_config["target"]["quantization"] for c in rounds["round2"]} == {
-        None, "gptq", "awq"}
+        None, "gptq", "awq", "compressed-tensors"}
     spec3 = [c for c in rounds["round3"] if not c.is_baseline]
     assert sorted(c.setting for c in spec3) == ["default", "draft-len-512"]
     assert spec3[0].baseline_cell_id == spec3[1].baseline_cell_id

@@ -1,5 +1,6 @@
-"""4-bit GPTQ/AWQ packing: values survive a round trip, the error stays within half a level,
-the AWQ order is the one vLLM's loader undoes, and bad shapes are refused by name."""
+"""Quantized checkpoints: 4-bit GPTQ/AWQ packing (values survive a round trip, the error stays
+within half a level, the AWQ order is the one vLLM's loader undoes, bad shapes are refused by
+name) and W8A8 in the compressed-tensors format."""
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ def weight():
     return rng.normal(0, 0.05, size=(96, 128)).astype(np.float32)  # [out, in]
 
 
-@pytest.mark.parametrize("fmt", quantize.FORMATS)
+@pytest.mark.parametrize("fmt", ("gptq", "awq"))
 def test_dequantized_weight_is_within_half_a_level(weight, fmt):
     tensors = (quantize.quantize_gptq if fmt == "gptq" else quantize.quantize_awq)(weight, 32)
     restored = quantize.dequantize(fmt, tensors, 32)
@@ -82,3 +83,39 @@ def test_config_blocks_are_what_the_loaders_read():
         ("gptq", 4, True, False)
     awq = quantize.quantization_config("awq", 64)
     assert (awq["quant_method"], awq["zero_point"], awq["version"]) == ("awq", True, "gemm")
+
+
+def test_w8a8_is_per_channel_int8_within_half_a_level(weight):
+    weight = weight.copy()
+    weight[3] *= 40  # an outlier channel gets its own scale, the others keep theirs
+    t = quantize.quantize_w8a8(weight)
+    assert t["weight"].dtype == np.int8 and t["weight"].shape == weight.shape
+    assert t["weight_scale"].shape == (96, 1)
+    assert np.abs(t["weight"]).max() == 127
+    restored = quantize.dequantize("w8a8", t, 0)
+    assert (np.abs(restored - weight) <= t["weight_scale"] / 2 * 1.001).all()
+    assert t["weight_scale"][3, 0] > 30 * t["weight_scale"][2, 0]
+    # 8 bits per channel lose far less than 4 bits per group of 32
+    gptq = quantize.dequantize("gptq", quantize.quantize_gptq(weight, 32), 32)
+    assert np.abs(restored - weight).mean() < np.abs(gptq - weight).mean() / 4
+
+
+def test_w8a8_state_dict_keeps_the_checkpoint_dtype_for_scales():
+    state = {"model.layers.0.mlp.up_proj.weight": torch.randn(64, 32, dtype=torch.bfloat16),
+             "model.norm.weight": torch.ones(32, dtype=torch.bfloat16)}
+    packed = quantize.quantized_weights(state, 64, "w8a8", "models.q")
+    assert packed["model.layers.0.mlp.up_proj.weight"].dtype == np.int8
+    assert packed["model.layers.0.mlp.up_proj.weight_scale"].dtype == torch.bfloat16
+    assert packed["model.norm.weight"] is state["model.norm.weight"]
+    assert quantize.quantized_prefixes(packed, "w8a8") == ["model.layers.0.mlp.up_proj"]
+
+
+def test_a_w8a8_model_must_declare_compressed_tensors(demo_config_raw):
+    import copy
+
+    from sdbench.config import ConfigError, validate_config
+
+    config = copy.deepcopy(demo_config_raw)
+    config["models"]["smollm2-135m-w8a8"]["quantization"] = "gptq"
+    with pytest.raises(ConfigError, match="declare `quantization: compressed-tensors`"):
+        validate_config(config)

@@ -26,6 +26,8 @@ VANILLA = "vanilla"
 # Round 1 methods with a Transformers counterpart (assisted generation) for the reference cells
 TRANSFORMERS_METHODS = {"ngram": "prompt_lookup_num_tokens", "draft_model": "assistant_model"}
 ROUND1_ONLY = ("request_rates", "offline", "transformers")
+# the quantization a checkpoint written by `kind: quantize` declares, by format
+QUANTIZE_FORMATS = {"gptq": "gptq", "awq": "awq", "w8a8": "compressed-tensors"}
 
 # Dataset keys each builder reads (beyond builder, source, tokenizer, seed, allow_partial);
 # a key another builder reads is an error, not silently ignored.
@@ -267,10 +269,11 @@ def check_config(config: dict, source: str = "config") -> None:
         if model.get("full_precision") is not None and model["full_precision"] not in models:
             _fail(source, f"models.{name}.full_precision", model["full_precision"],
                   f"must be one of the models defined: {sorted(models)}")
-        if src["kind"] == "quantize" and model.get("quantization") != src["format"]:
+        declares = QUANTIZE_FORMATS.get(src.get("format"))
+        if src["kind"] == "quantize" and model.get("quantization") != declares:
             _fail(source, f"models.{name}.quantization", model.get("quantization"),
                   f"its source writes a {src['format']} checkpoint: declare "
-                  f"`quantization: {src['format']}`")
+                  f"`quantization: {declares}`")
 
     for where, spec in [("tokenizer", config["tokenizer"])] + [
             (f"datasets.{n}.tokenizer", d["tokenizer"]) for n, d in config["datasets"].items()

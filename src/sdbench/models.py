@@ -162,7 +162,8 @@ def build_eagle_head(name: str, source: dict, base_dir: str | Path, out_dir: str
 
 
 def build_quantized(name: str, source: dict, base_dir: str | Path, out_dir: str | Path) -> dict:
-    """A 4-bit GPTQ or AWQ checkpoint of the full-precision model in `base_dir`."""
+    """A GPTQ / AWQ (4-bit) or W8A8 (compressed-tensors) checkpoint of the full-precision model
+    in `base_dir`."""
     from .quantize import build_quantized as write_quantized
 
     base_card = read_card(base_dir) or {}

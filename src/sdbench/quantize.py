@@ -1,5 +1,6 @@
-"""4-bit round-to-nearest checkpoints in the GPTQ and AWQ formats, so that the embedded default
-compares quantized and full-precision targets with no hub access.
+"""Round-to-nearest quantized checkpoints (4-bit GPTQ and AWQ, 8-bit W8A8 in the
+compressed-tensors format), so that the embedded default compares quantized and full-precision
+targets with no hub access.
 
 The weights are rounded to the nearest level of a per-group grid (no calibration: what GPTQ and
 AWQ add on top is better rounding, not another storage format) and written in each format's
@@ -13,6 +14,11 @@ standard packing, which vLLM's `gptq` and `awq` loaders (and transformers) read:
   output dimension in AWQ's interleaved order (bit slot s holds column AWQ_ORDER[s]);
   `qzeros` int32 [in/group, out/8] packed the same way; `scales` fp16 [in/group, out].
   w = scale * (q - zero).
+- W8A8 (compressed-tensors "int-quantized", the scheme llm-compressor's `W8A8` preset writes):
+  `weight` int8 [out, in], symmetric per output channel; `weight_scale` [out, 1] in the
+  checkpoint's dtype; activations are quantized per token at run time (no stored scale).
+  w = scale * q. vLLM's CPU build runs it through oneDNN's int8 GEMM, which its AVX2 extension
+  has too: the quantized target every x86-64 CPU can serve (the 4-bit kernel is AVX-512 only).
 
 vLLM's CPU 4-bit kernel needs input and output sizes that are multiples of 32 and an even
 group size; `check_shapes` refuses a model that breaks that before anything is written.
@@ -31,7 +37,7 @@ PACK = 32 // BITS  # values per int32
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
 # the projections of a Llama/Qwen decoder layer that GPTQ and AWQ checkpoints quantize
 QUANTIZED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-FORMATS = ("gptq", "awq")
+FORMATS = ("gptq", "awq", "w8a8")
 
 
 class QuantizeError(ValueError):
@@ -93,8 +99,19 @@ def quantize_awq(weight: np.ndarray, group_size: int) -> dict[str, np.ndarray]:
             "qzeros": _pack(zeros, axis=1, order=AWQ_ORDER), "scales": scales}
 
 
+def quantize_w8a8(weight: np.ndarray) -> dict[str, np.ndarray]:
+    """Symmetric 8-bit RTN per output channel of a [out, in] float weight (compressed-tensors)."""
+    weight = weight.astype(np.float32)
+    amax = np.abs(weight).max(axis=1, keepdims=True)        # [out, 1]
+    scale = np.where(amax > 0, amax / 127, 1.0).astype(np.float32)
+    q = np.clip(np.rint(weight / scale), -128, 127).astype(np.int8)
+    return {"weight": q, "weight_scale": scale}
+
+
 def dequantize(fmt: str, tensors: dict[str, np.ndarray], group_size: int) -> np.ndarray:
     """The [out, in] float weight a checkpoint's tensors stand for (the loaders' arithmetic)."""
+    if fmt == "w8a8":
+        return tensors["weight"].astype(np.float32) * tensors["weight_scale"].astype(np.float32)
     scales = tensors["scales"].astype(np.float32)           # [in/g, out]
     if fmt == "gptq":
         q = _unpack(tensors["qweight"], axis=0)              # [in, out]
@@ -117,11 +134,38 @@ def quantization_config(fmt: str, group_size: int) -> dict:
     if fmt == "awq":
         return {"quant_method": "awq", "bits": BITS, "group_size": group_size,
                 "zero_point": True, "version": "gemm", "modules_to_not_convert": None}
+    if fmt == "w8a8":
+        # written by compressed-tensors itself: the W8A8 preset (int8 weights per channel,
+        # dynamic per-token int8 activations) on every Linear but the lm_head
+        from compressed_tensors.quantization import (
+            QuantizationConfig,
+            QuantizationStatus,
+            preset_name_to_scheme,
+        )
+
+        return QuantizationConfig(
+            config_groups={"group_0": preset_name_to_scheme("W8A8", ["Linear"])},
+            ignore=["lm_head"], format="int-quantized",
+            quantization_status=QuantizationStatus.COMPRESSED).model_dump(mode="json")
     raise QuantizeError(f"unknown format {fmt!r}: one of {FORMATS}")
 
 
+def planned_config(fmt: str, group_size: int) -> dict:
+    """What `quantization_config` will say, without importing compressed-tensors (the plan
+    reads it to decide where a checkpoint can run before the checkpoint exists)."""
+    if fmt != "w8a8":
+        return quantization_config(fmt, group_size)
+    return {"quant_method": "compressed-tensors", "format": "int-quantized",
+            "config_groups": {"group_0": {
+                "targets": ["Linear"],
+                "weights": {"type": "int", "num_bits": 8, "strategy": "channel",
+                            "symmetric": True, "dynamic": False},
+                "input_activations": {"type": "int", "num_bits": 8, "strategy": "token",
+                                      "symmetric": True, "dynamic": True}}}}
+
+
 def check_shapes(shapes: dict[str, tuple[int, int]], group_size: int, where: str) -> None:
-    """Refuse weights the format or vLLM's CPU kernel cannot take, naming the first one."""
+    """Refuse weights the 4-bit formats or vLLM's CPU kernel cannot take, naming the first."""
     if group_size % 2 or group_size < PACK:
         raise QuantizeError(f"{where}: group_size {group_size} must be even and at least {PACK}")
     for name, (out_features, in_features) in shapes.items():
@@ -141,19 +185,32 @@ def quantized_weights(state: dict, group_size: int, fmt: str, where: str) -> dic
                and name.split(".")[-2] in QUANTIZED}
     if not targets:
         raise QuantizeError(f"{where}: no decoder projections ({', '.join(QUANTIZED)}) found")
-    check_shapes({n: tuple(t.shape) for n, t in targets.items()}, group_size, where)
-    quantize = quantize_gptq if fmt == "gptq" else quantize_awq
     out = {name: tensor for name, tensor in state.items()
            if name[: -len(".weight")] not in targets}
+    if fmt == "w8a8":
+        for prefix, tensor in targets.items():
+            for suffix, array in quantize_w8a8(tensor.float().numpy()).items():
+                # the scale in the checkpoint's own dtype, as llm-compressor writes it
+                out[f"{prefix}.{suffix}"] = (array if suffix == "weight" else
+                                             _torch_from(array).to(tensor.dtype))
+        return out
+    check_shapes({n: tuple(t.shape) for n, t in targets.items()}, group_size, where)
+    quantize = quantize_gptq if fmt == "gptq" else quantize_awq
     for prefix, tensor in targets.items():
         for suffix, array in quantize(tensor.float().numpy(), group_size).items():
             out[f"{prefix}.{suffix}"] = array
     return out
 
 
+def _torch_from(array: np.ndarray):
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
 def build_quantized(name: str, source: dict, base_dir: str | Path, tmp: Path) -> dict:
-    """Write a GPTQ or AWQ checkpoint of the bf16 model in `base_dir` into `tmp`; returns the
-    card fields (format, group size, max weight error)."""
+    """Write a GPTQ, AWQ or W8A8 checkpoint of the bf16 model in `base_dir` into `tmp`; returns
+    the card fields (quantization_config, max weight error)."""
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -167,8 +224,7 @@ def build_quantized(name: str, source: dict, base_dir: str | Path, tmp: Path) ->
     packed = quantized_weights(state, group_size, fmt, where)
     tensors = {}
     for key, value in packed.items():
-        tensors[key] = (torch.from_numpy(np.ascontiguousarray(value))
-                        if isinstance(value, np.ndarray) else value.contiguous())
+        tensors[key] = _torch_from(value) if isinstance(value, np.ndarray) else value.contiguous()
     save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     config_dict = model.config.to_dict()  # the base model's config, read once with the model
     config_dict["quantization_config"] = quantization_config(fmt, group_size)
@@ -177,10 +233,23 @@ def build_quantized(name: str, source: dict, base_dir: str | Path, tmp: Path) ->
     if (Path(base_dir) / "generation_config.json").exists():
         shutil.copy(Path(base_dir) / "generation_config.json", tmp / "generation_config.json")
     AutoTokenizer.from_pretrained(base_dir).save_pretrained(tmp)
-    errors = [float(np.abs(dequantize(fmt, {s: packed[f"{p}.{s}"] for s in ("qweight", "qzeros",
-                                                                             "scales")},
+    errors = [float(np.abs(dequantize(fmt, {s: _numpy(packed[f"{p}.{s}"]) for s in parts},
                                       group_size) - state[f"{p}.weight"].float().numpy()).max())
-              for p in sorted({k.rsplit(".", 1)[0] for k in packed if k.endswith(".qweight")})]
+              for p in quantized_prefixes(packed, fmt)
+              for parts in [("weight", "weight_scale") if fmt == "w8a8"
+                            else ("qweight", "qzeros", "scales")]]
+    note = ("8-bit round-to-nearest per output channel (no calibration), activations "
+            "quantized per token at run time" if fmt == "w8a8" else
+            "4-bit round-to-nearest (no calibration) in the format's standard packing")
     return {"quantization": quantization_config(fmt, group_size),
-            "max_abs_weight_error": max(errors),
-            "note": "4-bit round-to-nearest (no calibration) in the format's standard packing"}
+            "max_abs_weight_error": max(errors), "note": note}
+
+
+def quantized_prefixes(packed: dict, fmt: str) -> list[str]:
+    """The layers a quantized state dict holds quantized (by their tensor name prefix)."""
+    marker = ".weight_scale" if fmt == "w8a8" else ".qweight"
+    return sorted(k.removesuffix(marker) for k in packed if k.endswith(marker))
+
+
+def _numpy(value) -> np.ndarray:
+    return value if isinstance(value, np.ndarray) else value.float().numpy()
