@@ -239,7 +239,13 @@ def test_engine_job_carries_the_cells_settings(demo_config):
     hf = next(c for c in cells if c.engine == "transformers" and c.speculator == "draft-6l")
     job = cellmod.engine_job(hf, demo_config, [(hf.load_points()[0], 1)], "/tmp/x")
     assert job["draft_dir"] == "resources/models/smollm2-135m-6l" and job["k"] == 3
-    assert job["args"] == {"dtype": "bfloat16"}
+    # the demo's `dtype: host`, resolved for this host (asked of vLLM when no verdict is given)
+    assert job["args"]["dtype"] in ("float32", "bfloat16")
+    verdict = {"dtype": {"requested": "host", "resolved": "float32", "why": "AVX2"}}
+    job = cellmod.engine_job(hf, demo_config, [(hf.load_points()[0], 1)], "/tmp/x", verdict)
+    assert job["args"] == {"dtype": "float32"}
+    job = cellmod.engine_job(offline, demo_config, plan, "/tmp/x", verdict)
+    assert job["args"]["dtype"] == "float32" and job["args"]["max_model_len"] == 4096
 
 
 def _stand_in_nsys(folder):

@@ -5,6 +5,12 @@ Records are appended to `<output>.partial` as each point finishes and the file i
 output that looks complete. The server's whole process group is stopped whatever happens,
 SIGTERM/SIGINT to this process included.
 
+Only valid points are done: a point is cached (results/points/) only when it is "ok", and a cell
+with a failed or invalid point does not finish (its records stay in `.partial`, the error file
+says which points and why), so a rerun measures exactly those points again. A cell this host
+cannot run (see sdbench.hostcaps) writes "unsupported" records with the reason and measures
+nothing.
+
 Run one cell without Snakemake:
 
     python -m sdbench.cell --config config/demo.yaml --list
@@ -27,11 +33,13 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import checks, engines, gpumon, grid, loadgen, models, profiling, provenance, slots
+from . import checks, engines, gpumon, grid, hostcaps, loadgen, models, profiling, provenance, slots
 from .config import REPO_ROOT, VANILLA, ConfigError, load_config
 from .files import append_jsonl, atomic_path, atomic_write_json, sha256_file, write_jsonl
 from .grid import requests_output
+from .hostcaps import UNSUPPORTED
 from .ids import short_hash
+from .logcause import error_cause, first_line
 from .serving import ServerError, VllmServer, log_tail, server_command
 
 RECORD_SCHEMA = "sdbench.record/1"
@@ -128,8 +136,9 @@ def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
     try:
         return _run_cell(cell, config, output, server_log=server_log, log=log)
     except BaseException as exc:
+        message = f"{type(exc).__name__}: {exc}"
         atomic_write_json(error_file, {"cell_id": cell.cell_id, "label": cell.label,
-                                       "error": f"{type(exc).__name__}: {exc}",
+                                       "error": first_line(message), "detail": message,
                                        "server_log": str(server_log), "at": _now()})
         raise
 
@@ -146,13 +155,16 @@ def point_id(load: dict, repeat: int) -> tuple:
 
 
 def point_key(cell: grid.Cell, load: dict, repeat: int, prompts_sha256: str,
-              min_tokens: int | None, vllm: dict) -> str:
+              min_tokens: int | None, vllm: dict, dtype: str | None = None) -> str:
     """Content hash of everything that determines one measurement: the server config, the
-    workload (with its load-generator settings), the prompt file's bytes, the point itself and
-    the vLLM build. A cached measurement is reused only under the same key."""
+    workload (with its load-generator settings), the prompt file's bytes, the point itself, the
+    vLLM build and what `dtype: host` resolved to here. A cached measurement is reused only
+    under the same key."""
     fields = {"server_config": cell.server_config, "workload": cell.workload,
               "prompts_sha256": prompts_sha256, "concurrency": load.get("concurrency"),
               "repeat": repeat, "min_tokens": min_tokens, "vllm": vllm}
+    if cell.server_config["args"].get("dtype") == "host":
+        fields["dtype"] = dtype
     if load["mode"] == "rate":
         fields["load"] = load
     if cell.profile:
@@ -164,9 +176,15 @@ def point_path(cell_id: str, load: dict, repeat: int, key: str) -> Path:
     return Path(POINTS_DIR) / cell_id / f"{grid.level_name(load)}-r{repeat}-{key}.json.gz"
 
 
-def read_point(path: Path) -> dict:
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        return json.load(fh)
+def read_point(path: Path) -> dict | None:
+    """A cached measurement, or None when it is not a valid one (an older cache may hold
+    invalid points; an unreadable file is measured again)."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            point = json.load(fh)
+    except (OSError, EOFError, ValueError):
+        return None
+    return point if point.get("record", {}).get("status") == "ok" else None
 
 
 def write_point(path: Path, record: dict, detail: dict) -> None:
@@ -187,22 +205,40 @@ def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
     checks.check_vocab(config, cell, features=checks.vllm_features(),
                        source=f"cell {cell.cell_id}")
     log = log or sys.stderr
-    environment = provenance.environment(str(REPO_ROOT))  # the workflow's own checkout
+    verdict = hostcaps.cell_verdict(config, cell)
+    environment = {**provenance.environment(str(REPO_ROOT)),  # the workflow's own checkout
+                   "host": verdict["host"], "dtype": verdict["dtype"]}
     prompts_sha256 = sha256_file(cell.workload["path"])
 
     # repeats interleaved: every load point once, then again
     plan = {point_id(load, r): (load, r) for r in range(cell.repeats)
             for load in cell.load_points()}
     paths = {pid: point_path(cell.cell_id, load, r, point_key(
-        cell, load, r, prompts_sha256, min_tokens, environment["vllm"]))
+        cell, load, r, prompts_sha256, min_tokens, environment["vllm"],
+        verdict["dtype"]["resolved"]))
         for pid, (load, r) in plan.items()}
-    points = {pid: read_point(path) for pid, path in paths.items() if path.exists()}
+    points = {pid: point for pid, path in paths.items()
+              if path.exists() and (point := read_point(path)) is not None}
     missing = [pid for pid in plan if pid not in points]
     print(f"[sdbench] cell {cell.cell_id} ({cell.label}): {len(points)} of {len(plan)} points "
-          f"cached, measuring {len(missing)}: {missing}", file=log, flush=True)
+          f"cached, measuring {len(missing)}: {missing}; dtype "
+          f"{verdict['dtype']['resolved'] or 'auto'} ({verdict['dtype']['why']})",
+          file=log, flush=True)
     for point in points.values():
         append_jsonl(partial, point["record"])
-    if missing:
+    context = {"environment": environment, "prompts_sha256": prompts_sha256,
+               "min_tokens": min_tokens, "server_log": server_log, "log": log,
+               "partial": partial, "verdict": verdict}
+    if missing and verdict["reason"]:
+        print(f"[sdbench] cell {cell.cell_id}: unsupported here: {verdict['reason']}",
+              file=log, flush=True)
+        for pid in missing:
+            load, repeat = plan[pid]
+            record = _record(cell, load, repeat, {}, UNSUPPORTED, verdict["reason"], {}, {},
+                             context, _model_cards(cell, config), _now(), _now())
+            append_jsonl(partial, record)
+            points[pid] = {"record": record, "detail": None}
+    elif missing:
         checks.check_cell_tools(cell, source=f"cell {cell.cell_id}")
         with slots.held(grid.cell_gpus(cell.server_config), label=f"cell {cell.cell_id}",
                         timeout_s=config["cells"]["slot_timeout_s"]) as held:
@@ -215,18 +251,28 @@ def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
                                 for p in leftovers)
                     + ". Stop them (kill <pid>) before measuring; they would skew or crash "
                     "this cell.")
-            context = {"environment": environment, "prompts_sha256": prompts_sha256,
-                       "min_tokens": min_tokens, "server_log": server_log, "log": log,
-                       "partial": partial, "slots": held}
+            context["slots"] = held
             measure = _measure if cell.engine == grid.SERVE else _measure_engine
             for pid, measured in measure(cell, config, [plan[p] for p in missing], context):
-                write_point(paths[pid], measured["record"], measured["detail"])
+                if measured["record"]["status"] == "ok":  # only valid points are done
+                    write_point(paths[pid], measured["record"], measured["detail"])
                 points[pid] = measured
 
     ordered = [points[pid] for pid in sorted(plan)]
+    not_done = [p["record"] for p in ordered
+                if p["record"]["status"] not in ("ok", UNSUPPORTED)]
+    if not_done:
+        raise CellError(
+            f"cell {cell.cell_id} ({cell.label}): {len(not_done)} of {len(ordered)} points "
+            "not valid (" + "; ".join(f"{_point_label(r['load'], r['repeat'])}: {r['error']}"
+                                      for r in not_done)
+            + "); the cell is not done: a rerun measures these points again (the valid ones "
+            f"are cached). Records so far: {partial}")
     with atomic_path(detail_out) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as fh:
         for point in ordered:
             record = point["record"]
+            if point["detail"] is None:  # unsupported here: nothing was sent
+                continue
             fh.write(json.dumps({"cell_id": cell.cell_id, "concurrency": record["concurrency"],
                                  "request_rate": record.get("request_rate"),
                                  "repeat": record["repeat"], **point["detail"]}) + "\n")
@@ -236,22 +282,33 @@ def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
     return records
 
 
+def _run_args(cell: grid.Cell, config: dict, verdict: dict | None) -> dict:
+    """The cell's engine arguments as run here (`dtype: host` resolved; by the cell's own
+    verdict, or asked now when the caller has none)."""
+    args = cell.server_config["args"]
+    if args.get("dtype") == "host":
+        return hostcaps.run_args(args, verdict or hostcaps.cell_verdict(config, cell))
+    return args
+
+
 def cell_server(cell: grid.Cell, config: dict, server_log: str | Path,
-                env: dict | None = None) -> VllmServer:
-    """The cell's vLLM server (not started: use it as a context manager)."""
+                env: dict | None = None, verdict: dict | None = None) -> VllmServer:
+    """The cell's vLLM server (not started: use it as a context manager). `verdict`
+    (hostcaps.cell_verdict) resolves `dtype: host`."""
     server_cfg, srv = cell.server_config, config["server"]
     target = server_cfg["target"]["name"]
     target_dir = grid.model_dir(config, target)
     spec = speculative_config(cell, config)
+    args = _run_args(cell, config, verdict)
 
     def build(port: int) -> list[str]:
-        argv = server_command(target_dir, target, srv["host"], port, server_cfg["args"], spec)
+        argv = server_command(target_dir, target, srv["host"], port, args, spec)
         if cell.profile == "nsys":
             argv = profiling.wrap_command(argv, profiling.session_name(cell.cell_id))
         return argv
 
     return VllmServer(build, host=srv["host"], log_path=server_log,
-                      env={**server_cfg["env"], **(env or {})},
+                      env={**server_cfg["env"], **hostcaps.isa_env(), **(env or {})},
                       startup_timeout_s=srv["startup_timeout_s"],
                       stop_timeout_s=srv["stop_timeout_s"])
 
@@ -318,8 +375,10 @@ def _report_point(cell: grid.Cell, load: dict, repeat: int, status: str, reason:
                   metrics: dict, server_log, log) -> None:
     """Stop the cell at a failed point (CellError), else log the point's line."""
     if status == "failed":
+        first, _, rest = reason.partition("\n")
         raise CellError(f"cell {cell.cell_id} ({cell.label}), {_point_label(load, repeat)}: "
-                        f"{reason}; later points were not attempted. Log: {server_log}")
+                        f"{first}; later points were not attempted (log: {server_log})"
+                        + (f"\n{rest}" if rest else ""))
     print(f"[sdbench] cell {cell.cell_id} {_point_label(load, repeat)}: {status}"
           f"{' (' + reason + ')' if reason else ''}, "
           f"{metrics.get('total_token_throughput') or float('nan'):.1f} tok/s total, "
@@ -354,7 +413,9 @@ def _measure(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]], contex
     held = context["slots"]
     interval_s = config["cells"]["gpu_sample_interval_ms"] / 1000.0
     probes: dict[int, float] = {}
-    with _signals_raise(), cell_server(cell, config, server_log, held.env) as server:
+    loadgen.preload()  # overlaps the server's start-up
+    with _signals_raise(), cell_server(cell, config, server_log, held.env,
+                                       context["verdict"]) as server:
         print(f"[sdbench] cell {cell.cell_id}: server ready on port {server.port} after "
               f"{server.startup_s:.1f} s", file=log, flush=True)
 
@@ -371,7 +432,7 @@ def _measure(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]], contex
         profiler = profiling.nsys_session(cell, server) if cell.profile == "nsys" else None
         for load, repeat in plan:
             error, result, argv, extra = None, {}, [], {}
-            started = _now()
+            started, log_offset = _now(), _log_size(server_log)
             try:
                 num_prompts, extra = _num_prompts(cell, load, probe)
                 argv = point_argv(cell, config, server, load, context["min_tokens"],
@@ -388,12 +449,15 @@ def _measure(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]], contex
                 returned = time.perf_counter()
             if not server.alive():
                 seen = error or "the load generator raised no error"
-                error = (f"the vLLM server exited during the point ({seen}); last lines of "
-                         f"{server_log}:\n{log_tail(server_log, 15)}")
+                cause = error_cause(server_log, since=log_offset) or seen
+                error = (f"the vLLM server exited during the point: {cause} (log: {server_log})"
+                         f"\nLast lines of {server_log}:\n{log_tail(server_log, 15)}")
             metrics, detail = loadgen.split_result(result)
             window = gpumon.request_window(detail, returned, metrics.get("duration"))
             metrics.update(sampler.window_metrics(*window, metrics.get("total_output_tokens")))
             status, reason = point_status(metrics, error, config["loadgen"]["max_failure_share"])
+            if status == "invalid":
+                reason = _with_causes(reason, detail, server_log, log_offset)
             server_info = {"command": server.command, "port": server.port,
                            "startup_s": server.startup_s, "log": str(server_log),
                            "gpus": held.gpu_ids, "placement": held.reason}
@@ -406,8 +470,27 @@ def _measure(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]], contex
             yield point_id(load, repeat), {"record": record, "detail": detail}
 
 
+def _log_size(path: str | Path) -> int:
+    try:
+        return Path(path).stat().st_size
+    except OSError:
+        return 0
+
+
+def _with_causes(reason: str, detail: dict, server_log: str | Path, offset: int) -> str:
+    """An invalid point's reason with what made its requests fail: the first request error the
+    load generator saw and the first error the server logged during the point."""
+    errors = [e for e in detail.get("errors") or [] if e]
+    if errors:
+        reason += f"; first request error: {first_line(str(errors[0]))[:300]}"
+    cause = error_cause(server_log, since=offset)
+    if cause:
+        reason += f"; server log: {cause} (log: {server_log})"
+    return reason
+
+
 def engine_job(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]],
-               out_dir: str | Path) -> dict:
+               out_dir: str | Path, verdict: dict | None = None) -> dict:
     """What the child process of an offline / Transformers cell needs (see sdbench.engines)."""
     server_cfg, settings = cell.server_config, cell.workload["loadgen"]
     draft = server_cfg["draft"]
@@ -415,7 +498,7 @@ def engine_job(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]],
             "target_dir": grid.model_dir(config, server_cfg["target"]["name"]),
             "draft_dir": None if draft is None else grid.model_dir(config, draft["name"]),
             "speculative_config": speculative_config(cell, config),
-            "args": server_cfg["args"], "method": server_cfg["method"],
+            "args": _run_args(cell, config, verdict), "method": server_cfg["method"],
             "k": server_cfg["num_speculative_tokens"], "options": server_cfg["method_options"],
             "prompts": cell.workload["path"], "num_prompts": cell.workload["num_prompts"],
             "shuffle": cell.workload["shuffle"], "seed": settings["seed"],
@@ -435,10 +518,13 @@ def _measure_engine(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]],
     out_dir = Path(tempfile.mkdtemp(prefix=f".{cell.cell_id}.", dir=context["partial"].parent))
     try:
         job_path = out_dir / "job.json"
-        job_path.write_text(json.dumps(engine_job(cell, config, plan, out_dir)))
+        job_path.write_text(json.dumps(engine_job(cell, config, plan, out_dir,
+                                                  context["verdict"])))
         command = [sys.executable, "-m", "sdbench.engines", str(job_path)]
+        log_offset = _log_size(server_log)
         runner = VllmServer(lambda _port: command, host=config["server"]["host"],
-                            log_path=server_log, env={**cell.server_config["env"], **held.env},
+                            log_path=server_log, env={**cell.server_config["env"],
+                                                      **hostcaps.isa_env(), **held.env},
                             stop_timeout_s=config["server"]["stop_timeout_s"])
         interval_s = config["cells"]["gpu_sample_interval_ms"] / 1000.0
         with _signals_raise(), gpumon.GpuSampler(held.monitor_ids, interval_s) as sampler:
@@ -449,10 +535,12 @@ def _measure_engine(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]],
         for index, (load, repeat) in enumerate(plan):
             path = engines.point_file(out_dir, index)
             if not path.exists():
+                cause = error_cause(server_log, since=log_offset) or "no error in its log"
                 raise CellError(f"cell {cell.cell_id} ({cell.label}), "
                                 f"{_point_label(load, repeat)}: the {cell.engine} run exited "
-                                f"with code {code} before finishing it; last lines of "
-                                f"{server_log}:\n{log_tail(server_log, 15)}")
+                                f"with code {code} before finishing it: {cause} (log: "
+                                f"{server_log})\nLast lines of {server_log}:\n"
+                                f"{log_tail(server_log, 15)}")
             result = json.loads(path.read_text())
             metrics, detail = result["metrics"], result["detail"]
             # energy over the point's own window (the child's clock is the sampler's)
@@ -497,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cell not in cells:
         parser.error(f"no cell {args.cell!r} in {args.config} (use --list)")
     output = args.output or grid.cell_output(args.cell)
-    server_log = args.server_log or f"logs/cells/{args.cell}.server.log"
+    server_log = args.server_log or grid.SERVER_LOG.format(cell_id=args.cell)
     try:
         checks.check_installed(config, source=args.config)
         run_cell(cells[args.cell], config, output, server_log=server_log)

@@ -1,0 +1,84 @@
+"""A cell the host cannot run writes "unsupported" records and starts nothing; only valid points
+are taken from the point cache (a failed or invalid attempt is measured again)."""
+
+import gzip
+import json
+
+import pytest
+
+from sdbench import cell as cellmod
+from sdbench import grid, hostcaps
+
+REASON = ("vLLM 0.32.0 (CPU build) runs GPTQ int4 (smollm2-135m-gptq) only on CPUs with "
+          "AVX-512: its cpu_gemm_wna16 kernel is built into _C and _C_AVX512, not into "
+          "_C_AVX2, which this CPU loads (AVX2, no AVX-512)")
+
+
+@pytest.fixture
+def gptq_cell(demo_config, tmp_path, monkeypatch):
+    """The demo's GPTQ vanilla cell in a working directory with its prompt file, on a host
+    whose verdict is REASON (the verdict itself is tested in test_hostcaps)."""
+    monkeypatch.chdir(tmp_path)
+    cell = next(c for c in grid.all_cells(demo_config)
+                if c.server_config["target"]["name"] == "smollm2-135m-gptq" and c.is_baseline)
+    prompts = tmp_path / cell.workload["path"]
+    prompts.parent.mkdir(parents=True)
+    prompts.write_text("".join(json.dumps({"prompt": f"p{i}", "output_tokens": 8}) + "\n"
+                               for i in range(cell.workload["num_prompts"])))
+    verdict = {"reason": REASON, "host": {"device": "cpu", "isa": "AVX2, no AVX-512",
+                                          "extension": "_C_AVX2"},
+               "dtype": {"requested": "host", "resolved": "bfloat16", "why": "test"}}
+    monkeypatch.setattr(hostcaps, "cell_verdict", lambda config, cell, root=".": verdict)
+
+    def no_server(*args, **kwargs):
+        raise AssertionError("an unsupported cell must not start a server")
+
+    monkeypatch.setattr(cellmod, "cell_server", no_server)
+    monkeypatch.setattr(cellmod.slots, "held", no_server)
+    return cell
+
+
+def test_unsupported_cell_records_the_reason_and_measures_nothing(gptq_cell, demo_config,
+                                                                  tmp_path):
+    output = tmp_path / grid.cell_output(gptq_cell.cell_id)
+    records = cellmod.run_cell(gptq_cell, demo_config, output, server_log=tmp_path / "s.log")
+    assert [(r["concurrency"], r["repeat"]) for r in records] == [(1, 0), (1, 1), (4, 0),
+                                                                  (4, 1)]
+    for r in records:
+        assert r["status"] == "unsupported" and r["error"] == REASON and r["metrics"] == {}
+        assert r["provenance"]["host"]["extension"] == "_C_AVX2"
+        assert r["provenance"]["dtype"]["resolved"] == "bfloat16"
+    assert [json.loads(x) for x in output.read_text().splitlines()] == records
+    with gzip.open(grid.requests_output(output), "rt") as fh:
+        assert fh.read() == ""  # nothing was sent
+    assert not (tmp_path / "results" / "points").exists()  # nothing cached
+    assert not cellmod.error_output(output).exists()
+    assert not (tmp_path / "s.log").exists()
+
+
+def test_only_valid_cached_points_are_reused(gptq_cell, demo_config, tmp_path):
+    """A valid cached point is kept (measured before, e.g. on a host that runs the cell), an
+    invalid or unreadable one is not: it is a missing point (here: unsupported)."""
+    output = tmp_path / grid.cell_output(gptq_cell.cell_id)
+    first = cellmod.run_cell(gptq_cell, demo_config, output, server_log=tmp_path / "s.log")
+    prompts_sha = first[0]["provenance"]["dataset"]["sha256"]
+    vllm = first[0]["provenance"]["vllm"]
+    loads = gptq_cell.load_points()
+
+    def cache(load, repeat, status):
+        key = cellmod.point_key(gptq_cell, load, repeat, prompts_sha, None, vllm, "bfloat16")
+        path = cellmod.point_path(gptq_cell.cell_id, load, repeat, key)
+        record = {**first[0], "status": status, "concurrency": load["concurrency"],
+                  "repeat": repeat, "metrics": {"total_token_throughput": 1.0}}
+        cellmod.write_point(path, record, {"generated_texts": []})
+        return path
+
+    cache(loads[0], 0, "ok")
+    cache(loads[1], 0, "invalid")
+    broken = cache(loads[0], 1, "ok")
+    broken.write_bytes(b"not gzip")
+    assert cellmod.read_point(broken) is None
+    records = cellmod.run_cell(gptq_cell, demo_config, output, server_log=tmp_path / "s.log")
+    # in point order: c=1 r0 (cached, ok), c=1 r1 (unreadable), c=4 r0 (invalid), c=4 r1
+    assert [r["status"] for r in records] == ["ok", "unsupported", "unsupported",
+                                              "unsupported"]
