@@ -32,6 +32,16 @@ def synthetic_summary(tmp_path):
     return frame, points
 
 
+def render_round1(tmp_path, repo) -> str:
+    """The round 1 report of the summary in tmp_path, as HTML."""
+    html_out = tmp_path / "round1.html"
+    render_report(repo / "workflow" / "notebooks" / "round1.ipynb", tmp_path / "executed.ipynb",
+                  html_out, {"summary_path": str(tmp_path / "summary.parquet"),
+                             "points_path": str(tmp_path / "points.parquet"),
+                             "study": "unit test"}, title="Round 1 — unit test")
+    return html_out.read_text()
+
+
 def test_max_speedup_table_names_k_concurrency_and_interval(tmp_path):
     _, points = synthetic_summary(tmp_path)
     cell = plots.max_speedup_table(points).loc["ngram", "w"]
@@ -40,12 +50,7 @@ def test_max_speedup_table_names_k_concurrency_and_interval(tmp_path):
 
 def test_round1_report_is_offline_html_without_code(tmp_path, repo):
     synthetic_summary(tmp_path)
-    html_out = tmp_path / "round1.html"
-    render_report(repo / "workflow" / "notebooks" / "round1.ipynb", tmp_path / "executed.ipynb",
-                  html_out, {"summary_path": str(tmp_path / "summary.parquet"),
-                             "points_path": str(tmp_path / "points.parquet"),
-                             "study": "unit test"}, title="Round 1 — unit test")
-    page = html_out.read_text()
+    page = render_round1(tmp_path, repo)
     assert "Best speedup per method and workload" in page
     assert "1.40× [" in page and "95 % Student-t interval" in page
     assert "crossover" in page.lower() and "Best setting per workload and load" in page
@@ -134,3 +139,125 @@ def test_energy_per_token_is_paired_with_its_baseline_and_shown_next_to_speedup(
     cpu = aggregate_points(apply_index(summarize([tmp_path / "cpu.jsonl"]), None))
     assert plots.energy_table(cpu).empty
     assert cpu["energy_gain_mean"].isna().all()
+
+
+def unsupported_record(cell_id, method, concurrency, *, baseline=None, k=None, repeat=0):
+    r = record(cell_id, method, concurrency, 0.0, baseline=baseline, k=k, repeat=repeat,
+               status="unsupported")
+    r["error"] = "vLLM 0.32.0 (CPU build) runs GPTQ int4 (t) only on CPUs with AVX-512"
+    return r
+
+
+def test_index_lists_unsupported_cells_and_failed_jobs_with_reason_and_log(tmp_path,
+                                                                         demo_config):
+    from sdbench import grid
+    from sdbench.report import failed_jobs
+
+    cells = grid.all_cells(demo_config)
+    write_jsonl(tmp_path / f"{cells[0].cell_id}.jsonl",
+                [unsupported_record(cells[0].cell_id, "vanilla", c) for c in (1, 4)])
+    # a failed data job and a failed model job: output missing, log ending in an exception
+    log = tmp_path / "logs" / "data" / "fetch_cnn_dailymail_articles.jsonl.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("Traceback (most recent call last):\n  File \"f.py\", line 1\n"
+                   "sdbench.data.sources.SourceError: cnn.jsonl:41: not a valid JSON line\n")
+    model_log = tmp_path / "logs" / "models" / "smollm2-135m-w8a8.log"
+    model_log.parent.mkdir(parents=True)
+    model_log.write_text("Traceback (most recent call last):\nOSError: disk full\n")
+    (tmp_path / "logs" / "models" / "smollm2-135m.log").write_text("built\n")  # no error
+    jobs = failed_jobs(demo_config, tmp_path)
+    assert [j["job"] for j in jobs] == ["fetch source 'cnn_dailymail'",
+                                         "model 'smollm2-135m-w8a8'"]
+    assert jobs[0]["log"] == "logs/data/fetch_cnn_dailymail_articles.jsonl.log"
+    out = tmp_path / "index.html"
+    write_index("demo", {}, [(c, tmp_path / f"{c.cell_id}.jsonl") for c in cells], out, [],
+                jobs=jobs)
+    page = out.read_text()
+    problems = page.split("<h2>Problems</h2>")[1].split("<h2>")[0]
+    assert "unsupported here" in problems and "only on CPUs with AVX-512" in problems
+    assert "cnn.jsonl:41: not a valid JSON line" in problems
+    assert "logs/data/fetch_cnn_dailymail_articles.jsonl.log" in problems
+    assert "OSError: disk full" in problems
+    assert f"{len(cells) - 1} not run, 1 unsupported here" in page
+    # nothing failed: the index says so
+    write_index("demo", {}, [], out, [], jobs=[])
+    assert "No failed jobs, cells or points" in out.read_text()
+
+
+def test_a_round_with_nothing_valid_gets_a_page_that_says_why(tmp_path, repo):
+    rows = [unsupported_record("q", "vanilla", c, repeat=r) for c in (1, 4) for r in (0, 1)]
+    rows += [unsupported_record("qd", "draft_model", c, baseline="q", k=3, repeat=r)
+             for c in (1, 4) for r in (0, 1)]
+    write_jsonl(tmp_path / "cells.jsonl", rows)
+    frame = apply_index(summarize([tmp_path / "cells.jsonl"]), None)
+    write_summary(frame, tmp_path / "summary.parquet", tmp_path / "summary.csv")
+    write_summary(aggregate_points(frame), tmp_path / "points.parquet", tmp_path / "p.csv")
+    assert (frame["status"] == "unsupported").all() and frame["speedup"].isna().all()
+    page = render_round1(tmp_path, repo)
+    assert "No valid measurement in this round: 2 cells: unsupported here" in page
+    assert "<title>Round 1 — unit test</title>" in page
+    # the problem table of a round report names unsupported points as such
+    table = plots.problem_table(frame)
+    assert set(table["status"]) == {"unsupported here"} and table["error"].str.contains(
+        "AVX-512").all()
+
+
+def test_salvage_writes_every_page_and_the_index_whatever_fails(tmp_path, demo_config,
+                                                                 monkeypatch):
+    """A failed run with no measurement at all (a data job failed): every report says so in a
+    sentence, and the index lists the failed job."""
+    from sdbench import grid
+    from sdbench.report import salvage
+
+    monkeypatch.chdir(tmp_path)
+    log = tmp_path / "logs" / "data" / "spec_bench" / "all.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("Traceback (most recent call last):\nValueError: bucket 0.25k: needed 4, "
+                   "found 1\n")
+    cells = [(c, grid.cell_output(c.cell_id)) for c in grid.all_cells(demo_config)]
+    reports = {"Round 1": "round1.html", "Round 2": "round2.html"}
+    salvage(demo_config, cells, reports, {})
+    for page in reports.values():
+        text = (tmp_path / "reports" / page).read_text()
+        assert "No measurement of this run yet" in text and "incomplete run" in text
+    index = (tmp_path / "reports" / "index.html").read_text()
+    assert "prompt set spec_bench/all" in index and "needed 4, found 1" in index
+    assert "logs/data/spec_bench/all.log" in index
+
+
+def test_a_cell_job_that_died_before_recording_why_is_failed_with_its_log(tmp_path,
+                                                                         demo_config):
+    from sdbench import grid
+    from sdbench.report import cell_log, cell_status
+
+    cell = grid.all_cells(demo_config)[0]
+    output = tmp_path / grid.cell_output(cell.cell_id)
+    assert cell_log(output) == tmp_path / grid.CELL_LOG.format(cell_id=cell.cell_id)
+    assert cell_log(tmp_path / "results/derived/t/w/ngram.jsonl") == \
+        tmp_path / "logs/derived/t/w/ngram.log"
+    assert cell_status(output) == ("not run", "")
+    log = cell_log(output)
+    log.parent.mkdir(parents=True)
+    log.write_text("Traceback (most recent call last):\nModuleNotFoundError: No module named "
+                   "'sdbench'\n")
+    status, detail = cell_status(output)
+    assert status == "failed" and detail.startswith("ModuleNotFoundError: No module named")
+    assert str(log) in detail
+
+
+def test_provenance_lists_cpu_records_and_the_dtype_they_ran_in(tmp_path):
+    """CPU records have no GPU driver (null): they are still counted, with the ISA and dtype."""
+    rows = [record("base", "vanilla", 1, 100.0), record("q", "vanilla", 1, 90.0)]
+    for r, dtype in zip(rows, ("float32", "bfloat16"), strict=True):
+        r["provenance"].update(dtype={"requested": "host", "resolved": dtype, "why": "t"},
+                               host={"isa": "AVX2, no AVX-512", "device": "cpu"})
+    rows[1]["server_config"]["target"] = {"name": "t-gptq", "quantization": "gptq"}
+    write_jsonl(tmp_path / "cells.jsonl", rows)
+    frame = apply_index(summarize([tmp_path / "cells.jsonl"]), None)
+    table = plots.provenance_table(frame)
+    assert table["records"].sum() == 2 and set(table["dtype"]) == {"float32", "bfloat16"}
+    assert set(table["driver"]) == {"-"} and set(table["host_isa"]) == {"AVX2, no AVX-512"}
+    from sdbench.round_plots import target_label
+
+    points = aggregate_points(frame)
+    assert sorted(target_label(points)) == ["t (float32)", "t-gptq (gptq)"]

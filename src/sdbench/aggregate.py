@@ -71,6 +71,9 @@ def _row(record: dict) -> dict:
         "device": (prov["device"]["gpus"][0]["name"] if prov["device"]["gpus"]
                    else prov["device"]["cpu_model"]),
         "hostname": prov["hostname"],
+        # what `dtype: host` resolved to and the ISA vLLM saw (records before these: None)
+        "dtype": (prov.get("dtype") or {}).get("resolved"),
+        "host_isa": (prov.get("host") or {}).get("isa"),
         "git_commit": prov["workflow"]["commit"],
         "git_dirty": prov["workflow"]["dirty"],
         "dataset_sha256": prov["dataset"]["sha256"],
@@ -166,7 +169,7 @@ def write_summary(frame: pd.DataFrame, parquet: str | Path, csv: str | Path) -> 
 
 POINT_KEYS = ["round", "setting", "cell_id", "speculator", "method", "k", "target",
               "quantization", "full_precision", "draft", "workload", "dataset", "subset",
-              "engine", "load", "concurrency", "request_rate", "baseline_cell_id"]
+              "engine", "load", "concurrency", "request_rate", "baseline_cell_id", "dtype"]
 # statistics over repeats: mean, std, 95 % interval
 STAT_COLUMNS = ["total_token_throughput", "output_throughput", "mean_tpot_ms", "mean_ttft_ms",
                 "speedup", "output_speedup", "tpot_speedup", "spec_decode_acceptance_rate",

@@ -27,6 +27,12 @@ from .ids import short_hash
 MODELS_DIR = "resources/models"
 PROCESSED_DIR = "data/processed"
 CELLS_DIR = "results/cells"
+# job logs (the rules' `log:` patterns; the index reads them to say why a job failed)
+FETCH_LOG = "logs/data/fetch_{source}_{file}.log"
+SUBSET_LOG = "logs/data/{dataset}/{subset}.log"
+MODEL_LOG = "logs/models/{model}.log"
+CELL_LOG = "logs/cells/{cell_id}.log"
+SERVER_LOG = "logs/cells/{cell_id}.server.log"
 DEFAULT_SETTING = "default"
 # how a cell measures: a vLLM server + vLLM's load generator (the default, not in the server
 # config so that such cells keep their ids), vLLM's offline engine, or Transformers at batch 1

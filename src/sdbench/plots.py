@@ -219,12 +219,26 @@ def latency_plot(frame: pd.DataFrame, metric: str) -> plt.Figure | None:
 
 
 def problem_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Points that were not measured cleanly: failed (no measurement) or invalid (too many failed
-    requests). They never enter a speedup."""
-    bad = frame[frame["status"] != "ok"]
-    columns = ["workload", "speculator", "k", "concurrency", "status", "completed", "failed",
-               "error", "cell_id"]
+    """Points that were not measured cleanly: failed (no measurement), invalid (too many failed
+    requests) or unsupported here (the host cannot run the cell: nothing was sent; the error
+    says why; one row per cell). They never enter a speedup."""
+    bad = frame[frame["status"] != "ok"].copy()
+    unsupported = bad["status"] == "unsupported"
+    cells = bad[unsupported].drop_duplicates("cell_id").assign(
+        status="unsupported here", concurrency=pd.NA)
+    bad = pd.concat([bad[~unsupported], cells]) if len(cells) else bad
+    columns = ["target", "workload", "speculator", "k", "concurrency", "status", "completed",
+               "failed", "error", "cell_id"]
     return bad[[c for c in columns if c in bad]].reset_index(drop=True)
+
+
+def measurement_counts(frame: pd.DataFrame) -> str:
+    """'32 clean, 32 unsupported here' (and failed / invalid where there are any)."""
+    counts = frame["status"].value_counts()
+    names = {"ok": "clean", "unsupported": "unsupported here"}
+    return ", ".join([f"{int(counts.get('ok', 0))} clean"] + [
+        f"{int(n)} {names.get(status, status)}" for status, n in counts.items()
+        if status != "ok"])
 
 
 def points_table(points: pd.DataFrame) -> pd.DataFrame:
@@ -281,10 +295,11 @@ def energy_table(part: pd.DataFrame) -> pd.DataFrame:
 
 def provenance_table(frame: pd.DataFrame) -> pd.DataFrame:
     columns = ["vllm_distribution", "vllm_version", "torch_version", "device_kind", "device",
-               "driver", "hostname", "git_commit", "git_dirty"]
+               "host_isa", "dtype", "driver", "hostname", "git_commit", "git_dirty"]
     columns = [c for c in columns if c in frame]
-    table = frame[columns].astype(str).value_counts().rename("records").reset_index()
-    return table
+    # missing values (no GPU driver on CPU) shown as "-": value_counts would drop such rows
+    values = frame[columns].astype(object).where(frame[columns].notna(), "-").astype(str)
+    return values.value_counts().rename("records").reset_index()
 
 
 def data_cards(frame: pd.DataFrame, root: str | Path = ".") -> dict[str, dict]:

@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import grid
 from .config import REPO_ROOT
-from .files import atomic_path, atomic_write_text
+from .files import atomic_path, atomic_write_text, read_jsonl
 from .grid import Cell
+from .hostcaps import UNSUPPORTED
+from .logcause import first_line, job_cause
 
 OFFLINE_TEMPLATE = REPO_ROOT / "workflow" / "notebooks" / "templates" / "offline.html.j2"
 
@@ -56,26 +59,125 @@ def notebook_to_html(executed: str | Path, html_out: str | Path, title: str) -> 
     atomic_write_text(html_out, body)
 
 
+def round_without_data(summary_path: str | Path, round_name: str) -> str | None:
+    """A sentence saying why a round has nothing to show (no valid measurement), else None."""
+    frame = pd.read_parquet(summary_path, columns=["round", "status", "cell_id"])
+    part = frame[frame["round"] == round_name]
+    if (part["status"] == "ok").any():
+        return None
+    if part.empty:
+        return ("No measurement of this round yet: none of its cells finished a point (see "
+                "the index for each cell's status and why).")
+    by_cell = part.groupby("cell_id")["status"].agg(lambda s: ", ".join(sorted(set(s))))
+    counts = by_cell.value_counts()
+    listed = "; ".join(
+        f"{n} cell{'s' if n > 1 else ''}: {status.replace(UNSUPPORTED, 'unsupported here')}"
+        for status, n in counts.items())
+    return (f"No valid measurement in this round: {listed}. The index lists each cell with "
+            "its reason.")
+
+
+def _note_notebook(title: str, sentence: str):
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_markdown_cell(f"# {title}\n\n{sentence}")]
+    return notebook
+
+
+def write_note_report(executed: str | Path, html_out: str | Path, title: str,
+                      sentence: str) -> None:
+    """A report page that only says, in a sentence, why there is nothing to show."""
+    import nbformat
+
+    with atomic_path(executed) as tmp:
+        nbformat.write(_note_notebook(title, sentence), str(tmp))
+    notebook_to_html(executed, html_out, title)
+
+
 def render_report(notebook: str | Path, executed: str | Path, html_out: str | Path,
                   parameters: dict, title: str) -> None:
+    """The round's report; a round without a valid measurement gets a page that says so."""
+    empty = round_without_data(parameters["summary_path"], Path(notebook).stem)
+    if empty is not None:
+        write_note_report(executed, html_out, title, empty)
+        return
     execute_notebook(notebook, executed, parameters)
     notebook_to_html(executed, html_out, title)
 
 
 def cell_status(cell_output: str | Path) -> tuple[str, str]:
-    """(status, detail) of a cell from its files: done, failed (with the error), interrupted
-    (points measured, no error recorded), or not run."""
+    """(status, detail) of a cell from its files: done, unsupported here (with the reason),
+    failed (with the error and its logs), interrupted (points measured, no error recorded), or
+    not run."""
     from .cell import error_output
 
     output = Path(cell_output)
     if output.exists():
+        records = list(read_jsonl(output))
+        unsupported = [r for r in records if r.get("status") == UNSUPPORTED]
+        if records and len(unsupported) == len(records):
+            return "unsupported here", unsupported[0]["error"]
+        if unsupported:
+            return "done", (f"{len(unsupported)} of {len(records)} points unsupported here: "
+                            f"{unsupported[0]['error']}")
         return "done", ""
     error = error_output(output)
     if error.exists():
-        return "failed", json.loads(error.read_text())["error"]
+        info = json.loads(error.read_text())
+        server_log = info.get("server_log")
+        logs = (f" (logs: {server_log.removesuffix('.server.log')}.log, {server_log})"
+                if server_log else "")
+        return "failed", first_line(info["error"]) + logs
     if output.with_name(output.name + ".partial").exists():
         return "interrupted", "some points measured, the cell did not finish"
+    log = cell_log(output)
+    cause = job_cause(log) if log.is_file() else None
+    if cause is not None:  # the job failed before the cell could record why
+        return "failed", f"{cause} (log: {log})"
     return "not run", ""
+
+
+def cell_log(output: str | Path) -> Path:
+    """A cell job's log, beside its records under logs/ (results/cells/<id>.jsonl ->
+    logs/cells/<id>.log; derived cells alike)."""
+    output = Path(output)
+    parts = output.parts
+    if "results" in parts:
+        index = parts.index("results")
+        output = Path(*parts[:index], "logs", *parts[index + 1:])
+    return output.with_name(output.name.removesuffix(".jsonl") + ".log")
+
+
+def failed_jobs(config: dict, root: str | Path = ".") -> list[dict]:
+    """Data and model jobs whose output is missing and whose log holds an error: {job, output,
+    log, error} (the error: the exception the job's log ends with)."""
+    from .data.builders import subsets_of
+    from .data.sources import raw_path
+
+    root = Path(root)
+    candidates = []
+    used = {d["source"] for d in config["datasets"].values()}
+    for name in sorted(used):
+        raw = raw_path(name, config["sources"][name])
+        candidates.append((f"fetch source {name!r}", raw,
+                           grid.FETCH_LOG.format(source=name, file=Path(raw).name)))
+    for dataset, definition in config["datasets"].items():
+        for subset in subsets_of(definition):
+            candidates.append((f"prompt set {dataset}/{subset}",
+                               grid.processed_path(dataset, subset),
+                               grid.SUBSET_LOG.format(dataset=dataset, subset=subset)))
+    for name, model in config["models"].items():
+        if model["source"]["kind"] != "path":
+            candidates.append((f"model {name!r}", grid.model_dir(config, name),
+                               grid.MODEL_LOG.format(model=name)))
+    failed = []
+    for job, output, log in candidates:
+        if not (root / output).exists() and (root / log).is_file():
+            error = job_cause(root / log)
+            if error is not None:
+                failed.append({"job": job, "output": output, "log": log, "error": error})
+    return failed
 
 
 _STYLE = """
@@ -84,6 +186,7 @@ table { border-collapse: collapse; font-size: 0.9em; margin-bottom: 1.5em; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
 th { background: #f0f0f0; }
 .done { color: #1a7f37; } .failed, .interrupted, .invalid { color: #b42318; }
+.unsupported { color: #9a6700; }
 .missing { color: #888; } .detail { font-size: 0.85em; max-width: 60em; white-space: pre-wrap; }
 code { font-size: 0.95em; }
 """
@@ -96,9 +199,10 @@ def _row(values, css: str = "") -> str:
 
 def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str]],
                 out: str | Path, problem_points: list[dict] | None = None,
-                note: str = "") -> None:
+                note: str = "", jobs: list[dict] | None = None) -> None:
     """reports: {title: relative link}; cells: [(cell, path of its records file)];
-    problem_points: failed or invalid points (from the summary) to list at the top."""
+    problem_points: failed or invalid points (from the summary) to list at the top; jobs:
+    failed data and model jobs (`failed_jobs`)."""
     links = "\n".join(f'<li><a href="{html.escape(href)}">{html.escape(title)}</a></li>'
                       for title, href in reports.items())
     rows, problems, counts = [], [], {}
@@ -112,13 +216,19 @@ def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str
                   ", ".join([*map(str, cell.concurrency),
                              *(f"{r:g}/s" for r in cell.request_rates)]),
                   cell.cell_id)
-        rows.append(_row((*fields, status), {"done": "done", "not run": "missing"}.get(
-            status, status)))
-        if status in ("failed", "interrupted"):
+        css = {"done": "done", "not run": "missing",
+               "unsupported here": "unsupported"}.get(status, status)
+        rows.append(_row((*fields, status), css))
+        if status in ("failed", "interrupted", "unsupported here"):
             problems.append(f'<tr><td><code>{cell.cell_id}</code></td>'
                             f"<td>{html.escape(cell.label)}</td>"
-                            f'<td class="{status}">{status}</td>'
+                            f'<td class="{css}">{status}</td>'
                             f'<td class="detail">{html.escape(detail[:2000])}</td></tr>')
+    for job in jobs or []:
+        problems.append(f"<tr><td>job</td><td>{html.escape(job['job'])}</td>"
+                        f'<td class="failed">failed</td>'
+                        f'<td class="detail">{html.escape(job["error"])} (log: '
+                        f"{html.escape(job['log'])})</td></tr>")
     for point in problem_points or []:
         problems.append(
             f"<tr><td><code>{point['cell_id']}</code></td>"
@@ -127,8 +237,11 @@ def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str
             f'<td class="detail">{html.escape(str(point["error"]))}</td></tr>')
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     problem_table = (
-        "<h2>Problems</h2><table><tr><th>cell</th><th>what</th><th>status</th><th>why</th></tr>"
-        + "\n".join(problems) + "</table>") if problems else "<p>No failed cells or points.</p>"
+        "<h2>Problems</h2><p>Failed jobs, cells that did not finish or that this host cannot "
+        "run (<em>unsupported here</em>: nothing was measured, the reason says why), and "
+        "points that failed or are invalid.</p><table><tr><th>cell</th><th>what</th>"
+        "<th>status</th><th>why</th></tr>" + "\n".join(problems) + "</table>"
+    ) if problems else "<p>No failed jobs, cells or points; every cell ran on this host.</p>"
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(study)}: reports</title>
 <style>{_STYLE}</style></head><body>
@@ -148,8 +261,10 @@ def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str
 
 
 def problem_points(frame) -> list[dict]:
-    """Failed or invalid points of a summary table, for the index."""
-    bad = frame[frame["status"] != "ok"]
+    """Failed or invalid points of a summary table, for the index (unsupported points are
+    listed with their cell)."""
+    bad = frame[~frame["status"].isin(["ok", UNSUPPORTED])].drop_duplicates(
+        ["cell_id", "concurrency", "request_rate", "repeat"])
     return [{"cell_id": r.cell_id, "status": r.status, "error": r.error,
              "level": (f"request rate {r.request_rate:g}/s" if pd.isna(r.concurrency)
                        else f"{'batch size' if r.engine != 'serve' else 'concurrency'} "
@@ -163,35 +278,57 @@ def salvage(config: dict, cells: list[tuple[Cell, str]], reports: dict[str, str]
             model_dirs: dict[str, str], index: dict | None = None,
             notebooks: Path = REPO_ROOT / "workflow" / "notebooks") -> None:
     """After a run with failed jobs: every round's report from the points measured (finished
-    and unfinished cells) and an index that lists the failures; never raises.
+    and unfinished cells), a page saying so for a round without any, and an index that lists
+    every failed job, cell and point with its reason; never raises.
 
     cells: (cell, records file); reports: title -> page; model_dirs: target -> checkpoint
     (lossless check); index: rounds and settings of the cells (aggregate.apply_index)."""
     from .aggregate import build_summary, write_summary
 
+    points: list[dict] = []
     try:
         complete = [o for _, o in cells if Path(o).exists()]
         partial = [f"{o}.partial" for _, o in cells if Path(f"{o}.partial").exists()]
-        points: list[dict] = []
+        summary = None
         if complete or partial:
             frame, per_point = build_summary(complete, partial,
                                              config["loadgen"]["max_failure_share"], model_dirs,
                                              index)
-            write_summary(frame, "results/summary.incomplete.parquet",
-                          "results/summary.incomplete.csv")
+            summary = "results/summary.incomplete.parquet"
+            write_summary(frame, summary, "results/summary.incomplete.csv")
             write_summary(per_point, "results/summary_points.incomplete.parquet",
                           "results/summary_points.incomplete.csv")
             points = problem_points(frame)
-            for title, page in reports.items():
-                name = page.removesuffix(".html")
-                render_report(notebooks / f"{name}.ipynb",
-                              f"results/notebooks/{name}.incomplete.ipynb", f"reports/{page}",
-                              {"summary_path": "results/summary.incomplete.parquet",
+    except Exception as exc:  # the reports below still say what happened
+        summary = None
+        print(f"sdbench: could not summarize the failed run's records: {exc}", file=sys.stderr)
+    for title, page in reports.items():
+        name = page.removesuffix(".html")
+        heading = f"{title} (incomplete run) — {config['study']}"
+        executed = f"results/notebooks/{name}.incomplete.ipynb"
+        try:
+            if summary is None:
+                write_note_report(executed, f"reports/{page}", heading,
+                                  "No measurement of this run yet: no cell finished a point "
+                                  "(see the index for the failed jobs and why).")
+            else:
+                render_report(notebooks / f"{name}.ipynb", executed, f"reports/{page}",
+                              {"summary_path": summary,
                                "points_path": "results/summary_points.incomplete.parquet",
-                               "study": config["study"]},
-                              title=f"{title} (incomplete run) — {config['study']}")
+                               "study": config["study"]}, title=heading)
+        except Exception as exc:
+            print(f"sdbench: the {name} report of the failed run could not be rendered: "
+                  f"{first_line(str(exc))}", file=sys.stderr)
+            try:
+                write_note_report(executed, f"reports/{page}", heading,
+                                  f"This report could not be rendered: {first_line(str(exc))} "
+                                  f"(log: logs/reports/{name}.log)")
+            except Exception as again:
+                print(f"sdbench: not even a note page for {name}: {again}", file=sys.stderr)
+    try:
         write_index(config["study"], reports, cells, "reports/index.html", points,
-                    note=" This run had failed jobs: the reports show what was measured.")
+                    note=" This run had failed jobs: the reports show what was measured.",
+                    jobs=failed_jobs(config))
         print("sdbench: reports of the incomplete run: reports/index.html", file=sys.stderr)
     except Exception as exc:  # the run's own error is what matters; report this one briefly
-        print(f"sdbench: could not write the reports of the failed run: {exc}", file=sys.stderr)
+        print(f"sdbench: could not write the index of the failed run: {exc}", file=sys.stderr)

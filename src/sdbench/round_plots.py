@@ -30,8 +30,10 @@ def bucket_order(names) -> list[str]:
 
 
 def target_label(points: pd.DataFrame) -> pd.Series:
-    quant = points["quantization"].fillna("bf16/fp16")
-    return points["target"] + " (" + quant + ")"
+    """'<target> (<quantization>)', or with the dtype it ran in for a full-precision target."""
+    dtype = points["dtype"] if "dtype" in points else pd.Series(pd.NA, index=points.index)
+    quant = points["quantization"].fillna(dtype.fillna("full precision"))
+    return points["target"] + " (" + quant.astype(str) + ")"
 
 
 def in_round(frame: pd.DataFrame, round_name: str) -> pd.DataFrame:
