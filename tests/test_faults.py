@@ -8,6 +8,7 @@ sets come from the end-to-end run (copied into this module's own working directo
 import copy
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -69,7 +70,7 @@ def assert_no_output(workdir, cell_id):
     assert not (workdir / "results" / "cells" / f"{cell_id}.requests.jsonl.gz").exists()
 
 
-# 1. server exits during start-up (bad server argument), with --keep-going ---------------------
+# 1. server exits during start-up (bad server argument): the other cell still runs ----------
 
 def test_1_server_exits_during_startup_costs_one_cell(workdir, base):
     config = copy.deepcopy(base)
@@ -78,7 +79,8 @@ def test_1_server_exits_during_startup_costs_one_cell(workdir, base):
     configfile = write_config(workdir / "f1.yaml", config)
     bad = cell_id_of(workdir, configfile, "ngram")
     good = cell_id_of(workdir, configfile, "vanilla")
-    result = snakemake("--keep-going", workdir=workdir, configfile=configfile, timeout=900)
+    # no --keep-going here: workflow/profiles/default sets it
+    result = snakemake(workdir=workdir, configfile=configfile, timeout=900)
     output = result.stdout + result.stderr
     assert result.returncode != 0
     assert (workdir / "results" / "cells" / f"{good}.jsonl").is_file()  # the other cell finished
@@ -188,8 +190,8 @@ def test_5_interrupt_then_resume(workdir, base):
     for cell_id in cells:
         (workdir / "results" / "cells" / f"{cell_id}.jsonl").unlink(missing_ok=True)
         (workdir / "logs" / "cells" / f"{cell_id}.server.log").unlink(missing_ok=True)
-    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--configfile",
-           str(configfile), "--cores", "2", "--resources", "gpu=1"]
+    cmd = [SNAKEMAKE, "-s", str(REPO / "workflow" / "Snakefile"), "-d", str(workdir),
+           "--configfile", str(configfile), "--cores", "2", "--resources", "gpu=1"]
     # like Ctrl-C in a terminal: SIGINT to snakemake's whole process group
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, cwd=REPO)
@@ -211,7 +213,7 @@ def test_5_interrupt_then_resume(workdir, base):
 
 # 6. failed requests above the threshold ------------------------------------------------------
 
-def test_6_failed_requests_make_a_point_invalid(workdir, base):
+def test_6_an_invalid_point_is_kept_shown_and_measured_again(workdir, base):
     config = copy.deepcopy(base)
     # the 1k-token prompts of the mixed-length set do not fit: a third of the requests fail
     config["server"]["args"]["max_model_len"] = 700
@@ -220,15 +222,24 @@ def test_6_failed_requests_make_a_point_invalid(workdir, base):
     configfile = write_config(workdir / "f6.yaml", config)
     cell_id = cell_id_of(workdir, configfile)
     result = cell_cli(workdir, configfile, "--cell", cell_id)
-    assert result.returncode == 0, result.stderr[-2000:]
-    record = json.loads((workdir / "results" / "cells" / f"{cell_id}.jsonl").read_text())
+    # the point was measured, but it is not done: the cell fails naming it and why
+    assert result.returncode == 1, result.stderr[-2000:]
+    first = result.stderr.splitlines()[0]
+    assert "1 of 1 points not valid" in first and "2 of 6 requests failed" in first
+    assert "first request error" in first and "a rerun measures these points again" in first
+    assert_no_output(workdir, cell_id)
+    partial = workdir / "results" / "cells" / f"{cell_id}.jsonl.partial"
+    record = json.loads(partial.read_text())
     assert record["status"] == "invalid"
     assert record["metrics"]["failed"] == 2 and record["metrics"]["completed"] == 4
-    assert "2 of 6 requests failed" in record["error"]
+    assert record["error"].startswith("2 of 6 requests failed")
     from sdbench.aggregate import summarize
 
-    frame = summarize([workdir / "results" / "cells" / f"{cell_id}.jsonl"])
+    frame = summarize([], [partial])  # shown (the salvaged report reads it), never paired
     assert frame["speedup"].isna().all() and not frame["paired"].any()
+    # only valid points are cached, so a rerun measures the point again (that a cached invalid
+    # point is not reused is tested in test_cell_support)
+    assert not list((workdir / "results" / "points" / cell_id).glob("*"))
     assert_no_server_left(workdir)
 
 
@@ -297,3 +308,27 @@ def test_10_draft_vocabulary_mismatch(workdir, base):
     output = refused(workdir, config, "f10.yaml")
     assert "vocab_size 32000" in output and "vocab_size 49152" in output
     assert "use_heterogeneous_vocab" in output
+
+
+# 11. a failed data job: listed in the index with its reason and log --------------------------
+
+def test_11_failed_data_job_is_listed_with_its_cause(e2e_run, base, tmp_path):
+    workdir = tmp_path / "w"
+    shutil.copytree(e2e_run["workdir"] / "data", workdir / "data")
+    (workdir / "resources").symlink_to(e2e_run["workdir"] / "resources")
+    bad = tmp_path / "question.jsonl"
+    bad.write_text("not json\nnor this\n")
+    config = copy.deepcopy(base)
+    config["sources"]["spec_bench"] = {"kind": "path", "path": str(bad)}
+    configfile = write_config(workdir / "f11.yaml", config)
+    result = snakemake(workdir=workdir, configfile=configfile, timeout=600)
+    assert result.returncode != 0
+    index = (workdir / "reports" / "index.html").read_text()
+    problems = index.split("<h2>Problems</h2>")[1].split("<h2>")[0]
+    assert "fetch source &#x27;spec_bench&#x27;" in problems
+    assert "no usable row" in problems and "malformed JSON" in problems
+    assert "logs/data/fetch_spec_bench_question.jsonl.log" in problems
+    # no round has a measurement: each report says so in a sentence
+    page = (workdir / "reports" / "round1.html").read_text()
+    assert "No measurement of this run yet" in page
+    assert_no_server_left(workdir)

@@ -1,5 +1,7 @@
 """The workflow plans correctly (dry runs) and passes snakemake --lint."""
 
+import re
+
 from workflow_helpers import REPO, SNAKEMAKE, job_counts, snakemake
 
 
@@ -80,8 +82,8 @@ def test_slurm_profile_plans_gpu_runtime_and_memory_per_cell(tmp_path):
 
     # as the README runs it: no --resources (Snakemake would cap each job's gpu to N)
     result = subprocess.run(
-        [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n", "--profile",
-         str(REPO / "workflow" / "profiles" / "slurm"), "--configfile",
+        [SNAKEMAKE, "-s", str(REPO / "workflow" / "Snakefile"), "-d", str(tmp_path), "-n",
+         "--profile", str(REPO / "workflow" / "profiles" / "slurm"), "--configfile",
          str(REPO / "config" / "config.yaml")], capture_output=True, text=True, timeout=300,
         cwd=REPO)
     out = result.stdout + result.stderr
@@ -101,3 +103,27 @@ def test_slurm_profile_plans_gpu_runtime_and_memory_per_cell(tmp_path):
     job = SimpleNamespace(resources=SimpleNamespace(
         get=lambda key, default=None: {"gpu": 4}.get(key, default), gpu=4))
     assert set_gres_string(job).strip() == "--gpus=4"
+
+
+def test_plan_names_the_cells_this_host_cannot_run_and_keeps_going(tmp_path):
+    """As on a CPU without AVX-512 (emulated, whatever this CPU is): the dry run lists the
+    demo's GPTQ and AWQ cells with the reason before anything runs; the workflow's default
+    profile (--keep-going) is in force."""
+    result = snakemake("-n", workdir=tmp_path, configfile=REPO / "config" / "demo.yaml",
+                       env={"SDBENCH_CPU_ISA": "avx2"}, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert f"workflow specific profile {REPO / 'workflow' / 'profiles' / 'default'}" in output
+    assert "8 of 29 cells cannot run on this host" in output
+    for fmt in ("GPTQ", "AWQ"):
+        assert (f"runs {fmt} int4 (smollm2-135m-{fmt.lower()}) only on CPUs with AVX-512: its "
+                "cpu_gemm_wna16 kernel is built into _C and _C_AVX512, not into _C_AVX2") in output
+    listed = re.findall(r"^    [0-9a-f]{12}  (.+)$", output, flags=re.M)
+    assert len(listed) == 8 and all("-gptq" in x or "-awq" in x for x in listed)
+    assert "emulated: SDBENCH_CPU_ISA=avx2" in output
+    # the unsupported cells are still planned: each records why it measured nothing
+    assert job_counts(output)["cell"] == 29
+    bad = snakemake("-n", workdir=tmp_path, configfile=REPO / "config" / "demo.yaml",
+                    env={"SDBENCH_CPU_ISA": "sse2"}, timeout=300)
+    assert bad.returncode != 0
+    assert "SDBENCH_CPU_ISA = 'sse2' is not allowed" in bad.stdout + bad.stderr

@@ -10,9 +10,10 @@ rule cell:
     params:
         cell=lambda wc: CELLS[wc.cell_id].to_dict(),
         vllm=VLLM_BUILD,
+        host=lambda wc: HOST_PLAN[wc.cell_id],
     log:
-        cell="logs/cells/{cell_id}.log",
-        server="logs/cells/{cell_id}.server.log",
+        cell=grid.CELL_LOG,
+        server=grid.SERVER_LOG,
     threads: CELL_THREADS
     resources:
         gpu=lambda wc: grid.cell_gpus(CELLS[wc.cell_id].server_config),

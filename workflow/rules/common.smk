@@ -5,12 +5,14 @@ import re
 import sys
 from pathlib import Path
 
-SRC = str(Path(workflow.basedir) / "src")
+# workflow.basedir is workflow/ (the Snakefile's folder); the repository is its parent
+REPO = Path(workflow.basedir).parent
+SRC = str(REPO / "src")
 sys.path.insert(0, SRC)
 # scripts and notebooks run in child processes: let them import the library too
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
 
-from sdbench import checks, grid, preflight, provenance
+from sdbench import checks, grid, hostcaps, preflight, provenance
 from sdbench.report import salvage
 from sdbench.config import DERIVED_KINDS, ROUNDS, validate_config
 from sdbench.data.builders import subsets_of
@@ -31,8 +33,41 @@ CELL_THREADS = (
 ENV = "../../environment.yml"
 # a cell job reruns when the vLLM build changes (its point cache then measures again)
 VLLM_BUILD = provenance.vllm_distribution()
+
+
+def host_plan():
+    """cell id -> what this host decides for the cell before it runs: why it cannot run it
+    (None: it can, or not known before its models exist) and what `dtype: host` resolves to.
+    A cell job reruns when this changes (e.g. the results moved to a host with AVX-512)."""
+    try:
+        caps = hostcaps.host_caps()
+    except hostcaps.ProbeError as exc:
+        print(f"sdbench: {exc}; cells decide when they run", file=sys.stderr)
+        caps = None
+    return {
+        cell_id: {
+            "unsupported_here": hostcaps.plan_reason(config, cell, caps),
+            "dtype": hostcaps.plan_dtype(cell, caps),
+        }
+        for cell_id, cell in CELLS.items()
+    }
+
+
+HOST_PLAN = host_plan()
+if workflow.is_main_process:
+    _skipped = {c: p["unsupported_here"] for c, p in HOST_PLAN.items() if p["unsupported_here"]}
+    if _skipped:
+        print(
+            f"sdbench: {len(_skipped)} of {len(CELLS)} cells cannot run on this host; they "
+            "will be recorded as unsupported here, measuring nothing:",
+            file=sys.stderr,
+        )
+        for _reason in sorted(set(_skipped.values())):
+            print(f"  {_reason}:", file=sys.stderr)
+            for _cell_id in (c for c in _skipped if _skipped[c] == _reason):
+                print(f"    {_cell_id}  {CELLS[_cell_id].label}", file=sys.stderr)
 # files of the workflow itself, found wherever the working directory is (snakemake -d ...)
-NOTEBOOKS = Path(workflow.basedir) / "workflow" / "notebooks"
+NOTEBOOKS = Path(workflow.basedir) / "notebooks"
 
 
 def names_regex(names):

@@ -9,7 +9,7 @@ rule fetch_source:
     params:
         spec=lambda wc: config["sources"][wc.source],
     log:
-        "logs/data/fetch_{source}_{file}.log",
+        grid.FETCH_LOG,
     wildcard_constraints:
         file=r"[^/]+\.(jsonl|json|zip)",
     conda:
@@ -27,7 +27,7 @@ rule prompts:
     params:
         definition=lambda wc: grid.subset_definition(config, wc.dataset, wc.subset),
     log:
-        "logs/data/{dataset}/{subset}.log",
+        grid.SUBSET_LOG,
     conda:
         ENV
     script:

@@ -10,7 +10,7 @@ rule model:
     params:
         source=lambda wc: config["models"][wc.model]["source"],
     log:
-        "logs/models/{model}.log",
+        grid.MODEL_LOG,
     conda:
         ENV
     script:
