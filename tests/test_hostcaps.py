@@ -217,3 +217,18 @@ def test_a_failed_probe_leaves_the_cell_to_vllm(demo_config, monkeypatch, capsys
     assert verdict["dtype"] == {"requested": "host", "resolved": None,
                                 "why": "host not probed: the engine's default"}
     assert "runs without a host verdict" in capsys.readouterr().err
+
+
+def test_plan_message_groups_cells_by_reason(demo_config, monkeypatch, tmp_path):
+    monkeypatch.setattr(hostcaps, "host_caps", lambda: cpu_caps())
+    monkeypatch.chdir(tmp_path)  # no checkpoint built yet: the formats the workflow will write
+    cells = grid.cells_by_id(demo_config)
+    plan = hostcaps.host_plan(demo_config, cells)
+    message = hostcaps.plan_message(plan, cells)
+    lines = message.splitlines()
+    assert lines[0].startswith("sdbench: 8 of 29 cells cannot run on this host")
+    assert [line.startswith("  vLLM 0.32.0") for line in lines].count(True) == 2  # GPTQ, AWQ
+    assert len([line for line in lines if line.startswith("    ")]) == 8
+    assert {p["dtype"] for c, p in plan.items() if cells[c].engine == grid.SERVE} == {"float32"}
+    monkeypatch.setattr(hostcaps, "host_caps", lambda: cpu_caps(avx512=True, bf16=True))
+    assert hostcaps.plan_message(hostcaps.host_plan(demo_config, cells), cells) is None

@@ -408,17 +408,22 @@ def _engine_default(cell) -> str | None:
     return "bfloat16" if cell.engine == TRANSFORMERS else None
 
 
-def plan_reason(config: dict, cell, caps: dict | None, root: str | Path = ".") -> str | None:
+def plan_reason(config: dict, cell, caps: dict | None, root: str | Path = ".",
+                model_reasons: dict | None = None) -> str | None:
     """Why this host will not run the cell, from what is known before any job (checkpoints
-    that exist, formats the workflow will write); None when it can, or cannot yet be known."""
+    that exist, formats the workflow will write); None when it can, or cannot yet be known.
+    model_reasons: a memo {model name: reason} shared by the cells of one plan."""
     from .grid import TRANSFORMERS, cell_models
 
     if caps is None or cell.engine == TRANSFORMERS:
         return None
+    memo = {} if model_reasons is None else model_reasons
     for name in cell_models(cell):
-        reason = model_reason(name, checkpoint_quantization(config, name, root), None, caps)
-        if reason:
-            return reason
+        if name not in memo:
+            memo[name] = model_reason(name, checkpoint_quantization(config, name, root), None,
+                                      caps)
+        if memo[name]:
+            return memo[name]
     return None
 
 
@@ -427,6 +432,34 @@ def plan_dtype(cell, caps: dict | None) -> str | None:
     if _requested_dtype(cell) != "host":
         return None
     return resolve_dtype("host", caps, None, _engine_default(cell))[0]
+
+
+def host_plan(config: dict, cells: dict) -> dict[str, dict]:
+    """cell id -> what this host decides for the cell before any job: why it cannot run it
+    (None: it can, or not known before its models exist) and what `dtype: host` resolves to.
+    A probe that fails leaves every cell to decide when it runs."""
+    try:
+        caps = host_caps()
+    except ProbeError as exc:
+        print(f"sdbench: {exc}; cells decide when they run", file=sys.stderr)
+        caps = None
+    memo: dict[str, str | None] = {}
+    return {cell_id: {"unsupported_here": plan_reason(config, cell, caps, model_reasons=memo),
+                      "dtype": plan_dtype(cell, caps)}
+            for cell_id, cell in cells.items()}
+
+
+def plan_message(plan: dict[str, dict], cells: dict) -> str | None:
+    """What the plan says about the cells this host cannot run (None when there are none)."""
+    skipped = {c: p["unsupported_here"] for c, p in plan.items() if p["unsupported_here"]}
+    if not skipped:
+        return None
+    lines = [f"sdbench: {len(skipped)} of {len(cells)} cells cannot run on this host; they will "
+             "be recorded as unsupported here, measuring nothing:"]
+    for reason in sorted(set(skipped.values())):
+        lines.append(f"  {reason}:")
+        lines += [f"    {c}  {cells[c].label}" for c in skipped if skipped[c] == reason]
+    return "\n".join(lines)
 
 
 def cell_verdict(config: dict, cell, root: str | Path = ".") -> dict:

@@ -33,39 +33,11 @@ CELL_THREADS = (
 ENV = "../../environment.yml"
 # a cell job reruns when the vLLM build changes (its point cache then measures again)
 VLLM_BUILD = provenance.vllm_distribution()
-
-
-def host_plan():
-    """cell id -> what this host decides for the cell before it runs: why it cannot run it
-    (None: it can, or not known before its models exist) and what `dtype: host` resolves to.
-    A cell job reruns when this changes (e.g. the results moved to a host with AVX-512)."""
-    try:
-        caps = hostcaps.host_caps()
-    except hostcaps.ProbeError as exc:
-        print(f"sdbench: {exc}; cells decide when they run", file=sys.stderr)
-        caps = None
-    return {
-        cell_id: {
-            "unsupported_here": hostcaps.plan_reason(config, cell, caps),
-            "dtype": hostcaps.plan_dtype(cell, caps),
-        }
-        for cell_id, cell in CELLS.items()
-    }
-
-
-HOST_PLAN = host_plan()
-if workflow.is_main_process:
-    _skipped = {c: p["unsupported_here"] for c, p in HOST_PLAN.items() if p["unsupported_here"]}
-    if _skipped:
-        print(
-            f"sdbench: {len(_skipped)} of {len(CELLS)} cells cannot run on this host; they "
-            "will be recorded as unsupported here, measuring nothing:",
-            file=sys.stderr,
-        )
-        for _reason in sorted(set(_skipped.values())):
-            print(f"  {_reason}:", file=sys.stderr)
-            for _cell_id in (c for c in _skipped if _skipped[c] == _reason):
-                print(f"    {_cell_id}  {CELLS[_cell_id].label}", file=sys.stderr)
+# what this host decides for each cell before it runs (unsupported here, `dtype: host`): a
+# cell job reruns when that changes (e.g. the results moved to a host with AVX-512)
+HOST_PLAN = hostcaps.host_plan(config, CELLS)
+if workflow.is_main_process and hostcaps.plan_message(HOST_PLAN, CELLS):
+    print(hostcaps.plan_message(HOST_PLAN, CELLS), file=sys.stderr)
 # files of the workflow itself, found wherever the working directory is (snakemake -d ...)
 NOTEBOOKS = Path(workflow.basedir) / "notebooks"
 
