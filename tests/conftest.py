@@ -38,7 +38,7 @@ def e2e_run(tmp_path_factory):
     raw = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
     workdir = tmp_path_factory.mktemp("e2e")
     configfile = write_config(workdir / "e2e.yaml", e2e_config(raw))
-    result = snakemake(workdir=workdir, configfile=configfile, timeout=1800)
+    result = snakemake(workdir=workdir, configfile=configfile, timeout=1800, gpus=2)
     return {"workdir": workdir, "configfile": configfile, "result": result, "raw": raw}
 
 
@@ -56,12 +56,13 @@ def workdir(e2e_run, tmp_path_factory, request):
 @pytest.fixture(scope="session")
 def avx2_run(e2e_run, tmp_path_factory):
     """The shrunk demo as on a CPU without AVX-512. On such a host that is the end-to-end run
-    itself; on a host with AVX-512 it is run again with SDBENCH_CPU_ISA=avx2 (vLLM then loads
-    its AVX2 extension and runs its AVX2 kernels), one repeat per point, reusing the end-to-end
-    run's data and models."""
+    itself; on a host with AVX-512, round 2 (every target, quantized or not) and round 1's
+    vanilla cell are run again with SDBENCH_CPU_ISA=avx2 (vLLM then loads its AVX2 extension
+    and runs its AVX2 kernels), one repeat per point, reusing the end-to-end run's data and
+    models."""
     from sdbench import hostcaps
 
-    from workflow_helpers import e2e_config, snakemake, write_config
+    from workflow_helpers import e2e_config, one_round, snakemake, write_config
 
     caps = hostcaps.host_caps()
     if not caps["cpu_isa"]["avx512"]:
@@ -71,10 +72,14 @@ def avx2_run(e2e_run, tmp_path_factory):
     for folder in ("data", "resources"):
         shutil.copytree(e2e_run["workdir"] / folder, workdir / folder)
     config = e2e_config(e2e_run["raw"])
+    round2 = config["round2"]
+    config = one_round(config)
+    config["round1"].update(concurrency=[1], methods=[])
+    config["round2"] = round2
     config["loadgen"]["repeats"] = 1
     configfile = write_config(workdir / "avx2.yaml", config)
     env = {hostcaps.ISA_ENV: "avx2"}
-    result = snakemake(workdir=workdir, configfile=configfile, timeout=1800, env=env)
+    result = snakemake(workdir=workdir, configfile=configfile, timeout=1200, env=env, gpus=2)
     os.environ[hostcaps.ISA_ENV] = "avx2"
     try:
         caps = hostcaps.host_caps()
