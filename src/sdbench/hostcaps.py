@@ -211,10 +211,17 @@ def _run_probe(args: list[str]) -> dict:
     return json.loads(lines[-1])
 
 
+def _read_cached(path: Path) -> dict | None:
+    """A cached probe answer, or None when absent or unreadable (then it is probed again)."""
+    with contextlib.suppress(ValueError, OSError):
+        return json.loads(path.read_text())
+    return None
+
+
 def _cached(path: Path, compute) -> dict:
-    if path.is_file():
-        with contextlib.suppress(ValueError, OSError):
-            return json.loads(path.read_text())
+    value = _read_cached(path)
+    if value is not None:
+        return value
     value = compute()
     with contextlib.suppress(OSError):  # a read-only home only costs the probe next time
         atomic_write_json(path, value)
@@ -239,11 +246,11 @@ def model_facts(model_dirs: list[str]) -> dict[str, dict]:
             continue
         digest = hashlib.sha256(key.encode() + config.read_bytes()).hexdigest()[:16]
         path = _cache_dir() / f"modelfacts-{digest}.json"
-        if path.is_file():
-            with contextlib.suppress(ValueError, OSError):
-                facts[folder] = json.loads(path.read_text())
-                continue
-        missing[folder] = path
+        cached = _read_cached(path)
+        if cached is None:
+            missing[folder] = path
+        else:
+            facts[folder] = cached
     if missing:
         found = _run_probe(["models", *missing])
         for folder, path in missing.items():
