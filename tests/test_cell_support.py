@@ -62,11 +62,12 @@ def test_only_valid_cached_points_are_reused(gptq_cell, demo_config, tmp_path):
     output = tmp_path / grid.cell_output(gptq_cell.cell_id)
     first = cellmod.run_cell(gptq_cell, demo_config, output, server_log=tmp_path / "s.log")
     prompts_sha = first[0]["provenance"]["dataset"]["sha256"]
-    vllm = first[0]["provenance"]["vllm"]
+    facts = cellmod.point_facts(gptq_cell, demo_config, prompts_sha, None,
+                                first[0]["provenance"], "bfloat16")
     loads = gptq_cell.load_points()
 
     def cache(load, repeat, status):
-        key = cellmod.point_key(gptq_cell, load, repeat, prompts_sha, None, vllm, "bfloat16")
+        key = cellmod.point_key(gptq_cell, load, repeat, facts)
         path = cellmod.point_path(gptq_cell.cell_id, load, repeat, key)
         record = {**first[0], "status": status, "concurrency": load["concurrency"],
                   "repeat": repeat, "metrics": {"total_token_throughput": 1.0}}

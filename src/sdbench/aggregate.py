@@ -3,7 +3,15 @@
 Speedup is measured against no speculation on the same target, server arguments, workload and
 concurrency, paired by repeat: every speculative record names its baseline cell, and the join is
 on (baseline cell, concurrency, repeat). A record without a successful baseline point gets no
-speedup (NaN), never one computed against something else.
+speedup (NaN), never one computed against something else; a pair that is not comparable
+(different device, vLLM build, dtype, prompt count or prefix-cache state) gets none either, and
+its row says why (`pair_issue`).
+
+The headline `speedup` is the output-token throughput ratio: the total-token ratio
+(`total_speedup`, kept as a column) counts prompt tokens both servers process alike, so with
+long prompts it tends to a ratio of durations and moves with the output length. Outputs end
+where the model stops (unless `loadgen.ignore_eos`), so each speculative measurement also
+records its output tokens relative to its baseline's (`output_drift`), flagged above 2 %.
 
 `summarize` gives one row per measurement (cell, concurrency, repeat); `aggregate_points` one
 row per point (cell, concurrency) with the mean, the standard deviation and a 95 % Student-t
@@ -28,13 +36,33 @@ LEVEL = ["concurrency", "request_rate"]
 KEY = ["cell_id", *LEVEL, "repeat"]
 # metric -> (column in the summary, higher is better?)
 SPEEDUPS = {
-    "speedup": ("total_token_throughput", True),
-    "output_speedup": ("output_throughput", True),
+    "speedup": ("output_throughput", True),  # the headline
+    "total_speedup": ("total_token_throughput", True),
     "tpot_speedup": ("mean_tpot_ms", False),
     # energy per output token of no speculation / of this setting (> 1: speculation saves
     # energy); NaN without GPU readings
     "energy_gain": ("energy_per_output_token_j", False),
 }
+# output tokens of a speculative measurement vs its baseline's beyond this share: flagged
+DRIFT_LIMIT = 0.02
+# what both sides of a pair must share (column, what the issue says)
+PAIR_CHECKS = {"device": "device", "vllm_version": "vLLM version",
+               "vllm_distribution": "vLLM build", "dtype": "dtype",
+               "num_prompts": "prompt count", "prefix_cache": "prefix-cache state"}
+
+
+def _prefix_cache(record: dict) -> str | None:
+    """"off", or with prefix caching on whether the server had served points before this one
+    ("warm") or not ("cold"); None for records that do not say (before it was recorded)."""
+    args = record["server_config"].get("args") or {}
+    flag = next((args[f] for f in ("enable_prefix_caching", "enable-prefix-caching")
+                 if f in args), None)
+    if flag is False:
+        return "off"
+    before = (record.get("server") or {}).get("points_before")
+    if before is None:
+        return None
+    return "warm" if before else "cold"
 
 
 def _row(record: dict) -> dict:
@@ -53,7 +81,9 @@ def _row(record: dict) -> dict:
         "workload": workload["name"],
         "dataset": workload["dataset"],
         "subset": workload["subset"],
-        "num_prompts": workload["num_prompts"],
+        # the prompts this point sent (duration-bounded points: fewer than the workload's)
+        "num_prompts": (record.get("loadgen") or {}).get("num_prompts")
+        or workload["num_prompts"],
         "engine": record.get("engine", "serve"),
         "load": (record.get("load") or {}).get("mode", "concurrency"),
         "concurrency": record["concurrency"],
@@ -80,6 +110,10 @@ def _row(record: dict) -> dict:
         "started_at": prov["started_at"],
         "finished_at": prov["finished_at"],
         "server_startup_s": record["server"].get("startup_s"),
+        "server_instance": (record.get("server") or {}).get("instance"),
+        "isolation": (record.get("server") or {}).get("isolation"),
+        "prefix_cache": _prefix_cache(record),
+        "seed": (record.get("loadgen") or {}).get("seed"),
         "spec_options": json.dumps(server.get("method_options") or {}, sort_keys=True),
         "server_args": json.dumps(server.get("args") or {}, sort_keys=True),
     }
@@ -102,27 +136,49 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
     return frame
 
 
+def _ratio(value: pd.Series, baseline: pd.Series, higher_is_better: bool) -> pd.Series:
+    """value ÷ baseline (or baseline ÷ value when lower is better); NaN, not infinite, where
+    either is zero or missing (a TPOT of 0: single-token outputs)."""
+    num, den = (value, baseline) if higher_is_better else (baseline, value)
+    num, den = num.astype(float), den.astype(float)
+    return (num / den).where((den != 0) & (num != 0))
+
+
 def add_speedups(frame: pd.DataFrame) -> pd.DataFrame:
-    """Join each row with its baseline point and add the speedup columns."""
+    """Join each row with its baseline point and add the speedup columns, the output-token
+    drift and `pair_issue` (why a pair is not comparable; no speedup then)."""
     frame = frame.copy()
     ok = frame["status"] == "ok"
-    metrics = [column for column, _ in SPEEDUPS.values()]
-    for column in metrics:
+    metrics = list(dict.fromkeys([column for column, _ in SPEEDUPS.values()]
+                                 + ["total_output_tokens"]))
+    for column in metrics + list(PAIR_CHECKS):
         if column not in frame:
             frame[column] = np.nan
-    base = frame.loc[ok, KEY + metrics].rename(
-        columns={"cell_id": "baseline_cell_id", **{m: f"baseline_{m}" for m in metrics}})
+    base = frame.loc[ok, KEY + metrics + list(PAIR_CHECKS)].rename(
+        columns={"cell_id": "_base", **{m: f"baseline_{m}" for m in metrics},
+                 **{c: f"_pair_{c}" for c in PAIR_CHECKS}})
     # vanilla rows are their own baseline
     own = frame["baseline_cell_id"].fillna(frame["cell_id"])
-    merged = frame.assign(_base=own).merge(
-        base.rename(columns={"baseline_cell_id": "_base"}),
-        on=["_base", *LEVEL, "repeat"], how="left", validate="many_to_one")
+    merged = frame.assign(_base=own).merge(base, on=["_base", *LEVEL, "repeat"], how="left",
+                                           validate="many_to_one")
+    found = merged["baseline_output_throughput"].notna() | merged["_pair_device"].notna()
+    issues = [[] for _ in range(len(merged))]
+    for column, what in PAIR_CHECKS.items():
+        mine, theirs = merged[column], merged[f"_pair_{column}"]
+        differ = found & ~((mine == theirs) | (mine.isna() & theirs.isna()))
+        for i in np.flatnonzero(differ.to_numpy()):
+            issues[i].append(f"different {what} ({mine.iloc[i]} vs baseline {theirs.iloc[i]})")
+    merged["pair_issue"] = ["; ".join(i) or None for i in issues]
+    comparable = (merged["status"] == "ok") & merged["pair_issue"].isna()
     for name, (column, higher_is_better) in SPEEDUPS.items():
-        value, baseline = merged[column].astype(float), merged[f"baseline_{column}"].astype(float)
-        ratio = value / baseline if higher_is_better else baseline / value
-        merged[name] = ratio.where(merged["status"] == "ok")
+        ratio = _ratio(merged[column], merged[f"baseline_{column}"], higher_is_better)
+        merged[name] = ratio.where(comparable)
+    drift = (merged["total_output_tokens"].astype(float)
+             / merged["baseline_total_output_tokens"].astype(float) - 1)
+    merged["output_drift"] = drift.where(comparable)
+    merged["drift_flag"] = merged["output_drift"].abs() > DRIFT_LIMIT
     merged["paired"] = merged["speedup"].notna()
-    return merged.drop(columns=["_base"])
+    return merged.drop(columns=["_base", *[f"_pair_{c}" for c in PAIR_CHECKS]])
 
 
 def apply_failure_threshold(frame: pd.DataFrame, max_failure_share: float) -> pd.DataFrame:
@@ -172,7 +228,8 @@ POINT_KEYS = ["round", "setting", "cell_id", "speculator", "method", "k", "targe
               "engine", "load", "concurrency", "request_rate", "baseline_cell_id", "dtype"]
 # statistics over repeats: mean, std, 95 % interval
 STAT_COLUMNS = ["total_token_throughput", "output_throughput", "mean_tpot_ms", "mean_ttft_ms",
-                "speedup", "output_speedup", "tpot_speedup", "spec_decode_acceptance_rate",
+                "speedup", "total_speedup", "tpot_speedup", "output_drift",
+                "spec_decode_acceptance_rate", "tokens_per_target_step",
                 "spec_decode_acceptance_length", "lossless_exact_share",
                 "lossless_token_agreement", "energy_per_output_token_j", "energy_gain",
                 "gpu_avg_power_w", "gpu_util_pct"]
@@ -196,6 +253,37 @@ def mean_interval(values: np.ndarray) -> tuple[float, float, float, float]:
     return mean, std, mean - half, mean + half
 
 
+def interval_covers(group: pd.DataFrame) -> str:
+    """What a point's interval covers, in words: how many repeats, over how many server
+    instances, with their own seeds or one."""
+    n = int((group["status"] == "ok").sum())
+    instances = group["server_instance"].dropna().nunique() if "server_instance" in group else 0
+    seeds = group["seed"].dropna().nunique() if "seed" in group else 0
+    servers = (f"{instances} server instances" if instances > 1
+               else "one server instance" if group["engine"].iloc[0] == "serve"
+               else "one engine instance")
+    if "isolation" in group and (group["isolation"] == "fresh server per point").any():
+        servers = "a fresh server per point"
+    seeding = "per-repeat seeds" if seeds > 1 else "one seed"
+    return f"{n} repeats, {servers}, {seeding}"
+
+
+def acceptance_efficiency(ok: pd.DataFrame, k) -> float:
+    """Mean acceptance length ÷ (1 + the tokens each step drafted): the share of each step's
+    possible tokens kept. The drafted tokens per step are the k of each step (a dynamic-K
+    cell's k changes with the batch size), from the drafts and draft tokens counted; k when the
+    counts are missing."""
+    length = ok["spec_decode_acceptance_length"].astype(float)
+    if {"spec_decode_draft_tokens", "spec_decode_num_drafts"} <= set(ok):
+        per_step = (ok["spec_decode_draft_tokens"].astype(float)
+                    / ok["spec_decode_num_drafts"].astype(float).where(
+                        ok["spec_decode_num_drafts"] > 0))
+    else:
+        per_step = pd.Series(np.nan, index=ok.index)
+    per_step = per_step.fillna(float(k))
+    return float((length / (1 + per_step)).mean())
+
+
 def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (cell, concurrency): repeat counts, status, and for every STAT_COLUMNS metric
     <metric>_mean/_std/_ci_low/_ci_high over the successful repeats (speedups: paired ones)."""
@@ -212,10 +300,14 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
         if "lossless_flag" in group:
             row["lossless_flag"] = bool(group["lossless_flag"].fillna(False).any())
             row["lossless_first_divergence"] = group["lossless_first_divergence"].median()
+        counts = sorted({int(n) for n in group["num_prompts"].dropna()})
+        row["num_prompts"] = (counts[0] if len(counts) == 1
+                              else ", ".join(map(str, counts)) if counts else None)
+        row["drift_flag"] = bool(group["drift_flag"].fillna(False).any())
+        row["pair_issues"] = "; ".join(sorted(set(group["pair_issue"].dropna()))) or None
+        row["interval_covers"] = interval_covers(group)
         if "spec_decode_acceptance_length" in group and pd.notna(row["k"]):
-            # mean acceptance length / (k + 1): the share of each step's possible tokens kept
-            row["acceptance_efficiency"] = (
-                ok["spec_decode_acceptance_length"].astype(float).mean() / (row["k"] + 1))
+            row["acceptance_efficiency"] = acceptance_efficiency(ok, row["k"])
         for column in STAT_COLUMNS:
             if column not in group:
                 continue

@@ -35,7 +35,14 @@ from pathlib import Path
 
 from . import checks, engines, gpumon, grid, hostcaps, loadgen, models, profiling, provenance, slots
 from .config import REPO_ROOT, VANILLA, ConfigError, load_config
-from .files import append_jsonl, atomic_path, atomic_write_json, sha256_file, write_jsonl
+from .files import (
+    append_jsonl,
+    atomic_path,
+    atomic_write_json,
+    read_jsonl,
+    sha256_file,
+    write_jsonl,
+)
 from .grid import requests_output
 from .hostcaps import UNSUPPORTED
 from .ids import short_hash
@@ -126,7 +133,8 @@ def _signals_raise() -> Iterator[None]:
 
 
 def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
-             server_log: str | Path, log=None) -> list[dict]:
+             server_log: str | Path, log=None,
+             baseline_records: str | Path | None = None) -> list[dict]:
     """Measure every concurrency point of `cell`; write records to `output` (JSONL).
 
     On failure or interruption, `<cell>.error.json` says why and `<output>.partial` keeps the
@@ -134,7 +142,8 @@ def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
     error_file = error_output(output)
     error_file.unlink(missing_ok=True)
     try:
-        return _run_cell(cell, config, output, server_log=server_log, log=log)
+        return _run_cell(cell, config, output, server_log=server_log, log=log,
+                         baseline_records=baseline_records)
     except BaseException as exc:
         message = f"{type(exc).__name__}: {exc}"
         atomic_write_json(error_file, {"cell_id": cell.cell_id, "label": cell.label,
@@ -154,17 +163,48 @@ def point_id(load: dict, repeat: int) -> tuple:
     return ("c", int(load["concurrency"]), repeat)
 
 
-def point_key(cell: grid.Cell, load: dict, repeat: int, prompts_sha256: str,
-              min_tokens: int | None, vllm: dict, dtype: str | None = None) -> str:
-    """Content hash of everything that determines one measurement: the server config, the
-    workload (with its load-generator settings), the prompt file's bytes, the point itself, the
-    vLLM build and what `dtype: host` resolved to here. A cached measurement is reused only
-    under the same key."""
-    fields = {"server_config": cell.server_config, "workload": cell.workload,
-              "prompts_sha256": prompts_sha256, "concurrency": load.get("concurrency"),
-              "repeat": repeat, "min_tokens": min_tokens, "vllm": vllm}
+def repeat_seed(cell: grid.Cell, repeat: int) -> int:
+    """Each repeat its own seed (prompt order, arrival times, sampling), so that the interval
+    over repeats covers them."""
+    return int(cell.workload["loadgen"]["seed"]) + repeat
+
+
+def server_instance(cell: grid.Cell, repeat: int) -> int:
+    """Which fresh server measures a repeat: `loadgen.server_instances` servers take the repeats
+    in turn (repeat r in instance r mod n), so that the interval also covers what differs
+    between two starts of one configuration."""
+    return repeat % max(int(cell.workload["loadgen"].get("server_instances") or 1), 1)
+
+
+def point_facts(cell: grid.Cell, config: dict, prompts_sha256: str, min_tokens: int | None,
+                environment: dict, dtype: str | None) -> dict:
+    """What, besides the cell's definition, determines its measurements here: the prompt
+    file's bytes, the forced output length, the vLLM build, the resolved dtype, every
+    checkpoint's fingerprint (a re-downloaded or rebuilt model is another model), and for
+    Transformers cells the transformers and torch versions."""
+    facts = {"prompts_sha256": prompts_sha256, "min_tokens": min_tokens,
+             "vllm": environment["vllm"],
+             "checkpoints": {role: models.checkpoint_fingerprint(grid.model_dir(config, name))
+                             for role, name in zip(("target", "draft"), grid.cell_models(cell),
+                                                   strict=False)}}
     if cell.server_config["args"].get("dtype") == "host":
-        fields["dtype"] = dtype
+        facts["dtype"] = dtype
+    if cell.engine == grid.TRANSFORMERS:
+        facts["libraries"] = {"transformers": environment.get("transformers"),
+                              "torch": environment.get("torch")}
+    return facts
+
+
+def point_key(cell: grid.Cell, load: dict, repeat: int, facts: dict) -> str:
+    """Content hash of everything that determines one measurement: the server config, the
+    workload without reporting-only settings (`grid.workload_identity`), the point, its seed,
+    its server instance and `point_facts`. A cached measurement is reused only under the same
+    key; changing how results are reported keeps every key."""
+    fields = {"server_config": cell.server_config,
+              "workload": grid.workload_identity(cell.workload),
+              "concurrency": load.get("concurrency"), "repeat": repeat,
+              "seed": repeat_seed(cell, repeat), "isolation": grid.isolation(cell.server_config),
+              "instance": server_instance(cell, repeat), **facts}
     if load["mode"] == "rate":
         fields["load"] = load
     if cell.profile:
@@ -193,7 +233,8 @@ def write_point(path: Path, record: dict, detail: dict) -> None:
 
 
 def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
-              server_log: str | Path, log=None) -> list[dict]:
+              server_log: str | Path, log=None,
+              baseline_records: str | Path | None = None) -> list[dict]:
     output = Path(output)
     partial = output.with_name(output.name + ".partial")
     detail_out = requests_output(output)
@@ -213,10 +254,10 @@ def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
     # repeats interleaved: every load point once, then again
     plan = {point_id(load, r): (load, r) for r in range(cell.repeats)
             for load in cell.load_points()}
-    paths = {pid: point_path(cell.cell_id, load, r, point_key(
-        cell, load, r, prompts_sha256, min_tokens, environment["vllm"],
-        verdict["dtype"]["resolved"]))
-        for pid, (load, r) in plan.items()}
+    facts = point_facts(cell, config, prompts_sha256, min_tokens, environment,
+                        verdict["dtype"]["resolved"])
+    paths = {pid: point_path(cell.cell_id, load, r, point_key(cell, load, r, facts))
+             for pid, (load, r) in plan.items()}
     points = {pid: point for pid, path in paths.items()
               if path.exists() and (point := read_point(path)) is not None}
     missing = [pid for pid in plan if pid not in points]
@@ -228,7 +269,8 @@ def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
         append_jsonl(partial, point["record"])
     context = {"environment": environment, "prompts_sha256": prompts_sha256,
                "min_tokens": min_tokens, "server_log": server_log, "log": log,
-               "partial": partial, "verdict": verdict}
+               "partial": partial, "verdict": verdict,
+               "baseline_counts": baseline_counts(cell, baseline_records) if missing else {}}
     if missing and verdict["reason"]:
         print(f"[sdbench] cell {cell.cell_id}: unsupported here: {verdict['reason']}",
               file=log, flush=True)
@@ -314,7 +356,8 @@ def cell_server(cell: grid.Cell, config: dict, server_log: str | Path,
 
 
 def point_argv(cell: grid.Cell, config: dict, server: VllmServer, load: dict,
-               min_tokens: int | None, num_prompts: int | None = None) -> list[str]:
+               min_tokens: int | None, num_prompts: int | None = None,
+               repeat: int = 0) -> list[str]:
     """The load generator's arguments for one load point of the cell against a running
     server."""
     target = cell.server_config["target"]["name"]
@@ -323,8 +366,18 @@ def point_argv(cell: grid.Cell, config: dict, server: VllmServer, load: dict,
         tokenizer=grid.model_dir(config, target), dataset_path=cell.workload["path"],
         num_prompts=num_prompts or cell.workload["num_prompts"],
         concurrency=load.get("concurrency"), request_rate=load.get("request_rate"),
-        burstiness=load.get("burstiness", 1.0), settings=cell.workload["loadgen"],
+        burstiness=load.get("burstiness", 1.0), settings=point_settings(cell, repeat),
         shuffle=cell.workload["shuffle"], min_tokens=min_tokens)
+
+
+def point_settings(cell: grid.Cell, repeat: int) -> dict:
+    """The load generator's settings for one repeat: its own seed; no warm-up requests in a
+    fresh server per point (a warm-up sends one of the point's own prompts, and a proposer
+    with state across requests would learn its answer)."""
+    settings = {**cell.workload["loadgen"], "seed": repeat_seed(cell, repeat)}
+    if grid.isolation(cell.server_config) == grid.FRESH_PER_POINT:
+        settings["num_warmups"] = 0
+    return settings
 
 
 def _model_cards(cell: grid.Cell, config: dict) -> dict:
@@ -386,14 +439,19 @@ def _report_point(cell: grid.Cell, load: dict, repeat: int, status: str, reason:
           file=log, flush=True)
 
 
-def _num_prompts(cell: grid.Cell, load: dict, probe) -> tuple[int, dict]:
+def _num_prompts(cell: grid.Cell, load: dict, probe, fixed: int | None = None
+                 ) -> tuple[int, dict]:
     """Prompts of one point: the workload's, or with loadgen.duration_s the count that lasts
     that long at the point's rate (request rate, or the request throughput a short probe at
-    that concurrency measured), capped by the workload's num_prompts."""
+    that concurrency measured), capped by the workload's num_prompts. A speculative cell takes
+    its baseline's count at the same point (`fixed`): a pair must send the same prompts, and a
+    faster server would otherwise get more of them."""
     available = cell.workload["num_prompts"]
     duration = cell.workload["loadgen"].get("duration_s")
     if duration is None:
         return available, {}
+    if fixed is not None:
+        return fixed, {"duration_s": duration, "prompts_from": cell.baseline_cell_id}
     if load["mode"] == "rate":
         rate, info = load["request_rate"], {}
     else:
@@ -405,19 +463,58 @@ def _num_prompts(cell: grid.Cell, load: dict, probe) -> tuple[int, dict]:
                                     "duration_capped": wanted > available}
 
 
+def baseline_counts(cell: grid.Cell, baseline_records: str | Path | None = None
+                    ) -> dict[tuple, int]:
+    """point id -> the prompt count the baseline cell sent there (duration-bounded speculative
+    cells send the same); empty when the counts are not duration-bounded."""
+    if cell.is_baseline or cell.workload["loadgen"].get("duration_s") is None:
+        return {}
+    path = Path(baseline_records or grid.cell_output(cell.baseline_cell_id))
+    if not path.is_file():
+        raise CellError(f"cell {cell.cell_id} ({cell.label}): with loadgen.duration_s each "
+                        f"point sends as many prompts as its baseline cell "
+                        f"{cell.baseline_cell_id} sent there, and {path} does not exist: run "
+                        "the baseline cell first")
+    counts = {}
+    for record in read_jsonl(path):
+        if record["status"] == "ok":
+            counts[point_id(record["load"], record["repeat"])] = int(
+                (record.get("loadgen") or {}).get("num_prompts")
+                or record["metrics"]["completed"] + record["metrics"]["failed"])
+    return counts
+
+
+def instances(cell: grid.Cell, plan: list[tuple[dict, int]]) -> list[list[tuple[dict, int]]]:
+    """The plan as server instances, in the plan's order of first use: one per point for a
+    proposer with state across requests (`grid.isolation`), else by `server_instance`."""
+    if grid.isolation(cell.server_config) == grid.FRESH_PER_POINT:
+        return [[point] for point in plan]
+    groups: dict[int, list] = {}
+    for load, repeat in plan:
+        groups.setdefault(server_instance(cell, repeat), []).append((load, repeat))
+    return list(groups.values())
+
+
 def _measure(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]], context: dict):
-    """Start the cell's server and yield (point id, {record, detail}) for each point of
+    """Start the cell's server(s) and yield (point id, {record, detail}) for each point of
     `plan` that is not failed; a failed point stops the cell (CellError)."""
+    loadgen.preload()  # overlaps the first server's start-up
+    for group in instances(cell, plan):
+        yield from _measure_instance(cell, config, group, context)
+
+
+def _measure_instance(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]],
+                      context: dict):
     log, server_log = context["log"], context["server_log"]
     model_cards = _model_cards(cell, config)
     held = context["slots"]
     interval_s = config["cells"]["gpu_sample_interval_ms"] / 1000.0
+    isolation = grid.isolation(cell.server_config)
     probes: dict[int, float] = {}
-    loadgen.preload()  # overlaps the server's start-up
     with _signals_raise(), cell_server(cell, config, server_log, held.env,
                                        context["verdict"]) as server:
         print(f"[sdbench] cell {cell.cell_id}: server ready on port {server.port} after "
-              f"{server.startup_s:.1f} s", file=log, flush=True)
+              f"{server.startup_s:.1f} s ({isolation})", file=log, flush=True)
 
         def probe(load: dict) -> float:
             """Request throughput of a short run at this concurrency (for duration_s)."""
@@ -430,13 +527,14 @@ def _measure(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]], contex
             return probes[c]
 
         profiler = profiling.nsys_session(cell, server) if cell.profile == "nsys" else None
-        for load, repeat in plan:
-            error, result, argv, extra = None, {}, [], {}
+        for served_before, (load, repeat) in enumerate(plan):
+            error, result, argv, extra, num_prompts = None, {}, [], {}, None
             started, log_offset = _now(), _log_size(server_log)
             try:
-                num_prompts, extra = _num_prompts(cell, load, probe)
+                num_prompts, extra = _num_prompts(
+                    cell, load, probe, context["baseline_counts"].get(point_id(load, repeat)))
                 argv = point_argv(cell, config, server, load, context["min_tokens"],
-                                  num_prompts)
+                                  num_prompts, repeat)
             except Exception as exc:  # a probe against a dead endpoint
                 error = f"{type(exc).__name__}: {exc}"
             with gpumon.GpuSampler(held.monitor_ids, interval_s=interval_s) as sampler, \
@@ -460,11 +558,16 @@ def _measure(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]], contex
                 reason = _with_causes(reason, detail, server_log, log_offset)
             server_info = {"command": server.command, "port": server.port,
                            "startup_s": server.startup_s, "log": str(server_log),
-                           "gpus": held.gpu_ids, "placement": held.reason}
+                           "gpus": held.gpu_ids, "placement": held.reason,
+                           "isolation": isolation, "instance": server_instance(cell, repeat),
+                           # points this server measured before (prefix caching: cache state)
+                           "points_before": served_before}
             if profiler:
                 server_info["profile"] = str(profiler.report(load, repeat))
             record = _record(cell, load, repeat, metrics, status, reason, server_info,
-                             {"argv": argv, **extra}, context, model_cards, started)
+                             {"argv": argv, "num_prompts": num_prompts,
+                              "seed": repeat_seed(cell, repeat), **extra},
+                             context, model_cards, started)
             append_jsonl(context["partial"], record)
             _report_point(cell, load, repeat, status, reason, metrics, server_log, log)
             yield point_id(load, repeat), {"record": record, "detail": detail}
@@ -504,7 +607,9 @@ def engine_job(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]],
             "shuffle": cell.workload["shuffle"], "seed": settings["seed"],
             "temperature": settings["temperature"], "endpoint": settings["endpoint"],
             "num_warmups": settings["num_warmups"],
-            "plan": [{**load, "repeat": repeat} for load, repeat in plan],
+            "ignore_eos": bool(settings.get("ignore_eos")),
+            "plan": [{**load, "repeat": repeat, "seed": repeat_seed(cell, repeat)}
+                     for load, repeat in plan],
             "out_dir": str(out_dir)}
 
 

@@ -11,7 +11,12 @@ pairing with the baseline, the lossless check and the reports are shared with se
 - transformers (batch size 1): `generate` one prompt at a time, plain or assisted
   (`assistant_model` = the draft with num_assistant_tokens = k and a constant schedule, or
   `prompt_lookup_num_tokens` = k). Acceptance counts the candidate tokens the assistant
-  proposed and the target's forward passes: acceptance length = new tokens per target step.
+  proposed and the target's forward passes. Acceptance length has vLLM's definition
+  everywhere: 1 + accepted tokens / steps that had a draft; `tokens_per_target_step` (new
+  tokens per target forward pass, steps without a draft included) is its own metric.
+
+Every point reads the prompts with its repeat's own seed (order, and sampling), as server
+cells do.
 
 Each point's window is on `time.perf_counter`, the host's monotonic clock on Linux: the clock
 of the cell's GPU sampler in the parent process.
@@ -64,6 +69,16 @@ def spec_metrics(num_drafts: float, draft_tokens: float, accepted: float,
                 p / num_drafts for p in per_position or []] if num_drafts else []}
 
 
+def assisted_metrics(drafts: int, draft_tokens: int, output_tokens: int, steps: int) -> dict:
+    """Spec-decode metrics of Transformers' assisted generation, in vLLM's definitions: each
+    target step keeps the accepted candidates plus one token of its own, so accepted = output
+    tokens - target steps, and acceptance length = 1 + accepted / steps that had a draft.
+    `tokens_per_target_step` (output tokens / all target steps) is reported beside it."""
+    accepted = max(output_tokens - steps, 0)
+    return {**spec_metrics(drafts, draft_tokens, accepted),
+            "tokens_per_target_step": output_tokens / max(steps, 1)}
+
+
 def _counters(llm) -> dict:
     """The engine's spec-decode counters now (totals since start)."""
     values: dict = {"per_position": []}
@@ -94,27 +109,30 @@ def run_offline(job: dict) -> Iterator[tuple[dict, dict, dict]]:
     args = {k.replace("-", "_"): v for k, v in job["args"].items()}
     llm = LLM(model=job["target_dir"], speculative_config=job["speculative_config"],
               disable_log_stats=False, **args)
-    prompts = read_prompts(job["prompts"], job["num_prompts"], job["shuffle"], job["seed"])
     chat = job["endpoint"] == "chat"
 
-    def generate(batch: list[dict]):
-        params = [SamplingParams(temperature=job["temperature"], seed=job["seed"],
+    def generate(batch: list[dict], seed: int = job["seed"]):
+        params = [SamplingParams(temperature=job["temperature"], seed=seed,
                                  max_tokens=p["output_tokens"], min_tokens=p.get("min_tokens")
-                                 or 0) for p in batch]
+                                 or 0, ignore_eos=job.get("ignore_eos", False))
+                  for p in batch]
         if chat:
             return llm.chat([[{"role": "user", "content": p["prompt"]}] for p in batch],
                             params, use_tqdm=False)
         return llm.generate([p["prompt"] for p in batch], params, use_tqdm=False)
 
     if job["num_warmups"]:
-        generate(prompts[:job["num_warmups"]])
+        generate(read_prompts(job["prompts"], job["num_prompts"], job["shuffle"],
+                              job["seed"])[:job["num_warmups"]])
     for point in job["plan"]:
+        seed = point.get("seed", job["seed"])
+        prompts = read_prompts(job["prompts"], job["num_prompts"], job["shuffle"], seed)
         size = point["concurrency"]
         before, outputs, latencies = _counters(llm), [], []
         started = time.perf_counter()
         for i in range(0, len(prompts), size):
             t0 = time.perf_counter()
-            batch = generate(prompts[i:i + size])
+            batch = generate(prompts[i:i + size], seed)
             latencies += [time.perf_counter() - t0] * len(batch)
             outputs += batch
         ended = time.perf_counter()
@@ -186,8 +204,9 @@ def run_transformers(job: dict) -> Iterator[tuple[dict, dict, dict]]:
 
     def generate(record: dict) -> tuple[list[int], list[int]]:
         enc = encode(record["prompt"]).to(device)
+        fixed = record["output_tokens"] if job.get("ignore_eos") else 0
         out = model.generate(**enc, do_sample=False, max_new_tokens=record["output_tokens"],
-                             min_new_tokens=record.get("min_tokens") or 0,
+                             min_new_tokens=max(record.get("min_tokens") or 0, fixed),
                              pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
                              **extra)
         return enc["input_ids"][0].tolist(), out[0][enc["input_ids"].shape[1]:].tolist()
@@ -195,6 +214,8 @@ def run_transformers(job: dict) -> Iterator[tuple[dict, dict, dict]]:
     for record in prompts[:job["num_warmups"]]:
         generate(record)
     for point in job["plan"]:
+        prompts = read_prompts(job["prompts"], job["num_prompts"], job["shuffle"],
+                               point.get("seed", job["seed"]))
         counts = {"drafts": 0, "draft_tokens": 0}
         steps["n"] = 0
         input_lens, output_lens, latencies, texts = [], [], [], []
@@ -211,10 +232,8 @@ def run_transformers(job: dict) -> Iterator[tuple[dict, dict, dict]]:
         metrics = throughput_metrics(ended - started, input_lens, output_lens, latencies)
         metrics.update(target_forward_passes=steps["n"], window_perf_counter=[started, ended])
         if method != "vanilla":
-            # each target step keeps the accepted candidates plus one token of its own
-            accepted = max(sum(output_lens) - steps["n"], 0)
-            metrics.update(spec_metrics(counts["drafts"], counts["draft_tokens"], accepted))
-            metrics["spec_decode_acceptance_length"] = sum(output_lens) / max(steps["n"], 1)
+            metrics.update(assisted_metrics(counts["drafts"], counts["draft_tokens"],
+                                            sum(output_lens), steps["n"]))
         detail = {"input_lens": input_lens, "output_lens": output_lens, "latencies": latencies,
                   "generated_texts": texts, "errors": [""] * len(texts)}
         yield point, metrics, detail

@@ -172,6 +172,20 @@ def workload_spec(config: dict, name: str) -> dict:
     }
 
 
+# how results are reported or how the variance is sampled, not what one measurement is: kept in
+# the records, out of the cell id and the point key (changing them re-measures nothing)
+REPORTING_ONLY = ("percentiles", "ready_check_timeout_s", "server_instances")
+
+
+def workload_identity(workload: dict) -> dict:
+    """The workload as it enters the cell id and the point key: without its name (a label; the
+    definition and, in the point key, the prompt file's hash say what is sent) and without
+    reporting-only load-generator settings."""
+    return {**{k: v for k, v in workload.items() if k != "name"},
+            "loadgen": {k: v for k, v in workload["loadgen"].items()
+                        if k not in REPORTING_ONLY}}
+
+
 def server_config(config: dict, target: str, method: str = VANILLA, k: int | None = None,
                   draft: str | None = None, options: dict | None = None,
                   args: dict | None = None, engine: str = SERVE) -> dict:
@@ -179,17 +193,51 @@ def server_config(config: dict, target: str, method: str = VANILLA, k: int | Non
         run_args, env = dict(args or {}), {}
     else:
         run_args = {**config["server"]["args"], **parallel_args(config, target), **(args or {})}
+        if not any(flag in run_args for flag in PREFIX_CACHING):
+            # vLLM caches prefixes by default: every point after the first would measure
+            # "all prompts cached", and a rerun would pair a cold point with a warm partner
+            run_args = {PREFIX_CACHING[0]: False, **run_args}
         env = config["server"]["env"]
+    options = dict(options or {})
+    if method in CROSS_REQUEST_STATE:
+        option, off = CROSS_REQUEST_STATE[method]
+        options.setdefault(option, off)
     return {
         **({} if engine == SERVE else {"engine": engine}),
         "target": model_identity(config, target),
         "method": method,
         "num_speculative_tokens": k,
         "draft": None if draft is None else model_identity(config, draft),
-        "method_options": dict(options or {}),
+        "method_options": options,
         "args": run_args,
         "env": env,
     }
+
+
+PREFIX_CACHING = ("enable_prefix_caching", "enable-prefix-caching")
+# proposers that keep state across requests: (the option that turns it off, its "off" value).
+# vLLM's suffix decoding caches past responses in a global tree (10,000 requests by default):
+# every point sends the same prompts, so from the second point on it would have seen every
+# answer. It is off unless the method's options set it; a cell that turns it on measures each
+# point in a fresh server (see `isolation`).
+CROSS_REQUEST_STATE = {"suffix": ("suffix_decoding_max_cached_requests", 0)}
+SHARED, FRESH_PER_POINT = "shared server", "fresh server per point"
+
+
+def isolation(server: dict) -> str:
+    """How the points of a cell are kept from learning from each other: SHARED (no state
+    across requests: one server, or `loadgen.server_instances` servers, measures the points)
+    or FRESH_PER_POINT (the proposer keeps state across requests: every point starts its own
+    server, without warm-up requests, which would show it one of the point's own answers)."""
+    stateful = CROSS_REQUEST_STATE.get(server["method"])
+    if stateful and server["method_options"].get(stateful[0], stateful[1]) != stateful[1]:
+        return FRESH_PER_POINT
+    return SHARED
+
+
+def prefix_caching(server: dict) -> bool:
+    args = server["args"]
+    return bool(next((args[f] for f in PREFIX_CACHING if f in args), False))
 
 
 def parallel_args(config: dict, target: str) -> dict:
@@ -211,7 +259,7 @@ def cell_gpus(server: dict) -> int:
 
 
 def cell_id_of(server: dict, workload: dict) -> str:
-    return short_hash({"server_config": server, "workload": workload})
+    return short_hash({"server_config": server, "workload": workload_identity(workload)})
 
 
 def round_cells(config: dict, round_name: str) -> list[Cell]:

@@ -60,6 +60,8 @@ def loadgen_argv(*, host: str, port: int, served_name: str, tokenizer: str, data
         "--percentile-metrics", PERCENTILE_METRICS, "--metric-percentiles", percentiles,
         "--save-detailed", "--disable-tqdm",
         *([] if shuffle else ["--disable-shuffle"]),
+        # fixed output lengths: every request generates its prompt's `output_tokens`
+        *(["--ignore-eos"] if settings.get("ignore_eos") else []),
         *([] if min_tokens is None else ["--extra-body", json.dumps({"min_tokens": min_tokens})]),
     ]
 

