@@ -2,10 +2,18 @@
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from sdbench.analysis import best_settings, crossover, derive_schedule, switch_gain
+from sdbench.analysis import (
+    best_settings,
+    crossover,
+    derive_schedule,
+    dynamic_k_comparison,
+    switch_gain,
+    verdict,
+)
 
 
 def points(rows):
@@ -15,30 +23,107 @@ def points(rows):
     return frame.assign(target="t", workload="w", method="ngram", round="round1")
 
 
-def test_crossover_interpolates_in_log2_concurrency():
-    table = crossover(points([("ngram", 2, 1, 1.4, 1.3, 1.5), ("ngram", 2, 4, 1.2, 1.1, 1.3),
-                              ("ngram", 2, 16, 0.8, 0.7, 0.9),
-                              ("ngram", 4, 1, 1.1, 1.0, 1.2), ("ngram", 4, 16, 1.05, 1.0, 1.1),
-                              ("draft", 2, 1, 0.6, 0.5, 0.7), ("draft", 2, 16, 0.5, 0.4, 0.6)]))
+def measurements(rows, repeats=3, spread=0.02):
+    """Per-measurement rows: (speculator, k, concurrency, mean speedup); each repeat r gets
+    mean + spread * (r - (repeats - 1) / 2), so the mean over repeats is the given one."""
+    out = [{"speculator": s, "k": k, "concurrency": c, "repeat": r,
+            "speedup": None if m is None else m + spread * (r - (repeats - 1) / 2)}
+           for s, k, c, m in rows for r in range(repeats)]
+    frame = pd.DataFrame(out)
+    return frame.assign(target="t", workload="w", method="ngram", round="round1",
+                        setting="default", paired=frame["speedup"].notna())
+
+
+def test_crossover_interpolates_in_log2_concurrency_with_a_bootstrap_interval():
+    table = crossover(measurements([
+        ("ngram", 2, 1, 1.4), ("ngram", 2, 4, 1.2), ("ngram", 2, 16, 0.8),
+        ("ngram", 2, 32, None),  # measured, no speedup: listed, not dropped
+        ("ngram", 4, 1, 1.1), ("ngram", 4, 16, 1.05),
+        ("draft", 2, 1, 0.6), ("draft", 2, 16, 0.5)], spread=0.1))
     row = table.set_index(["speculator", "k"]).loc[("ngram", 2)]
     # from 1.2 at c=4 to 0.8 at c=16: halfway in log2 -> c=8
     assert row["crossover"] == pytest.approx(8.0)
-    assert row["crossover_low"] < row["crossover"] < row["crossover_high"]
+    assert row["crossover_low"] < row["crossover"] < row["crossover_high"] <= 16
+    assert row["interval"] == "bootstrap over 3 repeats"
+    assert row["missing_levels"] == "32"
     assert pd.isna(table.set_index(["speculator", "k"]).loc[("ngram", 4), "crossover"])
     assert table.set_index(["speculator", "k"]).loc[("draft", 2), "reading"] == \
         "below 1 from the lowest level"
 
 
-def test_best_settings_and_switch_gain():
-    data = points([("ngram", 2, 1, 1.5, 1.4, 1.6), ("ngram", 2, 8, 0.9, 0.8, 1.0),
-                   ("draft", 2, 1, 1.1, 1.0, 1.2), ("draft", 2, 8, 1.3, 1.2, 1.4)])
+def test_verdicts_come_from_intervals():
+    assert verdict(1.05, 1.2) == "speculate"
+    assert verdict(0.8, 0.95) == "no speculation"
+    assert verdict(0.9, 1.3) == "no clear gain"  # a mean of 1.1 is not a gain
+    assert verdict(float("nan"), float("nan")).startswith("no clear gain")
+
+
+def test_best_settings_hold_out_a_repeat_and_consider_speculation_off():
+    data = measurements([("ngram", 2, 1, 1.5), ("ngram", 2, 8, 0.9),
+                         ("draft", 2, 1, 1.1), ("draft", 2, 8, 0.8),
+                         ("ngram", 2, 4, 1.02), ("draft", 2, 4, 0.97)], spread=0.1)
     best = best_settings(data).set_index("concurrency")
-    assert best.loc[1, "speculator"] == "ngram" and best.loc[8, "speculator"] == "draft"
-    gain = switch_gain(data).iloc[0]
-    # static: draft (geo. mean sqrt(1.1*1.3)=1.196) beats ngram (sqrt(1.5*0.9)=1.162)
-    assert gain["static_best"] == "draft k=2"
-    assert gain["switch_speedup"] == pytest.approx((1.5 * 1.3) ** 0.5)
-    assert gain["gain"] == pytest.approx((1.5 * 1.3) ** 0.5 / (1.1 * 1.3) ** 0.5 - 1)
+    assert best.loc[1, "speculator"] == "ngram" and best.loc[1, "verdict"] == "speculate"
+    assert best.loc[8, "speculator"] == "off" and best.loc[8, "verdict"] == "no speculation"
+    # mean 1.02 with a wide interval: not "speculate"
+    assert best.loc[4, "verdict"] == "no clear gain"
+
+
+def _noisy_identical(rng, settings=14, levels=(1, 2, 4, 8), repeats=3, noise=0.03):
+    return pd.DataFrame([
+        {"speculator": "draft", "k": k, "concurrency": c, "repeat": r,
+         "speedup": 1.1 * (1 + noise * rng.standard_normal())}
+        for k in range(1, settings + 1) for c in levels for r in range(repeats)]).assign(
+        target="t", workload="w", method="draft_model", round="round1", setting="default",
+        paired=True)
+
+
+def test_switch_gain_and_best_setting_are_free_of_selection_bias():
+    """14 identical settings (true speedup 1.1 everywhere) with 3 % noise: taking the best mean
+    at each level reads a gain of switching that is always positive (+1.7 % on average) and a
+    best speedup above 1.1; evaluated on held-out repeats both are unbiased."""
+    rng = np.random.default_rng(1)
+    held_gain, in_sample_gain, held_best, in_sample_best = [], [], [], []
+    for _ in range(60):
+        data = _noisy_identical(rng)
+        held_gain.append(switch_gain(data)["gain"].iloc[0])
+        in_sample_gain.append(switch_gain(data[data["repeat"] == 0])["gain"].iloc[0])
+        best = best_settings(data)
+        held_best += best["heldout_mean"].tolist()
+        in_sample_best += best["speedup_mean"].tolist()
+    assert np.mean(in_sample_gain) > 0.01 and min(in_sample_gain) >= 0  # the bias exists
+    assert abs(np.mean(held_gain)) < 0.004
+    assert min(held_gain) < 0 < max(held_gain)
+    assert np.mean(in_sample_best) > 1.11  # the winner's curse
+    assert np.mean(held_best) == pytest.approx(1.1, abs=0.003)
+    table = switch_gain(_noisy_identical(rng))
+    assert table["gain_ci_low"].iloc[0] < 0 < table["gain_ci_high"].iloc[0]
+    assert table["evaluation"].iloc[0] == "held out: each of 3 repeats in turn"
+
+
+def test_switch_gain_picks_per_load_and_off_is_a_candidate():
+    data = measurements([("ngram", 2, 1, 1.5), ("ngram", 2, 8, 0.7),
+                         ("draft", 2, 1, 1.1), ("draft", 2, 8, 0.8)])
+    row = switch_gain(data).iloc[0]
+    # static: ngram (geo. mean sqrt(1.5*0.7)=1.025) beats off (1.0) and draft (0.94); the
+    # switch takes ngram at c=1 and speculation off at c=8
+    assert row["static_best"] == "ngram k=2"
+    assert row["switch_choice"] == "c=1: ngram k=2, c=8: off"
+    assert row["switch_speedup"] == pytest.approx((1.5 * 1.0) ** 0.5, abs=0.01)
+
+
+def test_dynamic_k_is_compared_paired_with_the_best_static_k():
+    static = measurements([("ngram", 2, 1, 1.3), ("ngram", 2, 8, 0.9),
+                           ("ngram", 4, 1, 1.4), ("ngram", 4, 8, 0.7)])
+    dynamic = measurements([("ngram+dynamic-k", 4, 1, 1.4), ("ngram+dynamic-k", 4, 8, 1.0)])
+    dynamic = dynamic.assign(round="round3", setting="derived dynamic K")
+    table = dynamic_k_comparison(pd.concat([static, dynamic]), "derived dynamic K")
+    rows = table.set_index("concurrency")
+    # static geo. means: k=2 sqrt(1.3*0.9)=1.082, k=4 sqrt(1.4*0.7)=0.99 -> k=2
+    assert set(table["best static k"]) == {2}
+    assert rows.loc[8, "ratio_mean"] == pytest.approx(1.0 / 0.9, abs=0.01)
+    assert rows.loc[8, "ratio_ci_low"] > 1 and rows.loc[8, "verdict"] == "dynamic K faster"
+    assert "all" in rows.index and rows.loc["all", "repeats"] == 3
 
 
 def test_derived_schedule_takes_the_best_k_per_load_and_0_where_none_pays():

@@ -121,7 +121,11 @@ def test_records_carry_metrics_and_provenance(e2e_run, host):
                 for key in ("mean_ttft_ms", "p99_tpot_ms", "median_itl_ms"):
                     assert m[key] > 0, key
                 assert "vllm.entrypoints.openai.api_server" in r["server"]["command"]
+                assert "--no-enable-prefix-caching" in r["server"]["command"]
                 assert "--skip-chat-template" in r["loadgen"]["argv"]
+                assert r["loadgen"]["num_prompts"] == n
+                assert r["loadgen"]["seed"] == r["repeat"]  # config seed 0 + repeat
+                assert r["server"]["isolation"] == "shared server"
             prov = r["provenance"]
             # dtype: host follows the CPU (vLLM takes GPTQ/AWQ in bf16 or fp16 only), and the
             # engine really ran in it
@@ -172,8 +176,8 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
     assert (vanilla["speedup"] == 1.0).all()
     level = ["concurrency", "request_rate", "repeat"]
     spec = frame[frame["method"] != "vanilla"].merge(
-        vanilla[["cell_id", *level, "total_token_throughput", "target", "server_args",
-                 "engine"]],
+        vanilla[["cell_id", *level, "total_token_throughput", "output_throughput",
+                 "total_output_tokens", "target", "server_args", "engine"]],
         left_on=["baseline_cell_id", *level], right_on=["cell_id", *level],
         suffixes=("", "_vanilla"))
     # paired by repeat with vanilla of the same engine, target, server arguments, workload
@@ -186,8 +190,19 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
     assert (spec["server_args"] == spec["server_args_vanilla"]).all()
     assert set(spec.loc[spec["round"] == "round2", "target"]) == {
         "smollm2-135m", *QUANTIZED} - host["unsupported"]
-    expected = spec["total_token_throughput"] / spec["total_token_throughput_vanilla"]
+    # the headline is the output-token throughput ratio; the total-token ratio is a column
+    expected = spec["output_throughput"] / spec["output_throughput_vanilla"]
     assert (spec["speedup"] - expected).abs().max() < 1e-9
+    total = spec["total_token_throughput"] / spec["total_token_throughput_vanilla"]
+    assert (spec["total_speedup"] - total).abs().max() < 1e-9
+    drift = spec["total_output_tokens"] / spec["total_output_tokens_vanilla"] - 1
+    assert (spec["output_drift"] - drift).abs().max() < 1e-9
+    assert spec["drift_flag"].eq(drift.abs() > 0.02).all()
+    assert spec["pair_issue"].isna().all()
+    # each repeat has its own seed; servers state prefix caching (off) explicitly
+    serve = frame[frame["engine"] == "serve"]
+    assert (serve.groupby("cell_id")["seed"].nunique() > 1).all()
+    assert serve["prefix_cache"].eq("off").all()
     ngram = frame[(frame["method"] == "ngram") & (frame["round"] == "round1")
                   & (frame["engine"] != "transformers")]
     assert (ngram["spec_decode_acceptance_rate"] > 0).all()

@@ -18,12 +18,13 @@ def test_buckets_sort_by_size():
 
 
 def point(target, method, concurrency, speedup, throughput, quant=None, full=None,
-          setting="default", workload="w"):
+          setting="default", workload="w", output=None):
     return {"round": "round2", "setting": setting, "cell_id": f"{target}-{method}-{setting}",
             "target": target, "quantization": quant, "full_precision": full,
             "speculator": method, "method": method, "k": None if method == "vanilla" else 3,
             "workload": workload, "dataset": "d", "subset": "0.25k",
             "concurrency": concurrency, "total_token_throughput_mean": throughput,
+            "output_throughput_mean": output,
             "speedup_mean": None if method == "vanilla" else speedup,
             "speedup_ci_low": None if method == "vanilla" else speedup - 0.1,
             "speedup_ci_high": None if method == "vanilla" else speedup + 0.1,
@@ -44,17 +45,25 @@ def test_quantized_target_is_set_against_its_full_precision_twin():
     assert row["speedup (full precision)"].startswith("1.50×")
 
 
-def test_winning_setting_per_load():
+def test_settings_are_ranked_by_throughput_not_by_speedups_over_other_baselines():
+    """"slow-vanilla" slows its own baseline to 50 tok/s: its speculative cell's 1.6x is the
+    largest speedup, but the default setting's 130 tok/s is the faster server."""
     points = pd.DataFrame([
-        point("t", "draft", 1, 1.6, 1, setting="default"),
-        point("t", "draft", 1, 1.3, 1, setting="short-draft"),
-        point("t", "draft", 8, 0.9, 1, setting="default"),
-        point("t", "draft", 8, 1.05, 1, setting="short-draft")])
+        point("t", "vanilla", 1, None, 0, output=100.0),
+        point("t", "draft", 1, 1.3, 0, output=130.0),
+        point("t", "vanilla", 1, None, 0, setting="slow-vanilla", output=50.0),
+        point("t", "draft", 1, 1.6, 0, setting="slow-vanilla", output=80.0),
+        point("t", "vanilla", 8, None, 0, output=100.0),
+        point("t", "draft", 8, 0.95, 0, output=95.0),
+        point("t", "draft+dynamic-k", 8, 2.0, 0, setting="derived dynamic K", output=200.0)])
     table = round_plots.winners_table(points).set_index("concurrency")
-    assert table.loc[1, "best setting"].startswith("default")
-    assert table.loc[1, "speculation pays"] == "yes"
-    assert table.loc[8, "best setting"].startswith("short-draft")
-    assert table.loc[8, "speculation pays"] == "unclear (interval spans 1)"
+    assert table.loc[1, "best configuration"] == "default (draft k=3)"
+    assert table.loc[1, "÷ default vanilla"] == "1.30×"
+    assert table.loc[1, "speculation pays"] == "speculate"
+    assert table.loc[1, "runner-up"].startswith("default (no speculation)")
+    # the derived dynamic-K cell is not a setting; without speculation is faster here
+    assert table.loc[8, "best configuration"] == "default (no speculation)"
+    assert table.loc[8, "speculation pays"] == "no speculation"
 
 
 def write_requests(root, cell_id, latencies):

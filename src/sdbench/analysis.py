@@ -1,8 +1,11 @@
 """What the numbers say to configure: crossover concurrency, best settings, the gain of switching
 proposers with load, and a derived batch-size schedule for speculative tokens.
 
-All functions take the per-point table of `aggregate.aggregate_points` (mean speedups with
-95 % intervals over repeats) and use speculative points with a speedup only.
+The analyses take the per-measurement table (`aggregate.summarize`: one speedup per repeat,
+paired with its baseline's repeat), because an honest estimate needs the repeats: a verdict
+comes from an interval ("no clear gain" is an answer), choosing the best of many settings is
+evaluated on repeats the choice did not see, speculation off is always a candidate, and levels
+measured without a speedup are listed. `derive_schedule` takes the per-point table.
 """
 
 from __future__ import annotations
@@ -13,6 +16,21 @@ import numpy as np
 import pandas as pd
 
 SETTING = ["target", "workload", "speculator", "k"]
+OFF = "off"  # no speculation: a candidate everywhere, its speedup is 1 by definition
+BOOTSTRAP = 2000
+NO_INTERVAL = "no clear gain (no interval: one repeat)"
+
+
+def verdict(low: float, high: float) -> str:
+    """What an interval on a speedup says: "speculate" when it lies above 1, "no speculation"
+    below 1, "no clear gain" when it spans 1 (an answer, not a failure)."""
+    if pd.isna(low) or pd.isna(high):
+        return NO_INTERVAL
+    if low > 1:
+        return "speculate"
+    if high < 1:
+        return "no speculation"
+    return "no clear gain"
 
 
 def speculative(frame: pd.DataFrame) -> pd.DataFrame:
@@ -20,6 +38,35 @@ def speculative(frame: pd.DataFrame) -> pd.DataFrame:
     (`speedup_mean`)."""
     has = frame["paired"] if "paired" in frame else frame["speedup_mean"].notna()
     return frame[(frame["method"] != "vanilla") & has]
+
+
+def _cube(group: pd.DataFrame) -> pd.DataFrame:
+    """Per-repeat speedups: rows "<speculator> k=<k>", columns (concurrency, repeat), with
+    "off" (speculation off: 1.0 at every level and repeat) as a candidate."""
+    table = group.assign(setting_label=[f"{s} k={int(k)}" for s, k in zip(
+        group["speculator"], group["k"], strict=True)]).pivot_table(
+        index="setting_label", columns=["concurrency", "repeat"], values="speedup",
+        aggfunc="mean")
+    table.loc[OFF] = 1.0
+    return table
+
+
+def _missing_levels(frame: pd.DataFrame, keys: list[str]) -> dict[tuple, list[int]]:
+    """keys -> the concurrency levels measured (a speculative record exists) where no speedup
+    could be computed (failed or invalid points, a missing or incomparable baseline)."""
+    spec = frame[frame["method"] != "vanilla"]
+    out: dict[tuple, list[int]] = {}
+    for key, group in spec.groupby(keys, dropna=False):
+        have = group.groupby("concurrency")["paired"].any()
+        out[key if isinstance(key, tuple) else (key,)] = sorted(
+            int(c) for c, ok in have.items() if not ok)
+    return out
+
+
+def _geo(values: np.ndarray) -> float:
+    values = np.asarray(values, dtype=float)
+    values = values[~np.isnan(values)]
+    return float(np.exp(np.log(np.clip(values, 1e-9, None)).mean())) if len(values) else np.nan
 
 
 def _crossing(levels: list[int], values: list[float]) -> float | None:
@@ -38,56 +85,176 @@ def _crossing(levels: list[int], values: list[float]) -> float | None:
     return None
 
 
-def crossover(points: pd.DataFrame) -> pd.DataFrame:
-    """Per target/workload/method/k: the concurrency where the speedup falls below 1, with an
-    interval from where the interval's upper and lower bounds cross 1."""
+def crossover(frame: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Per target/workload/method/k (from per-measurement rows): the concurrency where the mean
+    speedup falls below 1, and a 95 % bootstrap interval for it (repeats resampled with
+    replacement, whole repeats across levels; a resample that never falls below 1 counts as
+    beyond the highest level). Levels measured without a speedup are listed, never dropped
+    silently."""
     rows = []
-    for key, group in speculative(points).groupby(SETTING, dropna=False):
-        group = group.sort_values("concurrency")
-        levels = group["concurrency"].astype(int).tolist()
-        cross = _crossing(levels, group["speedup_mean"].tolist())
-        early = _crossing(levels, group["speedup_ci_low"].fillna(group["speedup_mean"]).tolist())
-        late = _crossing(levels, group["speedup_ci_high"].fillna(group["speedup_mean"]).tolist())
+    missing = _missing_levels(frame, SETTING)
+    rng = np.random.default_rng(seed)
+    for key, group in speculative(frame).groupby(SETTING, dropna=False):
+        table = group.pivot_table(index="repeat", columns="concurrency", values="speedup")
+        levels = [int(c) for c in table.columns]
+        cross = _crossing(levels, table.mean(axis=0).tolist())
+        values = table.to_numpy(dtype=float)
+        low = high = None
+        if len(values) > 1:
+            picks = rng.integers(0, len(values), size=(BOOTSTRAP, len(values)))
+            found = [_crossing(levels, np.nanmean(values[p], axis=0).tolist()) for p in picks]
+            beyond = float(levels[-1]) * 2  # sorts above every measured level
+            sample = np.array([beyond if c is None else c for c in found])
+            low, high = (float(np.percentile(sample, q)) for q in (2.5, 97.5))
+            low, high = (None if v >= beyond else v for v in (low, high))
         rows.append({**dict(zip(SETTING, key, strict=True)), "crossover": cross,
-                     "crossover_low": early, "crossover_high": late,
+                     "crossover_low": low, "crossover_high": high,
+                     "interval": (f"bootstrap over {len(values)} repeats" if len(values) > 1
+                                  else "none (one repeat)"),
                      "levels": f"{levels[0]}–{levels[-1]}",
+                     "missing_levels": ", ".join(map(str, missing.get(key, []))) or None,
                      "reading": ("above 1 at every level measured" if cross is None else
                                  "below 1 from the lowest level" if cross == levels[0] else
                                  f"falls below 1 near concurrency {cross:.1f}")})
     return pd.DataFrame(rows)
 
 
-def best_settings(points: pd.DataFrame) -> pd.DataFrame:
-    """Per target, workload and concurrency: the setting with the highest mean speedup."""
-    spec = speculative(points)
-    if spec.empty:
-        return pd.DataFrame()
-    best = spec.loc[spec.groupby(["target", "workload", "concurrency"])["speedup_mean"].idxmax()]
-    return best[["target", "workload", "concurrency", "speculator", "k", "speedup_mean",
-                 "speedup_ci_low", "speedup_ci_high"]].reset_index(drop=True)
+def _held_out(cube: pd.DataFrame, level) -> tuple[str, list[float]]:
+    """(the setting with the best mean speedup over all repeats at `level`, the speedup of the
+    setting chosen on the other repeats, evaluated on each held-out repeat)."""
+    at = cube.xs(level, axis=1, level="concurrency")
+    choice = at.mean(axis=1).idxmax()
+    held = []
+    if at.shape[1] > 1:
+        for r in at.columns:
+            pick = at.drop(columns=r).mean(axis=1).idxmax()
+            held.append(float(at.loc[pick, r]))
+    return choice, held
 
 
-def switch_gain(points: pd.DataFrame) -> pd.DataFrame:
-    """Per target and workload: the best single static setting (highest geometric-mean speedup
-    over the concurrency levels all settings share) against an ideal per-load switch between
-    settings (the best one at each level); `gain` is the switch's advantage."""
+def best_settings(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per target, workload and concurrency: the setting with the best mean speedup over the
+    repeats, speculation off (1.0) a candidate, and an estimate of it free of selection bias:
+    the setting chosen on all repeats but one, evaluated on the held-out repeat (each in turn),
+    with a 95 % interval; the verdict comes from that interval. With one repeat there is no
+    held-out estimate and the verdict says so."""
+    from .aggregate import mean_interval
+
     rows = []
-    for (target, workload), group in speculative(points).groupby(["target", "workload"]):
-        table = group.pivot_table(index=["speculator", "k"], columns="concurrency",
-                                  values="speedup_mean").dropna(axis=1)
-        if table.empty:
+    for (target, workload), group in speculative(frame).groupby(["target", "workload"]):
+        cube = _cube(group)
+        for level in sorted(cube.columns.get_level_values("concurrency").unique()):
+            label, held = _held_out(cube, level)
+            speculator, _, k = label.partition(" k=")
+            chosen = cube.loc[label].xs(level, level="concurrency").to_numpy()
+            mean, _, low, high = mean_interval(chosen.astype(float))
+            h_mean, _, h_low, h_high = mean_interval(np.array(held, dtype=float))
+            rows.append({"target": target, "workload": workload, "concurrency": int(level),
+                         "speculator": speculator, "k": int(k) if k else None,
+                         "speedup_mean": mean, "speedup_ci_low": low, "speedup_ci_high": high,
+                         "heldout_mean": h_mean, "heldout_ci_low": h_low,
+                         "heldout_ci_high": h_high, "repeats": int(len(chosen)),
+                         "verdict": ("no speculation" if label == OFF
+                                     else verdict(h_low, h_high))})
+    return pd.DataFrame(rows)
+
+
+def _choose(cube: pd.DataFrame, repeats: list) -> tuple[str, dict]:
+    """On these repeats: (the best static setting by geometric mean over levels, level -> the
+    best setting there)."""
+    part = cube.loc[:, cube.columns.get_level_values("repeat").isin(repeats)]
+    means = part.T.groupby(level="concurrency").mean().T  # setting x level
+    return means.apply(_geo, axis=1).idxmax(), means.idxmax(axis=0).to_dict()
+
+
+def _evaluate(cube: pd.DataFrame, static: str, switch: dict, repeat) -> tuple[float, float]:
+    """(geometric-mean speedup of the static choice, of the per-level choices) on one repeat."""
+    at = cube.xs(repeat, axis=1, level="repeat")
+    return (_geo(at.loc[static].to_numpy()),
+            _geo([at.loc[switch[c], c] for c in at.columns]))
+
+
+def switch_gain(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per target and workload: the best single static setting (highest geometric-mean speedup
+    over the levels every setting has) against a per-load switch (the best setting at each
+    level), speculation off a candidate in both. Choosing the best of many noisy settings
+    inflates a gain, so both choices are made on all repeats but one and evaluated on the
+    held-out repeat, each in turn: `gain` is the mean held-out advantage of switching, with a
+    95 % interval (none with one repeat: then the in-sample gain, biased upward)."""
+    from .aggregate import mean_interval
+
+    rows = []
+    missing = _missing_levels(frame, ["target", "workload"])
+    for (target, workload), group in speculative(frame).groupby(["target", "workload"]):
+        cube = _cube(group)
+        complete = [c for c in cube.columns.get_level_values("concurrency").unique()
+                    if not cube.xs(c, axis=1, level="concurrency").isna().all(axis=1).any()]
+        if not complete:
             continue
-        geo = np.exp(np.log(table.clip(lower=1e-9)).mean(axis=1))
-        static = geo.idxmax()
-        ideal = table.max(axis=0)
-        ideal_geo = float(np.exp(np.log(ideal.clip(lower=1e-9)).mean()))
-        per_level = ", ".join(f"c={c}: {s} k={int(k)}" for c, (s, k) in
-                              table.idxmax(axis=0).items())
+        cube = cube.loc[:, cube.columns.get_level_values("concurrency").isin(complete)]
+        repeats = sorted(cube.columns.get_level_values("repeat").unique())
+        static, switch = _choose(cube, repeats)
+        if len(repeats) > 1:
+            held = [_evaluate(cube, *_choose(cube, [r for r in repeats if r != out]), out)
+                    for out in repeats]
+            evaluation = f"held out: each of {len(repeats)} repeats in turn"
+        else:
+            held = [_evaluate(cube, static, switch, repeats[0])]
+            evaluation = "in-sample (one repeat): biased upward"
+        statics, switches = np.array(held).T
+        gain, _, low, high = mean_interval(switches / statics - 1)
         rows.append({"target": target, "workload": workload,
-                     "static_best": f"{static[0]} k={int(static[1])}",
-                     "static_speedup": float(geo[static]), "switch_speedup": ideal_geo,
-                     "gain": ideal_geo / float(geo[static]) - 1, "switch_choice": per_level,
-                     "levels": len(table.columns)})
+                     "static_best": static, "static_speedup": float(statics.mean()),
+                     "switch_speedup": float(switches.mean()), "gain": gain,
+                     "gain_ci_low": low, "gain_ci_high": high, "evaluation": evaluation,
+                     "switch_choice": ", ".join(f"c={int(c)}: {s}"
+                                                for c, s in sorted(switch.items())),
+                     "levels": len(complete),
+                     "missing_levels": ", ".join(map(str, missing.get((target, workload),
+                                                                      []))) or None})
+    return pd.DataFrame(rows)
+
+
+def dynamic_k_comparison(frame: pd.DataFrame, derived_setting: str) -> pd.DataFrame:
+    """Each dynamic-K cell against the single best static k of its method (highest
+    geometric-mean speedup over the levels both have, round 1), paired by level and repeat:
+    the throughput ratio dynamic ÷ static (their speedup ratio: both are over the same
+    baseline measurement) per level with a 95 % interval over repeats, and over all levels
+    (geometric mean per repeat). The static k is chosen on the data it is judged by, which
+    favours it."""
+    from .aggregate import mean_interval
+
+    derived = speculative(frame[frame["setting"] == derived_setting])
+    rows = []
+    for (target, workload, speculator), cell in derived.groupby(
+            ["target", "workload", "speculator"]):
+        method = speculator.removesuffix("+dynamic-k")
+        static = speculative(frame[(frame["round"] == "round1") & (frame["target"] == target)
+                                   & (frame["workload"] == workload)
+                                   & (frame["speculator"] == method)])
+        mine = cell.pivot_table(index="repeat", columns="concurrency", values="speedup")
+        base = {"target": target, "workload": workload, "method": method}
+        if static.empty:
+            rows.append({**base, "concurrency": "all", "best static k": None,
+                         "ratio_mean": np.nan, "ratio_ci_low": np.nan,
+                         "ratio_ci_high": np.nan, "verdict": "no static k measured"})
+            continue
+        levels = [c for c in mine.columns if c in set(static["concurrency"])]
+        by_k = static.pivot_table(index="k", columns="concurrency", values="speedup")[levels]
+        best_k = int(by_k.apply(_geo, axis=1).idxmax())
+        theirs = static[static["k"] == best_k].pivot_table(index="repeat", columns="concurrency",
+                                                           values="speedup")
+        ratio = (mine[levels] / theirs.reindex(columns=levels)).dropna(how="all")
+        for level in levels + ["all"]:
+            values = (ratio[level] if level != "all"
+                      else ratio.apply(_geo, axis=1)).to_numpy(dtype=float)
+            mean, _, low, high = mean_interval(values)
+            rows.append({**base, "concurrency": level, "best static k": best_k,
+                         "ratio_mean": mean, "ratio_ci_low": low, "ratio_ci_high": high,
+                         "repeats": int(np.sum(~np.isnan(values))),
+                         "verdict": {"speculate": "dynamic K faster",
+                                     "no speculation": "static k faster"}.get(
+                                         verdict(low, high), verdict(low, high))})
     return pd.DataFrame(rows)
 
 

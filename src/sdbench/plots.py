@@ -13,14 +13,20 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .analysis import best_settings, crossover, speculative, switch_gain
+from .analysis import (
+    best_settings,
+    crossover,
+    dynamic_k_comparison,
+    speculative,
+    switch_gain,
+)
 from .grid import card_path
 
 sns.set_theme(style="whitegrid", context="notebook")
 
 METRIC_LABELS = {
-    "speedup": "speedup (total-token throughput ÷ vanilla)",
-    "output_speedup": "output-throughput speedup",
+    "speedup": "speedup (output-token throughput ÷ vanilla)",
+    "total_speedup": "total-token speedup (prompt + output tokens/s ÷ vanilla)",
     "tpot_speedup": "TPOT speedup (vanilla TPOT ÷ TPOT)",
     "spec_decode_acceptance_rate": "acceptance rate (%)",
     "spec_decode_acceptance_length": "mean acceptance length (tokens per step)",
@@ -92,76 +98,95 @@ def speedup_heatmaps(points: pd.DataFrame, metric: str = "speedup") -> plt.Figur
     return fig
 
 
-def crossover_table(points: pd.DataFrame) -> pd.DataFrame:
-    table = crossover(points[points["round"] == "round1"])
+def _fmt(x) -> str:
+    return "–" if x is None or pd.isna(x) else f"{x:.1f}"
+
+
+def crossover_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """From the per-measurement rows of round 1: where each setting's speedup falls below 1,
+    with a bootstrap interval over repeats and the levels measured without a speedup."""
+    table = crossover(frame[frame["round"] == "round1"])
     if table.empty:
         return table
-
-    def fmt(x):
-        return "–" if x is None or pd.isna(x) else f"{x:.1f}"
-
     return pd.DataFrame({
         "target": table["target"], "workload": table["workload"],
         "method": table["speculator"], "k": table["k"].astype("Int64"),
-        "speedup < 1 from concurrency": [fmt(x) for x in table["crossover"]],
-        "95 % interval": [f"[{fmt(a)}, {fmt(b)}]" if a is not None or b is not None else "–"
-                          for a, b in zip(table["crossover_low"], table["crossover_high"],
-                                          strict=True)],
-        "reading": table["reading"], "levels measured": table["levels"]})
+        "speedup < 1 from concurrency": [_fmt(x) for x in table["crossover"]],
+        "95 % interval": [
+            "–" if a is None and b is None else
+            f"[{_fmt(a)}, {'beyond the levels measured' if b is None else _fmt(b)}]"
+            for a, b in zip(table["crossover_low"], table["crossover_high"], strict=True)],
+        "interval from": table["interval"],
+        "reading": table["reading"], "levels measured": table["levels"],
+        "levels without a speedup": table["missing_levels"].fillna("–")})
 
 
-def best_settings_table(points: pd.DataFrame) -> pd.DataFrame:
-    best = best_settings(points[points["round"] == "round1"])
+def best_settings_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per load, the best setting (speculation off a candidate) with its speedup, the held-out
+    estimate that corrects for choosing the best of many, and the verdict from its interval."""
+    best = best_settings(frame[frame["round"] == "round1"])
     if best.empty:
         return best
     return pd.DataFrame({
         "target": best["target"], "workload": best["workload"],
         "concurrency": best["concurrency"],
-        "best setting": [f"{s} k={int(k)}" for s, k in zip(best["speculator"], best["k"],
-                                                            strict=True)],
-        "speedup": [speedup_text(r) for _, r in best.iterrows()],
-        "verdict": ["speculate" if m > 1 else "no speculation" for m in best["speedup_mean"]]})
+        "best setting": ["off" if s == "off" else f"{s} k={int(k)}"
+                         for s, k in zip(best["speculator"], best["k"], strict=True)],
+        "its speedup (all repeats)": [speedup_text(r) for _, r in best.iterrows()],
+        "held-out estimate": [with_interval(m, lo, hi) for m, lo, hi in zip(
+            best["heldout_mean"], best["heldout_ci_low"], best["heldout_ci_high"],
+            strict=True)],
+        "verdict": best["verdict"]})
 
 
-def switch_gain_table(points: pd.DataFrame) -> pd.DataFrame:
-    table = switch_gain(points[points["round"] == "round1"])
+def switch_gain_table(frame: pd.DataFrame) -> pd.DataFrame:
+    table = switch_gain(frame[frame["round"] == "round1"])
     if table.empty:
         return table
     return pd.DataFrame({
         "target": table["target"], "workload": table["workload"],
         "best static setting": table["static_best"],
         "its speedup (geo. mean)": table["static_speedup"].map("{:.2f}×".format),
-        "ideal per-load switch": table["switch_speedup"].map("{:.2f}×".format),
-        "gain of switching": table["gain"].map("{:+.1%}".format),
-        "switch picks": table["switch_choice"]})
+        "per-load switch": table["switch_speedup"].map("{:.2f}×".format),
+        "gain of switching": [with_interval(m * 100, lo * 100, hi * 100, " %") for m, lo, hi
+                              in zip(table["gain"], table["gain_ci_low"], table["gain_ci_high"],
+                                     strict=True)],
+        "evaluated": table["evaluation"],
+        "switch picks": table["switch_choice"],
+        "levels without a speedup": table["missing_levels"].fillna("–")})
 
 
-def dynamic_k_table(points: pd.DataFrame, schedules: dict[str, list]) -> pd.DataFrame:
-    """Each measured dynamic-K cell against the best static k of its method, per concurrency.
+def dynamic_k_table(frame: pd.DataFrame, schedules: dict[str, list]) -> pd.DataFrame:
+    """Each measured dynamic-K cell against the single best static k of its method, paired by
+    level and repeat: throughput ratio with a 95 % interval, per level and over all levels.
 
-    schedules: cell_id -> the schedule it measured."""
+    frame: per-measurement rows (round 1 and the derived cells); schedules: cell_id -> the
+    schedule it measured."""
     from .aggregate import DERIVED_SETTING
 
-    derived = points[(points["round"] == "round3") & (points["setting"] == DERIVED_SETTING)]
-    rows = []
-    for _, cell in derived.iterrows():
-        method = cell["speculator"].removesuffix("+dynamic-k")
-        static = points[(points["round"] == "round1") & (points["speculator"] == method)
-                        & (points["target"] == cell["target"])
-                        & (points["workload"] == cell["workload"])
-                        & (points["concurrency"] == cell["concurrency"])
-                        & points["speedup_mean"].notna()]
-        best = static.loc[static["speedup_mean"].idxmax()] if not static.empty else None
-        schedule = schedules.get(cell["cell_id"], [])
-        k_here = next((k for lo, hi, k in schedule if lo <= cell["concurrency"] <= hi),
-                      schedule[-1][2] if schedule else None)
-        rows.append({"target": cell["target"], "workload": cell["workload"], "method": method,
-                     "concurrency": cell["concurrency"], "schedule k": k_here,
-                     "dynamic-K speedup": speedup_text(cell),
-                     "best static k": None if best is None else int(best["k"]),
-                     "static speedup": "–" if best is None else speedup_text(best),
-                     "status": cell["status"]})
-    return pd.DataFrame(rows)
+    table = dynamic_k_comparison(frame, DERIVED_SETTING)
+    if table.empty:
+        return table
+    derived = frame[frame["setting"] == DERIVED_SETTING]
+    keys = zip(derived["target"], derived["workload"],
+               derived["speculator"].str.removesuffix("+dynamic-k"), strict=True)
+    cells = dict(zip(keys, derived["cell_id"], strict=True))
+
+    def k_at(row) -> str:
+        schedule = schedules.get(cells.get((row["target"], row["workload"], row["method"])), [])
+        if row["concurrency"] == "all" or not schedule:
+            return "–"
+        return str(next((k for lo, hi, k in schedule if lo <= row["concurrency"] <= hi),
+                        schedule[-1][2]))
+
+    return pd.DataFrame({
+        "target": table["target"], "workload": table["workload"], "method": table["method"],
+        "concurrency": table["concurrency"].astype(str),
+        "schedule k": [k_at(r) for _, r in table.iterrows()],
+        "best static k": table["best static k"].astype("Int64"),
+        "dynamic ÷ static": [with_interval(m, lo, hi) for m, lo, hi in zip(
+            table["ratio_mean"], table["ratio_ci_low"], table["ratio_ci_high"], strict=True)],
+        "verdict": table["verdict"]})
 
 
 def lossless_table(points: pd.DataFrame) -> pd.DataFrame:
@@ -232,6 +257,47 @@ def problem_table(frame: pd.DataFrame) -> pd.DataFrame:
     return bad[[c for c in columns if c in bad]].reset_index(drop=True)
 
 
+def pair_issue_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Measurements whose baseline point exists but is not comparable (another device, vLLM
+    build, dtype, prompt count or prefix-cache state): no speedup, and why."""
+    if "pair_issue" not in frame:
+        return pd.DataFrame()
+    bad = frame[frame["pair_issue"].notna()]
+    columns = ["target", "workload", "speculator", "k", "concurrency", "request_rate", "repeat",
+               "pair_issue", "cell_id", "baseline_cell_id"]
+    return bad[[c for c in columns if c in bad]].reset_index(drop=True)
+
+
+def speedup_note(points: pd.DataFrame) -> str:
+    """What a speedup and its interval are in this report (Markdown), with what the intervals
+    of its points cover, read from the points."""
+    spec = points[(points["method"] != "vanilla") & points["speedup_mean"].notna()]
+    covers = (spec["interval_covers"].value_counts() if "interval_covers" in spec
+              else pd.Series(dtype=int))
+    listed = "; ".join(f"{text} ({n} points)" for text, n in covers.items()) or "no points"
+    one_server = covers.empty or any("one server instance" in text for text in covers.index)
+    drifted = int(spec.get("drift_flag", pd.Series(dtype=bool)).fillna(False).sum())
+    return (
+        "**Speedup** = output-token throughput (output tokens per second) of a speculative "
+        "server ÷ that of the same target **without speculation, under the same server "
+        "arguments**, on the same prompts at the same load, **paired by repeat** (repeat *r* "
+        "÷ the baseline's repeat *r*). The total-token ratio (prompt + output tokens) is a "
+        "column of the points table only: with long prompts it tends to a ratio of durations "
+        "and moves with the output length. Outputs end where the model stops (unless "
+        "`loadgen.ignore_eos`), so each pair's output tokens are compared: **output drift** "
+        f"above 2 % is flagged ⚠ ({drifted} points here). A pair is compared only on the same "
+        "device, vLLM build, dtype, prompt count and prefix-cache state (prefix caching is "
+        "off unless a setting turns it on); other pairs get no speedup and are listed with "
+        "their issue.\n\n"
+        "**Intervals**: a 95 % Student-t interval over repeats (none with one repeat), each "
+        "repeat with "
+        f"its own seed. Here they cover: {listed}."
+        + (" They do **not** cover the difference between two starts of the same server "
+           "configuration (up to 26 % measured on an H100): set `loadgen.server_instances` "
+           "to spread repeats over fresh servers." if one_server else "")
+        + " Verdicts come from intervals: *no clear gain* when the interval spans 1.")
+
+
 def measurement_counts(frame: pd.DataFrame) -> str:
     """'32 clean, 32 unsupported here' (and failed / invalid where there are any)."""
     counts = frame["status"].value_counts()
@@ -255,6 +321,10 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
             points["total_token_throughput_mean"], points["total_token_throughput_ci_low"],
             points["total_token_throughput_ci_high"], strict=True)],
         "speedup": [speedup_text(r) for _, r in points.iterrows()],
+        "total-token speedup": [stat_text(r, "total_speedup") for _, r in points.iterrows()],
+        "output drift": [_drift_text(r) for _, r in points.iterrows()],
+        "interval covers": points.get("interval_covers"),
+        "pair issue": points.get("pair_issues"),
         "TPOT speedup": [with_interval(m, lo, hi) for m, lo, hi in zip(
             points["tpot_speedup_mean"], points["tpot_speedup_ci_low"],
             points["tpot_speedup_ci_high"], strict=True)],
@@ -265,6 +335,14 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
                               if "energy_per_output_token_j_mean" in points else np.nan),
         "cell": points["cell_id"]})
     return out.reset_index(drop=True)
+
+
+def _drift_text(row) -> str:
+    """Output tokens relative to the baseline's, flagged above aggregate.DRIFT_LIMIT."""
+    value = row.get("output_drift_mean", np.nan)
+    if pd.isna(value):
+        return "–"
+    return f"{value:+.1%}" + (" ⚠ drift" if row.get("drift_flag") else "")
 
 
 def stat_text(row, metric: str, scale: float = 1.0, unit: str = "") -> str:

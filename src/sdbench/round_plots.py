@@ -16,7 +16,7 @@ import seaborn as sns
 from .analysis import speculative
 from .grid import cell_output, processed_path, requests_output
 from .lossless import point_of, read_details
-from .plots import METRIC_LABELS, speedup_text, with_interval
+from .plots import METRIC_LABELS, speedup_text, stat_text, with_interval
 
 
 def bucket_order(names) -> list[str]:
@@ -103,8 +103,8 @@ def acceptance_by_bucket_plot(points: pd.DataFrame) -> plt.Figure | None:
 
 
 def efficiency_table(points: pd.DataFrame) -> pd.DataFrame:
-    """Per target, task and bucket: mean acceptance length ÷ (k + 1), the share of the tokens a
-    verification step could yield that it did."""
+    """Per target, task and bucket: mean acceptance length ÷ (1 + tokens drafted per step),
+    the share of the tokens a verification step could yield that it did."""
     spec = speculative(points)
     if spec.empty or "acceptance_efficiency" not in spec:
         return pd.DataFrame()
@@ -149,8 +149,11 @@ def quantized_vs_full_table(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def setting_heatmaps(points: pd.DataFrame) -> plt.Figure | None:
-    """Round 3: mean speedup per setting (rows) x concurrency, per target, method and workload."""
-    spec = speculative(points)
+    """Round 3: mean speedup per setting (rows) x concurrency, per target, method and workload
+    (derived dynamic-K cells are not settings: the round 1 report compares them)."""
+    from .aggregate import DERIVED_SETTING
+
+    spec = speculative(points[points["setting"] != DERIVED_SETTING])
     if spec.empty:
         return None
     spec = spec.assign(panel=spec["target"] + " | " + spec["speculator"] + " k="
@@ -174,25 +177,45 @@ def setting_heatmaps(points: pd.DataFrame) -> plt.Figure | None:
 
 
 def winners_table(points: pd.DataFrame) -> pd.DataFrame:
-    """Round 3: per target, workload and concurrency, the setting with the best mean speedup,
-    and the runner-up for scale."""
-    spec = speculative(points)
-    if spec.empty:
-        return pd.DataFrame()
+    """Round 3: per target, workload and concurrency, the configuration (a setting, with or
+    without speculation) with the highest output-token throughput, and the runner-up. Settings
+    are ranked by absolute throughput, not by speedups: each setting's speedup is over its own
+    vanilla cell, and a setting that slows its vanilla more would "win" that way. The winner's
+    throughput is also given against the default setting's vanilla (a ratio of means), with
+    its own paired speedup and the verdict of that interval. Derived dynamic-K cells are not
+    settings (the round 1 report compares them)."""
+    from .aggregate import DERIVED_SETTING
+    from .analysis import verdict
+
+    part = points[(points["setting"] != DERIVED_SETTING)
+                  & points["output_throughput_mean"].notna()]
     rows = []
-    for (target, workload, concurrency), group in spec.groupby(
+    for (target, workload, concurrency), group in part.groupby(
             ["target", "workload", "concurrency"]):
-        ranked = group.sort_values("speedup_mean", ascending=False)
+        ranked = group.sort_values("output_throughput_mean", ascending=False)
         best = ranked.iloc[0]
+        default = group[(group["method"] == "vanilla") & (group["setting"] == "default")]
+        spec = best["method"] != "vanilla"
+        versus_default = (best["output_throughput_mean"]
+                          / default["output_throughput_mean"].iloc[0] if len(default) else None)
         rows.append({"target": target, "workload": workload, "concurrency": concurrency,
-                     "best setting": f"{best['setting']} ({best['speculator']} "
-                                     f"k={int(best['k'])})",
-                     "speedup": speedup_text(best),
-                     "speculation pays": "yes" if best["speedup_ci_low"] > 1 else (
-                         "no" if best["speedup_ci_high"] < 1 else "unclear (interval spans 1)"),
-                     "runner-up": (f"{ranked.iloc[1]['setting']}: {speedup_text(ranked.iloc[1])}"
+                     "best configuration": _configuration(best),
+                     "output tok/s": stat_text(best, "output_throughput"),
+                     "÷ default vanilla": ("–" if versus_default is None
+                                           else f"{versus_default:.2f}×"),
+                     "its speedup (own vanilla)": speedup_text(best) if spec else "–",
+                     "speculation pays": (verdict(best["speedup_ci_low"], best["speedup_ci_high"])
+                                          if spec else "no speculation"),
+                     "runner-up": (f"{_configuration(ranked.iloc[1])}: "
+                                   f"{stat_text(ranked.iloc[1], 'output_throughput')} tok/s"
                                    if len(ranked) > 1 else "–")})
     return pd.DataFrame(rows)
+
+
+def _configuration(row) -> str:
+    what = ("no speculation" if row["method"] == "vanilla"
+            else f"{row['speculator']} k={int(row['k'])}")
+    return f"{row['setting']} ({what})"
 
 
 def per_position_plot(frame: pd.DataFrame) -> plt.Figure | None:
