@@ -127,3 +127,25 @@ def test_plan_names_the_cells_this_host_cannot_run_and_keeps_going(tmp_path):
                     env={"SDBENCH_CPU_ISA": "sse2"}, timeout=300)
     assert bad.returncode != 0
     assert "SDBENCH_CPU_ISA = 'sse2' is not allowed" in bad.stdout + bad.stderr
+
+
+def test_duration_bounded_speculative_cells_wait_for_their_baseline(tmp_path):
+    """With loadgen.duration_s, a speculative cell sends its baseline's prompt counts, so
+    asking for it alone plans the baseline cell first; without it, the cell alone."""
+    import yaml
+
+    from sdbench import grid
+    from sdbench.config import validate_config
+
+    raw = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
+    raw["loadgen"]["duration_s"] = 5
+    path = tmp_path / "duration.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    for configfile, cells in ((path, 2), (REPO / "config" / "demo.yaml", 1)):
+        config = validate_config(yaml.safe_load(configfile.read_text()))
+        spec = next(c for c in grid.round_cells(config, "round1")
+                    if not c.is_baseline and c.engine == grid.SERVE)
+        result = snakemake("-n", grid.cell_output(spec.cell_id), workdir=tmp_path / "w",
+                           configfile=configfile, timeout=300)
+        assert result.returncode == 0, result.stderr + result.stdout
+        assert job_counts(result.stdout + result.stderr)["cell"] == cells

@@ -434,7 +434,8 @@ def _report_point(cell: grid.Cell, load: dict, repeat: int, status: str, reason:
                         + (f"\n{rest}" if rest else ""))
     print(f"[sdbench] cell {cell.cell_id} {_point_label(load, repeat)}: {status}"
           f"{' (' + reason + ')' if reason else ''}, "
-          f"{metrics.get('total_token_throughput') or float('nan'):.1f} tok/s total, "
+          f"{metrics.get('output_throughput') or float('nan'):.1f} output tok/s "
+          f"({metrics.get('total_token_throughput') or float('nan'):.1f} total), "
           f"{metrics.get('completed')} completed, {metrics.get('failed')} failed",
           file=log, flush=True)
 
