@@ -116,7 +116,8 @@ def test_records_carry_metrics_and_provenance(e2e_run, host):
                     assert len(m["spec_decode_per_position_acceptance_rates"]) == 2
             if engine != "serve":
                 assert "sdbench.engines" in " ".join(r["server"]["command"])
-                assert r["loadgen"] == {"engine": engine, "batch_size": r["concurrency"]}
+                assert r["loadgen"] == {"engine": engine, "batch_size": r["concurrency"],
+                                        "seed": r["repeat"]}
             else:
                 for key in ("mean_ttft_ms", "p99_tpot_ms", "median_itl_ms"):
                     assert m[key] > 0, key

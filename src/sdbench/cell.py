@@ -660,7 +660,8 @@ def _measure_engine(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]],
                            "log": str(server_log), "gpus": held.gpu_ids,
                            "placement": held.reason}
             record = _record(cell, load, repeat, metrics, status, reason, server_info,
-                             {"engine": cell.engine, "batch_size": load["concurrency"]},
+                             {"engine": cell.engine, "batch_size": load["concurrency"],
+                              "seed": repeat_seed(cell, repeat)},
                              context, model_cards, start, end)
             append_jsonl(context["partial"], record)
             _report_point(cell, load, repeat, status, reason, metrics, server_log, log)
