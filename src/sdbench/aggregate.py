@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from .files import atomic_path, read_jsonl
-from .grid import requests_output
+from .grid import prefix_caching, requests_output
 
 # a point: closed-loop concurrency (batch size for offline / Transformers cells) or open-loop
 # request rate (concurrency empty)
@@ -54,10 +54,7 @@ PAIR_CHECKS = {"device": "device", "vllm_version": "vLLM version",
 def _prefix_cache(record: dict) -> str | None:
     """"off", or with prefix caching on whether the server had served points before this one
     ("warm") or not ("cold"); None for records that do not say (before it was recorded)."""
-    args = record["server_config"].get("args") or {}
-    flag = next((args[f] for f in ("enable_prefix_caching", "enable-prefix-caching")
-                 if f in args), None)
-    if flag is False:
+    if prefix_caching(record["server_config"]) is False:
         return "off"
     before = (record.get("server") or {}).get("points_before")
     if before is None:

@@ -235,9 +235,11 @@ def isolation(server: dict) -> str:
     return SHARED
 
 
-def prefix_caching(server: dict) -> bool:
-    args = server["args"]
-    return bool(next((args[f] for f in PREFIX_CACHING if f in args), False))
+def prefix_caching(server: dict) -> bool | None:
+    """The server's prefix-caching flag; None when its arguments do not state it (records
+    from before it was stated: vLLM's default, on)."""
+    args = server.get("args") or {}
+    return next((bool(args[f]) for f in PREFIX_CACHING if f in args), None)
 
 
 def parallel_args(config: dict, target: str) -> dict:
