@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 
 from sdbench import cell as cellmod
@@ -269,6 +270,20 @@ def test_repeats_have_their_own_seeds_and_may_spread_over_servers(demo_config_ra
                                                      full_precision=None)
     covers = aggregate_points(frame)["interval_covers"].iloc[0]
     assert covers == "3 repeats, 2 server instances, per-repeat seeds"
+
+
+def test_every_point_has_a_verdict_from_its_interval():
+    rows = [record("b", "vanilla", c, 100.0, repeat=r) for c in (1, 4) for r in range(3)]
+    rows += [record("s", "ngram", 1, 100.0 * g, baseline="b", k=2, repeat=r)
+             for r, g in enumerate((1.3, 1.35, 1.4))]
+    rows += [record("s", "ngram", 4, 100.0 * g, baseline="b", k=2, repeat=r)
+             for r, g in enumerate((0.9, 1.2, 1.05))]  # mean 1.05: the interval spans 1
+    frame = add_speedups(records_frame(rows)).assign(round="round1", setting="default",
+                                                     full_precision=None)
+    points = aggregate_points(frame).set_index(["cell_id", "concurrency"])
+    assert points.loc[("s", 1), "verdict"] == "speculate"
+    assert points.loc[("s", 4), "verdict"] == "no clear gain"
+    assert pd.isna(points.loc[("b", 1), "verdict"])
 
 
 # 9. acceptance length, one definition ----------------------------------------------------------

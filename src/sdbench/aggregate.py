@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .analysis import verdict
 from .files import atomic_path, read_jsonl
 from .grid import prefix_caching, requests_output
 
@@ -313,6 +314,13 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
                         f"{column}_ci_low": low, f"{column}_ci_high": high})
         rows.append(row)
     points = pd.DataFrame(rows)
+    if "speedup_ci_low" in points:
+        # what each point's interval says ("no clear gain" when it spans 1); none for vanilla
+        points["verdict"] = [
+            verdict(low, high) if method != "vanilla" and pd.notna(mean) else None
+            for method, mean, low, high in zip(points["method"], points["speedup_mean"],
+                                               points["speedup_ci_low"],
+                                               points["speedup_ci_high"], strict=True)]
     if "spec_decode_acceptance_length_mean" in points:
         # the physical bound: a speedup cannot exceed the tokens each target step yields
         points["efficiency"] = (points["speedup_mean"]
