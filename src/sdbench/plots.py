@@ -321,6 +321,7 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
             points["total_token_throughput_mean"], points["total_token_throughput_ci_low"],
             points["total_token_throughput_ci_high"], strict=True)],
         "speedup": [speedup_text(r) for _, r in points.iterrows()],
+        "verdict": points.get("verdict"),
         "total-token speedup": [stat_text(r, "total_speedup") for _, r in points.iterrows()],
         "output drift": [_drift_text(r) for _, r in points.iterrows()],
         "interval covers": points.get("interval_covers"),
