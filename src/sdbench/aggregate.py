@@ -57,7 +57,7 @@ def _prefix_cache(record: dict) -> str | None:
     ("warm") or not ("cold"); None for records that do not say (before it was recorded)."""
     if prefix_caching(record["server_config"]) is False:
         return "off"
-    before = (record.get("server") or {}).get("points_before")
+    before = record["server"].get("points_before")
     if before is None:
         return None
     return "warm" if before else "cold"
@@ -67,6 +67,7 @@ def _row(record: dict) -> dict:
     server = record["server_config"]
     workload = record["workload"]
     prov = record["provenance"]
+    loadgen = record.get("loadgen") or {}  # engine cells and older records: fewer fields
     row = {
         "cell_id": record["cell_id"],
         "round": record["round"],
@@ -80,8 +81,7 @@ def _row(record: dict) -> dict:
         "dataset": workload["dataset"],
         "subset": workload["subset"],
         # the prompts this point sent (duration-bounded points: fewer than the workload's)
-        "num_prompts": (record.get("loadgen") or {}).get("num_prompts")
-        or workload["num_prompts"],
+        "num_prompts": loadgen.get("num_prompts") or workload["num_prompts"],
         "engine": record.get("engine", "serve"),
         "load": (record.get("load") or {}).get("mode", "concurrency"),
         "concurrency": record["concurrency"],
@@ -108,10 +108,10 @@ def _row(record: dict) -> dict:
         "started_at": prov["started_at"],
         "finished_at": prov["finished_at"],
         "server_startup_s": record["server"].get("startup_s"),
-        "server_instance": (record.get("server") or {}).get("instance"),
-        "isolation": (record.get("server") or {}).get("isolation"),
+        "server_instance": record["server"].get("instance"),
+        "isolation": record["server"].get("isolation"),
         "prefix_cache": _prefix_cache(record),
-        "seed": (record.get("loadgen") or {}).get("seed"),
+        "seed": loadgen.get("seed"),
         "spec_options": json.dumps(server.get("method_options") or {}, sort_keys=True),
         "server_args": json.dumps(server.get("args") or {}, sort_keys=True),
     }
@@ -158,8 +158,8 @@ def add_speedups(frame: pd.DataFrame) -> pd.DataFrame:
     # vanilla rows are their own baseline
     own = frame["baseline_cell_id"].fillna(frame["cell_id"])
     merged = frame.assign(_base=own).merge(base, on=["_base", *LEVEL, "repeat"], how="left",
-                                           validate="many_to_one")
-    found = merged["baseline_output_throughput"].notna() | merged["_pair_device"].notna()
+                                           validate="many_to_one", indicator="_found")
+    found = merged["_found"] == "both"
     issues = [[] for _ in range(len(merged))]
     for column, what in PAIR_CHECKS.items():
         mine, theirs = merged[column], merged[f"_pair_{column}"]
@@ -176,7 +176,7 @@ def add_speedups(frame: pd.DataFrame) -> pd.DataFrame:
     merged["output_drift"] = drift.where(comparable)
     merged["drift_flag"] = merged["output_drift"].abs() > DRIFT_LIMIT
     merged["paired"] = merged["speedup"].notna()
-    return merged.drop(columns=["_base", *[f"_pair_{c}" for c in PAIR_CHECKS]])
+    return merged.drop(columns=["_base", "_found", *[f"_pair_{c}" for c in PAIR_CHECKS]])
 
 
 def apply_failure_threshold(frame: pd.DataFrame, max_failure_share: float) -> pd.DataFrame:

@@ -58,7 +58,7 @@ def _missing_levels(frame: pd.DataFrame, keys: list[str]) -> dict[tuple, list[in
     out: dict[tuple, list[int]] = {}
     for key, group in spec.groupby(keys, dropna=False):
         have = group.groupby("concurrency")["paired"].any()
-        out[key if isinstance(key, tuple) else (key,)] = sorted(
+        out[key] = sorted(
             int(c) for c, ok in have.items() if not ok)
     return out
 
