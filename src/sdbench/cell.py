@@ -203,8 +203,8 @@ def point_key(cell: grid.Cell, load: dict, repeat: int, facts: dict) -> str:
     fields = {"server_config": cell.server_config,
               "workload": grid.workload_identity(cell.workload),
               "concurrency": load.get("concurrency"), "repeat": repeat,
-              "seed": repeat_seed(cell, repeat), "isolation": grid.isolation(cell.server_config),
-              "instance": server_instance(cell, repeat), **facts}
+              "seed": repeat_seed(cell, repeat), "instance": server_instance(cell, repeat),
+              **facts}
     if load["mode"] == "rate":
         fields["load"] = load
     if cell.profile:
@@ -468,7 +468,7 @@ def baseline_counts(cell: grid.Cell, baseline_records: str | Path | None = None
                     ) -> dict[tuple, int]:
     """point id -> the prompt count the baseline cell sent there (duration-bounded speculative
     cells send the same); empty when the counts are not duration-bounded."""
-    if cell.is_baseline or cell.workload["loadgen"].get("duration_s") is None:
+    if not grid.sends_baseline_counts(cell):
         return {}
     path = Path(baseline_records or grid.cell_output(cell.baseline_cell_id))
     if not path.is_file():

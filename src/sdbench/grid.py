@@ -235,6 +235,12 @@ def isolation(server: dict) -> str:
     return SHARED
 
 
+def sends_baseline_counts(cell: Cell) -> bool:
+    """A duration-bounded speculative cell sends the prompt counts its baseline cell's probes
+    chose (so it needs the baseline's records first)."""
+    return not cell.is_baseline and cell.workload["loadgen"].get("duration_s") is not None
+
+
 def prefix_caching(server: dict) -> bool | None:
     """The server's prefix-caching flag; None when its arguments do not state it (records
     from before it was stated: vLLM's default, on)."""

@@ -73,8 +73,7 @@ def cell_inputs(wildcards):
     inputs = {"prompts": cell.workload["path"]}
     for role, name in zip(("target", "draft"), grid.cell_models(cell)):
         inputs[role] = model_input(name)
-    if not cell.is_baseline and cell.workload["loadgen"].get("duration_s") is not None:
-        # duration-bounded: the pair sends the prompt counts the baseline's probes chose
+    if grid.sends_baseline_counts(cell):
         inputs["baseline"] = grid.cell_output(cell.baseline_cell_id)
     return inputs
 
