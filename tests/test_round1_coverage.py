@@ -212,9 +212,13 @@ def test_engine_prompts_are_a_seeded_sample_of_the_file(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text("".join(json.dumps({"prompt": str(i), "output_tokens": 4}) + "\n"
                             for i in range(10)))
-    first = engines.read_prompts(str(path), 4, True, 0)
-    assert first == engines.read_prompts(str(path), 4, True, 0) and len(first) == 4
-    assert [p["prompt"] for p in engines.read_prompts(str(path), 3, False, 0)] == ["0", "1", "2"]
+    pick = engines._prompts_by_seed({"prompts": str(path), "num_prompts": 4, "shuffle": True})
+    first = pick(0)
+    assert first == pick(0) and len(first) == 4
+    assert pick(1) != first  # another repeat's seed, another order
+    ordered = engines._prompts_by_seed({"prompts": str(path), "num_prompts": 3,
+                                        "shuffle": False})
+    assert [p["prompt"] for p in ordered(5)] == ["0", "1", "2"]
 
 
 def test_transformers_candidate_counting_is_undone_afterwards():

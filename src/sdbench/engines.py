@@ -35,12 +35,19 @@ from pathlib import Path
 from .files import read_jsonl
 
 
-def read_prompts(path: str, num_prompts: int, shuffle: bool, seed: int) -> list[dict]:
-    """The workload's prompts: a seeded shuffle of the file (unless ordered), first n."""
-    records = read_jsonl(path)
+def choose_prompts(records: list[dict], num_prompts: int, shuffle: bool,
+                   seed: int) -> list[dict]:
+    """The first n of `records` after a seeded shuffle (unless ordered); `records` is kept."""
+    records = list(records)
     if shuffle:
         random.Random(seed).shuffle(records)
     return records[:num_prompts]
+
+
+def _prompts_by_seed(job: dict):
+    """seed -> the job's prompts in that seed's order (the file is read once)."""
+    records = read_jsonl(job["prompts"])
+    return lambda seed: choose_prompts(records, job["num_prompts"], job["shuffle"], seed)
 
 
 def throughput_metrics(duration: float, input_lens: list[int], output_lens: list[int],
@@ -121,12 +128,12 @@ def run_offline(job: dict) -> Iterator[tuple[dict, dict, dict]]:
                             params, use_tqdm=False)
         return llm.generate([p["prompt"] for p in batch], params, use_tqdm=False)
 
+    prompts_for = _prompts_by_seed(job)
     if job["num_warmups"]:
-        generate(read_prompts(job["prompts"], job["num_prompts"], job["shuffle"],
-                              job["seed"])[:job["num_warmups"]])
+        generate(prompts_for(job["seed"])[:job["num_warmups"]])
     for point in job["plan"]:
         seed = point.get("seed", job["seed"])
-        prompts = read_prompts(job["prompts"], job["num_prompts"], job["shuffle"], seed)
+        prompts = prompts_for(seed)
         size = point["concurrency"]
         before, outputs, latencies = _counters(llm), [], []
         started = time.perf_counter()
@@ -193,7 +200,7 @@ def run_transformers(job: dict) -> Iterator[tuple[dict, dict, dict]]:
             extra["max_matching_ngram_size"] = job["options"]["prompt_lookup_max"]
     steps = {"n": 0}
     model.register_forward_hook(lambda *_: steps.__setitem__("n", steps["n"] + 1))
-    prompts = read_prompts(job["prompts"], job["num_prompts"], job["shuffle"], job["seed"])
+    prompts_for = _prompts_by_seed(job)
 
     def encode(text: str):
         if job["endpoint"] == "chat":
@@ -211,11 +218,10 @@ def run_transformers(job: dict) -> Iterator[tuple[dict, dict, dict]]:
                              **extra)
         return enc["input_ids"][0].tolist(), out[0][enc["input_ids"].shape[1]:].tolist()
 
-    for record in prompts[:job["num_warmups"]]:
+    for record in prompts_for(job["seed"])[:job["num_warmups"]]:
         generate(record)
     for point in job["plan"]:
-        prompts = read_prompts(job["prompts"], job["num_prompts"], job["shuffle"],
-                               point.get("seed", job["seed"]))
+        prompts = prompts_for(point.get("seed", job["seed"]))
         counts = {"drafts": 0, "draft_tokens": 0}
         steps["n"] = 0
         input_lens, output_lens, latencies, texts = [], [], [], []
