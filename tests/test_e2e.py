@@ -371,7 +371,7 @@ def test_prompt_sets_count_tokens_with_the_target_tokenizer(e2e_run):
     records = [json.loads(line) for line in path.read_text().splitlines()]
     for r in records:
         assert r["prompt_tokens"] == len(tokenizer.encode(r["prompt"], add_special_tokens=False))
-        assert 0.9 * 256 <= r["prompt_tokens"] <= 1.1 * 256
+        assert 128 <= r["prompt_tokens"] < 256  # whole articles in [half the bucket, the bucket)
 
 
 def test_changing_one_bucket_rebuilds_that_set_and_its_cells(e2e_run):

@@ -31,24 +31,26 @@ QUANTIZE_FORMATS = {"gptq": "gptq", "awq": "awq", "w8a8": "compressed-tensors"}
 
 # Dataset keys each builder reads (beyond builder, source, tokenizer, seed, allow_partial);
 # a key another builder reads is an error, not silently ignored.
+PACKED = {"instruction", "instruction_joined", "text_label", "packing", "buckets", "tolerance",
+          "records_per_bucket"}
 BUILDER_KEYS = {
-    "spec_bench": {"max_output_tokens", "max_records"},
+    "spec_bench": {"max_output_tokens", "max_records", "task_prefixes", "max_prompt_tokens"},
     "sharegpt": {"samples", "filters"},
-    "cnn_dm_news_summary": {"instruction", "buckets", "tolerance", "records_per_bucket"},
-    "cnn_dm_mixed": {"instruction", "buckets", "tolerance", "records_per_bucket"},
+    "cnn_dm_news_summary": PACKED,
+    "cnn_dm_mixed": PACKED | {"order"},
     "cnn_dm_highlights_news": {"instruction", "buckets", "prompt_tokens_range",
                                "records_per_bucket"},
-    "thucnews_polish": {"instruction", "buckets", "tolerance", "records_per_bucket",
-                        "output_ratio"},
+    "thucnews_polish": PACKED | {"output_ratio"},
 }
 COMMON_DATASET_KEYS = {"builder", "source", "tokenizer", "seed", "allow_partial"}
-# Bucket fields each bucketed builder needs.
+# Bucket fields each bucketed builder needs, and those it may have.
 BUCKET_FIELDS = {
     "cnn_dm_news_summary": ("prompt_tokens", "output_tokens"),
     "cnn_dm_mixed": ("prompt_tokens", "output_tokens"),
     "cnn_dm_highlights_news": ("output_tokens",),
     "thucnews_polish": ("prompt_tokens",),
 }
+WHOLE_PACKING_FIELDS = ("min_prompt_tokens", "texts_per_prompt")
 
 
 class ConfigError(ValueError):
@@ -141,9 +143,19 @@ def _check_dataset(source: str, name: str, dataset: dict, sources: dict) -> None
             if field not in bucket:
                 _fail(source, f"{key}.buckets[{i}].{field}", None,
                       f"builder {builder!r} needs {list(BUCKET_FIELDS[builder])} per bucket")
-    if "instruction" in dataset and "{text}" not in dataset["instruction"]:
-        _fail(source, f"{key}.instruction", dataset["instruction"],
-              "it needs a {text} placeholder where the source text goes")
+        for field in WHOLE_PACKING_FIELDS:
+            if field in bucket and dataset.get("packing") != "whole":
+                _fail(source, f"{key}.buckets[{i}].{field}", bucket[field],
+                      "only buckets of packing: whole have it")
+        low = bucket.get("min_prompt_tokens")
+        if low is not None and low >= bucket["prompt_tokens"]:
+            _fail(source, f"{key}.buckets[{i}].min_prompt_tokens", low,
+                  f"must be below the bucket's prompt_tokens ({bucket['prompt_tokens']})")
+    for field, placeholder in (("instruction", "{text}"), ("instruction_joined", "{text}"),
+                               ("text_label", "{n}")):
+        if field in dataset and placeholder not in dataset[field]:
+            _fail(source, f"{key}.{field}", dataset[field],
+                  f"it needs a {placeholder} placeholder")
     if "prompt_tokens_range" in dataset:
         low, high = dataset["prompt_tokens_range"]
         if low > high:

@@ -10,6 +10,7 @@ same bytes.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections import Counter
@@ -35,10 +36,13 @@ BUCKETED = ("cnn_dm_news_summary", "cnn_dm_highlights_news", "thucnews_polish")
 BUILDER_SOURCE = {"spec_bench": "spec_bench", "sharegpt": "sharegpt",
                   "cnn_dm_news_summary": "cnn_dailymail", "cnn_dm_highlights_news": "cnn_dailymail",
                   "cnn_dm_mixed": "cnn_dailymail", "thucnews_polish": "thucnews"}
-# builders whose records must be sent in file order (the load generator shuffles otherwise)
+# builders whose records are sent in file order (the load generator shuffles others): the
+# mixed set's file is itself a seeded shuffle of its buckets (`order`), so that a point's first
+# n prompts mix the lengths, and round 3 maps each request to its bucket by position
 ORDERED = ("cnn_dm_mixed",)
 HUMAN_ROLES = ("human", "user")
 ASSISTANT_ROLES = ("gpt", "chatgpt", "assistant", "bard", "model")
+SEPARATOR = "\n\n"  # between the texts of one prompt
 _SENTENCE_END = re.compile(r"[.!?。！？]+[\"'”’)）]*\s*")
 
 
@@ -55,12 +59,13 @@ def subsets_of(dataset: dict) -> list[str]:
     return ["all"]
 
 
-def _need(definition: dict, got: int, wanted: int, what: str, skipped: Counter) -> None:
+def _need(definition: dict, got: int, wanted: int, what: str, skipped: Counter,
+          remedy: str = "Use a larger source or allow_partial: true.") -> None:
     if got < wanted and not definition.get("allow_partial", False):
         raise BuildError(
             f"dataset {definition['dataset']!r}, subset {definition['subset']!r}: needed "
-            f"{wanted} {what}, found {got} (skipped: {dict(skipped)}). Use a larger source, "
-            "fewer records per bucket, a wider tolerance, or allow_partial: true.")
+            f"{wanted} {what}, found {got}"
+            + (f" (skipped: {dict(skipped)})" if skipped else "") + f". {remedy}")
 
 
 def _seeded_order(items: list, definition: dict, *key: str) -> list:
@@ -72,6 +77,95 @@ def _seeded_order(items: list, definition: dict, *key: str) -> list:
 
 
 # ---------------------------------------------------------------- filling prompt-length buckets
+#
+# Two packings (dataset key `packing`):
+#   whole (default, as the original study): whole texts, each prompt's length in
+#         [min_prompt_tokens, prompt_tokens) of its bucket (min_prompt_tokens: half the bucket
+#         unless set). A bucket no single text reaches joins `texts_per_prompt` whole texts,
+#         each labelled (`text_label`), under an instruction that says there are several
+#         (`instruction_joined`); `auto` joins only where single texts cannot fill the bucket.
+#   cut:  prompt_tokens ± tolerance; short texts joined unlabelled, the last one cut at a
+#         sentence (else at a token) to land near the nominal length.
+
+MAX_TEXTS_PER_PROMPT = 16  # the most texts `texts_per_prompt: auto` joins into one prompt
+
+
+def bucket_bounds(definition: dict, bucket: dict) -> tuple[int, int]:
+    """[low, high) prompt tokens of a bucket under the dataset's packing."""
+    target = bucket["prompt_tokens"]
+    if definition.get("packing", "whole") == "cut":
+        tolerance = definition["tolerance"]
+        return int(target * (1 - tolerance)), int(target * (1 + tolerance)) + 1
+    return bucket.get("min_prompt_tokens", target // 2), target
+
+
+class _Texts:
+    """The source texts of one dataset in a seeded order, with their token counts (counted
+    once), and which of them a record already uses (a text is never in two records)."""
+
+    def __init__(self, texts: list[tuple[str, str]], tok: Tokenizer) -> None:
+        self.texts, self.tok = texts, tok
+        self.used: set[str] = set()
+
+    def order(self, definition: dict, *key: str) -> list[tuple[str, str]]:
+        return [t for t in _seeded_order(self.texts, definition, *key) if t[0] not in self.used]
+
+
+def _render(definition: dict, parts: list[str], labelled: bool) -> str:
+    if not labelled:
+        return definition["instruction"].replace("{text}", SEPARATOR.join(parts))
+    label = definition["text_label"]
+    body = SEPARATOR.join(f"{label.replace('{n}', str(i))}\n{text}"
+                                        for i, text in enumerate(parts, start=1))
+    return definition["instruction_joined"].replace("{text}", body)
+
+
+def _whole_records(texts: _Texts, definition: dict, bucket: dict, n: int,
+                   skipped: Counter) -> list[dict]:
+    """Records of `n` whole texts each (labelled when n > 1) whose prompt lies in the bucket:
+    each text's own length in the bucket's range less the instruction, divided by n."""
+    tok, (low, high) = texts.tok, bucket_bounds(definition, bucket)
+    overhead = tok.count(_render(definition, [""] * n, n > 1))
+    text_low, text_high = (low - overhead) / n, (high - overhead) / n
+    records, group = [], []
+    for ident, text in texts.order(definition, bucket["name"]):
+        if len(records) == definition["records_per_bucket"]:
+            break
+        if not text_low <= tok.count(text) < text_high:
+            continue
+        group.append((ident, text))
+        if len(group) < n:
+            continue
+        prompt = _render(definition, [t for _, t in group], n > 1)
+        tokens = tok.count(prompt)
+        if low <= tokens < high:
+            records.append({"prompt": prompt, "prompt_tokens": tokens,
+                            "text_tokens": sum(tok.count(t) for _, t in group),
+                            "bucket": bucket["name"], "source_ids": [i for i, _ in group],
+                            "n_sources": n, "truncated": False})
+            texts.used.update(i for i, _ in group)
+        else:
+            skipped["prompt of whole texts just outside the bucket"] += 1
+        group = []
+    return records
+
+
+def _whole_bucket(texts: _Texts, definition: dict, bucket: dict, skipped: Counter) -> list:
+    """The bucket filled with whole texts, `texts_per_prompt` at a time (`auto`: one, else the
+    fewest that fill it)."""
+    wanted = definition["records_per_bucket"]
+    setting = bucket.get("texts_per_prompt", "auto")
+    counts = [setting] if setting != "auto" else range(1, MAX_TEXTS_PER_PROMPT + 1)
+    best: list[dict] = []
+    for n in counts:
+        records = _whole_records(texts, definition, bucket, n, skipped)
+        if len(records) == wanted:
+            return records
+        texts.used.difference_update(i for r in records for i in r["source_ids"])
+        best = max(best, records, key=len)
+    texts.used.update(i for r in best for i in r["source_ids"])
+    return best
+
 
 def _fit_last(tok: Tokenizer, render, parts: list[str], last: str, lo: int, hi: int,
               target: int) -> str | None:
@@ -95,22 +189,18 @@ def _fit_last(tok: Tokenizer, render, parts: list[str], last: str, lo: int, hi: 
     return prefix if prefix and lo <= tok.count(render(parts + [prefix])) <= hi else None
 
 
-def fill_bucket(texts: list[tuple[str, str]], definition: dict, bucket: dict, tok: Tokenizer,
-                separator: str, skipped: Counter) -> list[dict]:
-    """Prompts of `bucket['prompt_tokens']` (± tolerance) tokens, each one text or several joined
-    (whole texts first; the last one cut at a sentence, else a token boundary)."""
-    target = bucket["prompt_tokens"]
-    tolerance = definition["tolerance"]
-    lo, hi = int(target * (1 - tolerance)), int(target * (1 + tolerance))
-    wanted = definition["records_per_bucket"]
-    instruction = definition["instruction"]
+def _cut_bucket(texts: _Texts, definition: dict, bucket: dict, skipped: Counter) -> list:
+    """Prompts of prompt_tokens ± tolerance: texts joined unlabelled, the last one cut."""
+    tok, target = texts.tok, bucket["prompt_tokens"]
+    lo, hi = bucket_bounds(definition, bucket)
+    hi -= 1  # inclusive here
 
     def render(parts: list[str]) -> str:
-        return instruction.replace("{text}", separator.join(parts))
+        return _render(definition, parts, labelled=False)
 
     records, parts, ids = [], [], []
-    for ident, text in _seeded_order(texts, definition, bucket["name"]):
-        if len(records) == wanted:
+    for ident, text in texts.order(definition, bucket["name"]):
+        if len(records) == definition["records_per_bucket"]:
             break
         tokens = tok.count(render(parts + [text]))
         if tokens < lo:
@@ -126,17 +216,58 @@ def fill_bucket(texts: list[tuple[str, str]], definition: dict, bucket: dict, to
         parts, ids = parts + [text], ids + [ident]
         prompt = render(parts)
         records.append({"prompt": prompt, "prompt_tokens": tok.count(prompt),
-                        "text_tokens": tok.count(separator.join(parts)), "bucket": bucket["name"],
-                        "source_ids": ids, "n_sources": len(parts), "truncated": truncated})
+                        "text_tokens": tok.count(SEPARATOR.join(parts)),
+                        "bucket": bucket["name"], "source_ids": ids, "n_sources": len(parts),
+                        "truncated": truncated})
+        texts.used.update(ids)
         parts, ids = [], []
-    _need(definition, len(records), wanted, f"prompts of {lo}-{hi} tokens", skipped)
     return records
+
+
+def fill_bucket(texts: _Texts, definition: dict, bucket: dict, skipped: Counter) -> list[dict]:
+    """One prompt-length bucket under the dataset's packing; too few records is an error
+    (unless allow_partial) that says what the source offered."""
+    pack = _cut_bucket if definition.get("packing", "whole") == "cut" else _whole_bucket
+    records = pack(texts, definition, bucket, skipped)
+    low, high = bucket_bounds(definition, bucket)
+    _need(definition, len(records), definition["records_per_bucket"],
+          f"prompts of [{low}, {high}) tokens", skipped,
+          remedy=_length_remedy(texts, definition, bucket))
+    return records
+
+
+def _length_remedy(texts: _Texts, definition: dict, bucket: dict) -> str:
+    lengths = [texts.tok.count(t) for _, t in texts.texts[:2000]]
+    seen = (f"The source's texts have p10/p50/p90 {_p(lengths, 10)}/{_p(lengths, 50)}/"
+            f"{_p(lengths, 90)} tokens (of {len(lengths)} counted); the instruction "
+            f"{texts.tok.count(_render(definition, [''], False))}. ")
+    return seen + ("Use a larger source, fewer records_per_bucket, texts_per_prompt: auto "
+                   "(join whole texts), another packing, or allow_partial: true.")
+
+
+def _p(values: list[int], q: int) -> int:
+    return int(np.percentile(values, q)) if values else 0
 
 
 # ------------------------------------------------------------------------------------- builders
 
+def _cut_to(tok: Tokenizer, prompt: str, keep: str, max_tokens: int) -> str:
+    """`prompt` cut to at most `max_tokens` after its prefix `keep`: at the last sentence end
+    that fits, else at a token boundary."""
+    body = prompt[len(keep):]
+    best = None
+    for match in _SENTENCE_END.finditer(body):
+        candidate = keep + body[: match.end()].rstrip()
+        if tok.count(candidate) > max_tokens:
+            break
+        best = candidate
+    return best or tok.truncate(prompt, max_tokens)
+
+
 def _spec_bench(rows: list[dict], definition: dict, tok: Tokenizer, skipped: Counter) -> list:
     subset = definition["subset"]
+    prefixes = definition.get("task_prefixes") or {}
+    cap = definition.get("max_prompt_tokens")
     records = []
     for row in rows:
         group = SPEC_BENCH_GROUPS.get(row["category"])
@@ -149,9 +280,18 @@ def _spec_bench(rows: list[dict], definition: dict, tok: Tokenizer, skipped: Cou
             continue
         if subset not in (group, "all"):
             continue
-        records.append({"prompt": first, "output_tokens": definition["max_output_tokens"],
-                        "prompt_tokens": tok.count(first), "question_id": row["question_id"],
-                        "category": row["category"], "task": group})
+        prefix = prefixes.get(group, "")
+        added = bool(prefix) and not first.startswith(prefix.strip())
+        prompt = prefix + first if added else first
+        keep = prefix if added else prefix.strip()  # what a cut keeps (the task prefix)
+        truncated = cap is not None and tok.count(prompt) > cap
+        if truncated:
+            prompt = _cut_to(tok, prompt, keep, cap)
+        tokens = tok.count(prompt)
+        records.append({"prompt": prompt, "output_tokens": definition["max_output_tokens"],
+                        "prompt_tokens": tokens, "text_tokens": tokens - tok.count(keep),
+                        "question_id": row["question_id"], "category": row["category"],
+                        "task": group, "prefix_added": added, "truncated": truncated})
     if definition["max_records"] is not None:
         records = records[: definition["max_records"]]
     _need(definition, len(records), 1, "records", skipped)
@@ -185,34 +325,39 @@ def _sharegpt(rows: list[dict], definition: dict, tok: Tokenizer, skipped: Count
             skipped["prompt + reply longer than max_total_tokens"] += 1
             continue
         records.append({"prompt": prompt, "output_tokens": reply_tokens,
-                        "prompt_tokens": prompt_tokens, "reference_tokens": reply_tokens,
-                        "id": row["id"]})
+                        "prompt_tokens": prompt_tokens, "text_tokens": prompt_tokens,
+                        "reference_tokens": reply_tokens, "id": row["id"]})
     _need(definition, len(records), definition["samples"], "conversations", skipped)
     return records
 
 
-def _news_texts(rows: list[dict]) -> list[tuple[str, str]]:
-    return [(row["id"], row["article"].strip()) for row in rows]
+def _news_texts(rows: list[dict], tok: Tokenizer) -> _Texts:
+    return _Texts([(row["id"], row["article"].strip()) for row in rows], tok)
 
 
 def _news_summary(rows, definition, tok, skipped) -> list:
     bucket = definition["bucket"]
-    records = fill_bucket(_news_texts(rows), definition, bucket, tok, "\n\n", skipped)
+    records = fill_bucket(_news_texts(rows, tok), definition, bucket, skipped)
     return [{**r, "output_tokens": bucket["output_tokens"]} for r in records]
 
 
 def _mixed(rows, definition, tok, skipped) -> list:
+    """Every bucket from one pool of articles (none is used twice), sent in file order: a
+    seeded shuffle (`order: shuffled`, the default) or bucket by bucket (`order: buckets`)."""
+    texts = _news_texts(rows, tok)
     records = []
     for bucket in definition["buckets"]:
-        filled = fill_bucket(_news_texts(rows), definition, bucket, tok, "\n\n", skipped)
+        filled = fill_bucket(texts, definition, bucket, skipped)
         records += [{**r, "output_tokens": bucket["output_tokens"]} for r in filled]
+    if definition.get("order", "shuffled") == "shuffled":
+        records = _seeded_order(records, definition, "order")
     return records
 
 
 def _highlights_news(rows, definition, tok, skipped) -> list:
     bucket = definition["bucket"]
     low, high = definition["prompt_tokens_range"]
-    records = []
+    records, lengths = [], []
     for row in _seeded_order(rows, definition, bucket["name"]):
         if len(records) == definition["records_per_bucket"]:
             break
@@ -222,21 +367,31 @@ def _highlights_news(rows, definition, tok, skipped) -> list:
             continue
         prompt = definition["instruction"].replace("{text}", highlights)
         tokens = tok.count(prompt)
+        lengths.append(tokens)
         if not low <= tokens <= high:
             skipped[f"prompt outside {low}-{high} tokens"] += 1
             continue
         records.append({"prompt": prompt, "output_tokens": bucket["output_tokens"],
                         "min_tokens": bucket["output_tokens"], "prompt_tokens": tokens,
-                        "bucket": bucket["name"], "id": row["id"]})
+                        "text_tokens": tok.count(highlights), "bucket": bucket["name"],
+                        "id": row["id"]})
+    instruction = tok.count(definition["instruction"].replace("{text}", ""))
     _need(definition, len(records), definition["records_per_bucket"],
-          f"highlights prompts of {low}-{high} tokens", skipped)
+          f"highlights prompts of {low}-{high} tokens", skipped,
+          remedy=(f"Prompts (instruction of {instruction} tokens + highlights) had p10/p50/p90 "
+                  f"{_p(lengths, 10)}/{_p(lengths, 50)}/{_p(lengths, 90)} tokens: set "
+                  "prompt_tokens_range around them or change the instruction's length, or use "
+                  "fewer records_per_bucket."))
     return records
 
 
 def _thucnews_polish(rows, definition, tok, skipped) -> list:
+    """Whole news items (title line, then the body), the instruction counted in the bucket;
+    the output about as long as the items (`output_ratio`)."""
     bucket = definition["bucket"]
-    texts = [(row.get("id") or str(i), row["text"].strip()) for i, row in enumerate(rows)]
-    records = fill_bucket(texts, definition, bucket, tok, "\n", skipped)
+    items = _Texts([(row["id"], f"{row['title']}\n{row['text']}" if row["title"] else row["text"])
+                    for row in rows], tok)
+    records = fill_bucket(items, definition, bucket, skipped)
     ratio = definition["output_ratio"]
     return [{**r, "output_tokens": max(1, round(ratio * r["text_tokens"]))} for r in records]
 
@@ -246,6 +401,28 @@ BUILDERS = {
     "cnn_dm_highlights_news": _highlights_news, "thucnews_polish": _thucnews_polish,
     "cnn_dm_mixed": _mixed,
 }
+
+
+def request_bound(definition: dict) -> int | None:
+    """The most tokens (prompt + output, in the dataset's tokenizer) a request of this subset
+    can need, from its definition alone; None where only the built file can tell (Spec-Bench
+    without max_prompt_tokens)."""
+    builder = definition["builder"]
+    if builder == "spec_bench":
+        cap = definition.get("max_prompt_tokens")
+        return None if cap is None else cap + definition["max_output_tokens"]
+    if builder == "sharegpt":
+        return definition["filters"]["max_total_tokens"]
+    if builder == "cnn_dm_highlights_news":
+        return definition["prompt_tokens_range"][1] + definition["bucket"]["output_tokens"]
+    buckets = definition["buckets"] if builder == "cnn_dm_mixed" else [definition["bucket"]]
+    longest = []
+    for bucket in buckets:
+        prompt = bucket_bounds(definition, bucket)[1] - 1
+        output = (math.ceil(definition["output_ratio"] * prompt)
+                  if builder == "thucnews_polish" else bucket["output_tokens"])
+        longest.append(prompt + output)
+    return max(longest)
 
 
 # ---------------------------------------------------------------------------------- data cards
@@ -279,10 +456,47 @@ def _output_rule(definition: dict) -> str:
     return f"max_tokens = {definition['bucket']['output_tokens']}"
 
 
+def composition(records: list[dict]) -> dict:
+    """How the prompts were made: share of records cut, share joined from several texts, mean
+    texts per record, and the share of prompt tokens that is source text (the rest is
+    instruction, labels and task prefixes)."""
+    if not records:
+        return {}
+    n = len(records)
+    prompt_tokens = sum(r["prompt_tokens"] for r in records)
+    return {"share_cut": sum(1 for r in records if r.get("truncated")) / n,
+            "share_joined": sum(1 for r in records if r.get("n_sources", 1) > 1) / n,
+            "mean_texts_per_record": sum(r.get("n_sources", 1) for r in records) / n,
+            "source_text_share": (sum(r["text_tokens"] for r in records) / prompt_tokens
+                                  if prompt_tokens else 0.0)}
+
+
+def _selection(definition: dict, records: list[dict]) -> dict:
+    """The rule that chose the records, as built (bounds, packing, order, prefixes)."""
+    builder = definition["builder"]
+    if builder in BUCKETED and builder != "cnn_dm_highlights_news":
+        low, high = bucket_bounds(definition, definition["bucket"])
+        return {"packing": definition.get("packing", "whole"), "prompt_tokens": [low, high],
+                "texts_per_prompt": sorted({r["n_sources"] for r in records})}
+    if builder == "cnn_dm_mixed":
+        return {"packing": definition.get("packing", "whole"),
+                "order": definition.get("order", "shuffled"),
+                "prompt_tokens": {b["name"]: list(bucket_bounds(definition, b))
+                                  for b in definition["buckets"]},
+                "texts_reused": sum(len(r["source_ids"]) for r in records)
+                - len({i for r in records for i in r["source_ids"]})}
+    if builder == "spec_bench":
+        return {"task_prefixes": definition.get("task_prefixes") or {},
+                "prefix_added": sum(1 for r in records if r["prefix_added"]),
+                "max_prompt_tokens": definition.get("max_prompt_tokens")}
+    return {}
+
+
 def build_subset(definition: dict, raw_path: str | Path, raw_manifest: dict, tok: Tokenizer,
                  out_path: str | Path, card_path: str | Path) -> dict:
     """Build one subset and its card (the definition comes from config.subset_definition)."""
-    rows, skipped = read_rows(raw_manifest["source"], raw_path)
+    rows, raw_skipped = read_rows(raw_manifest["source"], raw_path)
+    skipped: Counter = Counter()
     records = BUILDERS[definition["builder"]](rows, definition, tok, skipped)
     write_jsonl(out_path, records)
     prompt_tokens = [r["prompt_tokens"] for r in records]
@@ -293,6 +507,8 @@ def build_subset(definition: dict, raw_path: str | Path, raw_manifest: dict, tok
         "records": len(records),
         "ordered": definition["builder"] in ORDERED,
         "output_rule": _output_rule(definition),
+        "selection": _selection(definition, records),
+        "composition": composition(records),
         "prompt_tokens": _quantiles(prompt_tokens),
         "prompt_token_histogram": _histogram(prompt_tokens) if prompt_tokens else {},
         "output_tokens": _quantiles([r["output_tokens"] for r in records]),
@@ -300,6 +516,7 @@ def build_subset(definition: dict, raw_path: str | Path, raw_manifest: dict, tok
         "truncated_records": sum(1 for r in records if r.get("truncated")),
         "skipped": dict(sorted(skipped.items())),
         "raw_rows_usable": len(rows),
+        "raw_rows_skipped": raw_skipped.as_dict(),
         "source": {"file": str(raw_path), "sha256": raw_manifest["sha256"],
                    "kind": raw_manifest["kind"], "origin": raw_manifest["origin"]},
         "tokenizer": tok.describe,
@@ -310,3 +527,17 @@ def build_subset(definition: dict, raw_path: str | Path, raw_manifest: dict, tok
     }
     atomic_write_json(card_path, card)
     return card
+
+
+def card_summary(card: dict) -> str:
+    """One line for the console: records, prompt lengths and how they were made."""
+    tokens, made = card["prompt_tokens"], card["composition"]
+    line = (f"{card['dataset']}/{card['subset']}: {card['records']} records, prompt tokens "
+            f"p50 {tokens.get('p50', 0):.0f} [{tokens.get('min')}, {tokens.get('max')}]")
+    if made:
+        line += (f", {made['share_cut']:.0%} cut, {made['share_joined']:.0%} joined, "
+                 f"{made['mean_texts_per_record']:.2f} texts per record, "
+                 f"{made['source_text_share']:.0%} of prompt tokens source text")
+    if card["skipped"]:
+        line += f"; passed over: {card['skipped']}"
+    return line

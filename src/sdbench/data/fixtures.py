@@ -170,16 +170,31 @@ def spec_bench_rows(rows_per_group: int = 12, seed: int = 0) -> list[dict]:
     return out
 
 
+def _length_ladder(rows: int, low: float, high: float, rng: random.Random) -> list[int]:
+    """`rows` lengths spread evenly on a log scale from `low` to `high`, in a seeded order:
+    every length bucket between them gets texts, whatever `rows` is."""
+    if rows == 1:
+        return [int(low)]
+    lengths = [int(low * (high / low) ** (i / (rows - 1))) for i in range(rows)]
+    rng.shuffle(lengths)
+    return lengths
+
+
 def cnn_dailymail_rows(rows: int = 12, seed: int = 0) -> list[dict]:
-    """CNN-DailyMail rows (`article`, `highlights`, `id`) whose articles are module docs."""
+    """CNN-DailyMail rows (`article`, `highlights`, `id`) whose articles are module docs, from
+    ~60 to ~2,400 words (news articles run ~200-1,500), whole paragraphs each."""
     rng = random.Random(seed)
     docs = module_docs()
+    pool = [p for doc in docs for p in doc["paragraphs"]]
     out = []
-    for i in range(rows):
+    for i, words in enumerate(_length_ladder(rows, 60, 2400, rng)):
         doc = docs[i % len(docs)]
-        paragraphs = list(doc["paragraphs"])
-        rng.shuffle(paragraphs)
-        article = f"({doc['module'].upper()}) -- " + "\n\n".join(paragraphs[:12])
+        paragraphs, count, j = [], 0, rng.randrange(len(pool))
+        while count < words:
+            paragraphs.append(pool[j % len(pool)])
+            count += len(paragraphs[-1].split())
+            j += 1
+        article = f"({doc['module'].upper()}) -- " + "\n\n".join(paragraphs)
         highlights = "\n".join(_first_sentence(p) for p in paragraphs[:3])
         ident = hashlib.sha1(f"sdbench-fixture:{doc['module']}:{i}".encode()).hexdigest()
         out.append({"article": article, "highlights": highlights, "id": ident})
@@ -231,14 +246,17 @@ def chinese_clauses() -> list[str]:
 
 
 def thucnews_items(rows: int = 12, seed: int = 0) -> list[dict]:
-    """News items (category, title, body) in Chinese, for the THUCNews.zip layout."""
+    """News items (category, title, body) in Chinese, for the THUCNews.zip layout: bodies of
+    ~15 to ~3,000 characters (THUCNews runs from a few dozen to several thousand)."""
     rng = random.Random(seed)
     clauses = chinese_clauses()
     items = []
-    for i in range(rows):
-        title = "".join(rng.sample(clauses, 2))
-        sentences = ["，".join(rng.sample(clauses, rng.randint(2, 4))) + "。"
-                     for _ in range(rng.randint(6, 24))]
+    for i, chars in enumerate(_length_ladder(rows, 15, 3000, rng)):
+        title = rng.choice(clauses)
+        sentences, count = [], 0
+        while count < chars:
+            sentences.append("，".join(rng.sample(clauses, rng.randint(2, 4))) + "。")
+            count += len(sentences[-1])
         paragraphs = ["".join(sentences[j:j + 3]) for j in range(0, len(sentences), 3)]
         items.append({"category": THUCNEWS_CATEGORIES[i % len(THUCNEWS_CATEGORIES)],
                       "title": title, "body": "\n".join(paragraphs), "n": i})

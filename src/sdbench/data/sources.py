@@ -14,21 +14,40 @@ import json
 import shutil
 import tempfile
 import urllib.request
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse
 
 from ..files import atomic_path, atomic_write_json, sha256_file
 from . import fixtures
-from .raw import JSONL_FIELDS, RawError, read_rows
+from .builders import SPEC_BENCH_GROUPS
+from .raw import (
+    REQUIRED_FIELDS,
+    SCHEMA_HELP,
+    THUCNEWS_TEXT_FIELDS,
+    RawError,
+    Skipped,
+    describe_skipped,
+    first_fields,
+    read_rows,
+)
 
 RAW_DIR = "data/raw"
 SOURCES = ("spec_bench", "cnn_dailymail", "sharegpt", "thucnews")
-RAW_NAMES = {"spec_bench": "question.jsonl", "cnn_dailymail": "articles.jsonl",
-             "sharegpt": "sharegpt.json"}
+# the raw copy's name: this stem, and the suffix of the file it is made from (default below)
+RAW_STEMS = {"spec_bench": "question", "cnn_dailymail": "articles", "sharegpt": "sharegpt",
+             "thucnews": "thucnews"}
+DEFAULT_SUFFIX = {"spec_bench": ".jsonl", "cnn_dailymail": ".jsonl", "sharegpt": ".json",
+                  "thucnews": ".jsonl"}
+RAW_SUFFIXES = (".jsonl", ".json", ".parquet", ".zip")
 REMOTE_KINDS = ("url", "hf", "hf_file")
 DOWNLOAD_TIMEOUT_S = 60
 FIXTURE_ROWS = 12
+# a source with a larger share of unusable rows is refused (per source: max_skipped_share)
+DEFAULT_MAX_SKIPPED_SHARE = 0.01
+# Spec-Bench's question.jsonl: 80 questions per task group (checked unless expected_rows: null)
+SPEC_BENCH_ROWS_PER_GROUP = 80
 
 
 class SourceError(RuntimeError):
@@ -36,13 +55,18 @@ class SourceError(RuntimeError):
 
 
 def raw_name(source: str, spec: dict) -> str:
-    """File name of a source's raw file (THUCNews: the official zip, or JSONL from a mirror)."""
-    if source != "thucnews":
-        return RAW_NAMES[source]
-    location = spec.get("url") or spec.get("path") or spec.get("filename") or ""
-    if spec["kind"] == "fixture" or location.endswith(".zip"):
-        return "THUCNews.zip"
-    return "thucnews.jsonl"
+    """File name of a source's raw copy: a fixed stem per source and the suffix of the file it
+    is copied from (THUCNews's official zip is THUCNews.zip; fixtures use the default)."""
+    if spec["kind"] == "fixture":
+        suffix = ".zip" if source == "thucnews" else DEFAULT_SUFFIX[source]
+    elif spec["kind"] == "hf":
+        suffix = ".jsonl"  # exported by `datasets`
+    else:
+        location = spec.get("url") or spec.get("path") or spec.get("filename") or ""
+        suffix = Path(urlparse(location).path).suffix.lower()
+        suffix = suffix if suffix in RAW_SUFFIXES else DEFAULT_SUFFIX[source]
+    return "THUCNews.zip" if source == "thucnews" and suffix == ".zip" \
+        else RAW_STEMS[source] + suffix
 
 
 def raw_path(source: str, spec: dict) -> str:
@@ -51,6 +75,31 @@ def raw_path(source: str, spec: dict) -> str:
 
 def manifest_path(source: str, spec: dict) -> str:
     return f"{raw_path(source, spec)}.manifest.json"
+
+
+def local_files(spec: dict) -> list[str]:
+    """The files on this machine a fetch reads (a local path, a file:// URL, a local `datasets`
+    folder): the fetch depends on them, so that editing one makes its raw copy stale."""
+    if spec["kind"] == "path":
+        return [spec["path"]]
+    if spec["kind"] == "url" and urlparse(spec["url"]).scheme == "file":
+        return [urlparse(spec["url"]).path]
+    if spec["kind"] == "hf" and Path(spec["dataset"]).is_dir():
+        return sorted(str(p) for p in Path(spec["dataset"]).rglob("*") if p.is_file())
+    return []
+
+
+def fingerprint(spec: dict) -> list[list]:
+    """[path, size, mtime in ns] of each local file the fetch reads: a file replaced by another
+    of any mtime (an older copy, a restored backup) changes this and reruns the fetch."""
+    out = []
+    for name in local_files(spec):
+        try:
+            stat = Path(name).stat()
+            out.append([name, stat.st_size, stat.st_mtime_ns])
+        except OSError:
+            out.append([name, None, None])  # the fetch says what is missing
+    return out
 
 
 def describe_location(spec: dict) -> str:
@@ -77,21 +126,30 @@ def _download(url: str, dest: Path) -> None:
         shutil.copyfileobj(response, fh)
 
 
+# the columns a `datasets` export keeps per source (the rows' own schema, nothing more)
+EXPORT_COLUMNS = {"spec_bench": ("question_id", "category", "turns", "reference"),
+                  "cnn_dailymail": ("article", "highlights", "id"),
+                  "sharegpt": ("id", "conversations"),
+                  "thucnews": ("id", "title", "content", "text", "label")}
+
+
 def _export_hf(source: str, spec: dict, dest: Path) -> dict:
     from datasets import load_dataset
 
     dataset = load_dataset(spec["dataset"], spec.get("config"), split=spec["split"],
                            revision=spec["revision"])
-    fields = list(JSONL_FIELDS[source])
-    missing = [f for f in fields if f not in dataset.column_names]
+    missing = [f for f in REQUIRED_FIELDS[source] if f not in dataset.column_names]
+    if source == "thucnews" and not set(THUCNEWS_TEXT_FIELDS) & set(dataset.column_names):
+        missing.append("content (or text)")
     if missing:
         raise SourceError(f"sources.{source}: dataset {spec['dataset']!r} has no columns "
                           f"{missing} (it has {dataset.column_names})")
-    keep = [c for c in dataset.column_names if c in fields or c in ("title", "label")]
+    keep = [c for c in dataset.column_names if c in EXPORT_COLUMNS[source]]
     with open(dest, "w", encoding="utf-8") as fh:
         for row in dataset.select_columns(keep):
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     origin = {k: spec.get(k) for k in ("dataset", "config", "split", "revision")}
+    origin["rows"] = dataset.num_rows
     if not Path(spec["dataset"]).exists():
         from huggingface_hub import HfApi
 
@@ -153,28 +211,81 @@ def fetch_source(source: str, spec: dict, out_path: str | Path,
                 f"sources.{source}: sha256 mismatch for {describe_location(spec)}: got {digest}, "
                 f"pinned {pinned}. The upstream file changed or the download is corrupt; "
                 "nothing was written.")
+        display = describe_location(spec)
         try:
-            rows, skipped = read_rows(source, tmp)
+            rows, skipped = read_rows(source, tmp, display)
         except RawError as exc:
-            raise SourceError(f"sources.{source} ({describe_location(spec)}): {exc}") from exc
-        if not rows:
-            raise SourceError(f"sources.{source} ({describe_location(spec)}): no usable row "
-                              f"(skipped: {dict(skipped)})")
+            raise SourceError(f"sources.{source}: {exc}") from exc
+        check_rows(source, spec, rows, skipped, display, tmp)
         size = tmp.stat().st_size
     manifest = {
         "source": source,
         "kind": kind,
+        "location": display,
         "origin": origin,
         "file": str(out_path),
         "size_bytes": size,
         "sha256": digest,
         "sha256_pinned": pinned,
         "rows": len(rows),
-        "skipped": dict(skipped),
+        "rows_read": len(rows) + skipped.total,
+        "skipped": skipped.as_dict(),
+        "max_skipped_share": spec.get("max_skipped_share", DEFAULT_MAX_SKIPPED_SHARE),
         "fetched_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     atomic_write_json(manifest_out, manifest)
     return manifest
+
+
+def expected_rows(source: str, spec: dict) -> int | None:
+    """Usable rows a source must have (`expected_rows`; Spec-Bench's real file: 480)."""
+    if "expected_rows" in spec:
+        return spec["expected_rows"]
+    if source == "spec_bench" and spec["kind"] != "fixture":
+        return SPEC_BENCH_ROWS_PER_GROUP * len(set(SPEC_BENCH_GROUPS.values()))
+    return None
+
+
+def check_rows(source: str, spec: dict, rows: list[dict], skipped: Skipped, display: str,
+               path: str | Path) -> None:
+    """Refuse a source whose rows say the file is wrong, cut or corrupt: no usable row, more
+    unusable rows than `max_skipped_share`, or (Spec-Bench) not the expected questions."""
+    where = f"sources.{source} ({display})"
+    read = len(rows) + skipped.total
+    limit = spec.get("max_skipped_share", DEFAULT_MAX_SKIPPED_SHARE)
+    if skipped.total and (not rows or skipped.total / read > limit):
+        fields = first_fields(path)
+        schema = (f" {source} rows need {SCHEMA_HELP[source]}"
+                  + (f"; this file's first row has {fields}" if fields else "") + "."
+                  if any(r.startswith("missing") for r in skipped.counts) else "")
+        raise SourceError(
+            f"{where}: {skipped.total} of {read} rows ({skipped.total / read:.1%}) cannot be "
+            f"used, more than max_skipped_share {limit:.1%}: {skipped.describe()}.{schema} Fix "
+            f"or replace the file, or raise sources.{source}.max_skipped_share.")
+    if not rows:
+        raise SourceError(f"{where}: no rows")
+    wanted = expected_rows(source, spec)
+    if wanted is not None and len(rows) != wanted:
+        raise SourceError(
+            f"{where}: {len(rows)} usable rows, expected {wanted}: a cut or edited copy? Get "
+            f"the whole file, or set sources.{source}.expected_rows (null: any count).")
+    if source == "spec_bench" and "expected_rows" not in spec and spec["kind"] != "fixture":
+        groups = Counter(SPEC_BENCH_GROUPS.get(r["category"], r["category"]) for r in rows)
+        wrong = {g: n for g, n in sorted(groups.items()) if n != SPEC_BENCH_ROWS_PER_GROUP}
+        if wrong:
+            raise SourceError(
+                f"{where}: Spec-Bench has {SPEC_BENCH_ROWS_PER_GROUP} questions per task group; "
+                f"this file has {dict(sorted(groups.items()))}: not the Spec-Bench question "
+                f"set? Set sources.{source}.expected_rows (null: any count) to use it anyway.")
+
+
+def skipped_summary(manifest: dict) -> str:
+    """One line for the console: rows used, rows skipped with reasons and first rows."""
+    line = (f"sources.{manifest['source']} ({manifest['location']}): {manifest['rows']} of "
+            f"{manifest['rows_read']} rows usable")
+    if manifest["skipped"]:
+        line += "; skipped " + describe_skipped(manifest["skipped"])
+    return line
 
 
 def remote_host(spec: dict) -> tuple[str, int] | None:

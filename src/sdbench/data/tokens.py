@@ -9,7 +9,7 @@ Config forms (`tokenizer:` at the top level, or per dataset):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # GPT-4's split pattern (cl100k_base), used for local BPE files unless the spec gives another
@@ -30,9 +30,13 @@ class Tokenizer:
     encode: Callable[[str], list[int]]
     decode: Callable[[list[int]], str]
     describe: dict
+    _counts: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     def count(self, text: str) -> int:
-        return len(self.encode(text))
+        """Tokens in `text` (remembered: a builder counts each source text once)."""
+        if text not in self._counts:
+            self._counts[text] = len(self.encode(text))
+        return self._counts[text]
 
     def truncate(self, text: str, max_tokens: int) -> str:
         """The longest prefix of `text` (at a token boundary) with at most `max_tokens` tokens."""
