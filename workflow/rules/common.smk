@@ -16,7 +16,7 @@ from sdbench import checks, grid, hostcaps, preflight, provenance
 from sdbench.report import salvage
 from sdbench.config import DERIVED_KINDS, ROUNDS, validate_config
 from sdbench.data.builders import subsets_of
-from sdbench.data.sources import manifest_path, raw_path
+from sdbench.data.sources import fingerprint, local_files, manifest_path, raw_path
 
 CONFIG_SOURCE = ", ".join(map(str, workflow.overwrite_configfiles)) or "config/config.yaml"
 validate_config(config, source=CONFIG_SOURCE)

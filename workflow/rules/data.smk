@@ -2,16 +2,21 @@
 # per (dataset, subset) so that changing one bucket rebuilds that bucket alone.
 
 
+# A local source file is an input (editing it reruns the fetch), and its size and mtime are a
+# param: a file replaced by one with an older mtime reruns it too.
 rule fetch_source:
+    input:
+        lambda wc: local_files(config["sources"][wc.source]),
     output:
         raw="data/raw/{source}/{file}",
         manifest="data/raw/{source}/{file}.manifest.json",
     params:
         spec=lambda wc: config["sources"][wc.source],
+        local=lambda wc: fingerprint(config["sources"][wc.source]),
     log:
         grid.FETCH_LOG,
     wildcard_constraints:
-        file=r"[^/]+\.(jsonl|json|zip)",
+        file=r"[^/]+\.(jsonl|json|parquet|zip)",
     conda:
         ENV
     script:

@@ -3,12 +3,12 @@
 import json
 from pathlib import Path
 
-from sdbench.data.builders import build_subset
+from sdbench.data.builders import build_subset, card_summary
 from sdbench.data.tokens import load_tokenizer
 from sdbench.script_log import to_log
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-with to_log(sm.log[0]):
+with to_log(sm.log[0]) as say:
     definition = sm.params.definition
     manifest = json.loads(Path(sm.input.manifest).read_text(encoding="utf-8"))
     tokenizer_spec = definition["tokenizer"]
@@ -17,5 +17,4 @@ with to_log(sm.log[0]):
     card = build_subset(definition, sm.input.raw, manifest,
                         load_tokenizer(tokenizer_spec, model_dirs), sm.output.records,
                         sm.output.card)
-    print(f"{card['dataset']}/{card['subset']}: {card['records']} records, prompt tokens "
-          f"{card['prompt_tokens']}, skipped {card['skipped']}")
+    say(card_summary(card))
