@@ -148,3 +148,112 @@ def test_cell_refuses_to_start_beside_leftovers(tmp_path, demo_config, monkeypat
         run_cell(cell, demo_config, tmp_path / "out.jsonl", server_log=tmp_path / "s.log")
     assert not (tmp_path / "s.log").exists()  # no server was started
     assert "pid 4242" in json.loads((tmp_path / "out.error.json").read_text())["error"]
+
+
+# ------------------------------------------------------------------------ context lengths
+
+def _target(tmp_path, demo_config_raw, checkpoint: dict | None = None, tokenizer_dir=None,
+            **model):
+    """The demo config with round 1 on a target `t` of this checkpoint config (a path model:
+    its folder as given), no other round."""
+    raw = copy.deepcopy(demo_config_raw)
+    folder = tmp_path / "t"
+    if tokenizer_dir is not None:
+        import shutil
+
+        shutil.copytree(tokenizer_dir, folder)
+    folder.mkdir(exist_ok=True)
+    if checkpoint is not None:
+        (folder / "config.json").write_text(json.dumps(checkpoint))
+    raw["models"]["t"] = {"source": {"kind": "path", "path": str(folder)}, **model}
+    raw["round1"].update(targets=["t"], methods=[{"method": "ngram", "k": [2]}])
+    for key in ("offline", "transformers", "request_rates"):
+        raw["round1"].pop(key, None)
+    for key in ("round2", "round3"):
+        raw.pop(key)
+    raw["dynamic_k"] = []
+    return validate_config(raw)
+
+
+def test_checkpoint_context_as_vllm_derives_it(tmp_path):
+    def context(config):
+        (tmp_path / "config.json").write_text(json.dumps(config))
+        return checks.checkpoint_context(tmp_path)
+
+    assert context({"max_position_embeddings": 2048}) == (2048, "max_position_embeddings")
+    assert context({"n_positions": 1024, "max_position_embeddings": 4096})[0] == 1024
+    assert context({"max_position_embeddings": 4096,
+                    "rope_scaling": {"type": "linear", "factor": 2.0}})[0] == 8192
+    assert context({"max_position_embeddings": 131072,  # already scaled: no factor again
+                    "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})[0] == 131072
+    assert context({"text_config": {"max_position_embeddings": 32768}})[0] == 32768
+    assert context({"vocab_size": 3}) is None
+    assert checks.checkpoint_context(tmp_path / "absent") is None
+
+
+def test_a_context_longer_than_the_checkpoint_is_refused_before_any_job(tmp_path,
+                                                                         demo_config_raw):
+    # the demo serves max_model_len 4096; this checkpoint was trained for 2048
+    config = _target(tmp_path, demo_config_raw, {"max_position_embeddings": 2048})
+    with pytest.raises(ConfigError) as info:
+        checks.check_context(config, tmp_path)
+    message = str(info.value)
+    assert "server.args.max_model_len = 4096" in message
+    assert "max_position_embeddings = 2048" in message and "models.t.max_model_len: 2048" in \
+        message
+    # the model's own context length fixes it, and its cells carry it
+    config = _target(tmp_path, demo_config_raw, {"max_position_embeddings": 2048},
+                     max_model_len=2048)
+    checks.check_context(config, tmp_path)
+    assert {c.server_config["args"]["max_model_len"] for c in grid.all_cells(config)} == {2048}
+
+
+def test_a_workload_longer_than_the_context_is_refused_before_any_job(tmp_path,
+                                                                       demo_config_raw):
+    config = _target(tmp_path, demo_config_raw, max_model_len=1024)
+    config["round1"]["workloads"] = ["news_1k"]
+    config = validate_config(config)
+    with pytest.raises(ConfigError) as info:
+        checks.check_context(config, tmp_path)  # from the definition: 1023 + 32 tokens
+    message = str(info.value)
+    assert "workload 'news_1k' sends requests of up to 1055 tokens" in message
+    assert "its dataset definition" in message and "models.t.max_model_len = 1024" in message
+    # a built set's card tells the real longest request
+    card = tmp_path / grid.card_path("cnn_dm_news_summary", "1k")
+    card.parent.mkdir(parents=True)
+    card.write_text(json.dumps({"prompt_tokens": {"max": 900}, "output_tokens": {"max": 32}}))
+    checks.check_context(config, tmp_path)
+    card.write_text(json.dumps({"prompt_tokens": {"max": 1000}, "output_tokens": {"max": 32}}))
+    with pytest.raises(ConfigError, match=r"1032 tokens \(prompt \+ output, by its prompt set"):
+        checks.check_context(config, tmp_path)
+
+
+def test_the_real_study_fits_every_target_context(repo):
+    from sdbench.config import load_config
+
+    config = load_config(repo / "config" / "config.yaml")
+    checks.check_context(config, repo / "no-such-dir")  # definitions only: nothing downloaded
+    config["models"]["vicuna-7b-v1.3"]["max_model_len"] = 1536
+    with pytest.raises(ConfigError, match=r"'vicuna-7b-v1.3' serves \(models.vicuna-7b-v1.3"):
+        checks.check_context(config, repo / "no-such-dir")
+
+
+def test_a_cell_counts_its_prompts_with_the_target_tokenizer_and_template(
+        tmp_path, demo_config_raw, demo_tokenizer_dir, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = _target(tmp_path, demo_config_raw, {"max_position_embeddings": 2048},
+                     tokenizer_dir=demo_tokenizer_dir, max_model_len=300)
+    cell = next(c for c in grid.all_cells(config) if c.is_baseline)
+    prompts = tmp_path / cell.workload["path"]
+    prompts.parent.mkdir(parents=True)
+    lines = [{"prompt": "Say hello.", "output_tokens": 64}] * 3
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    checks.check_cell_context(config, cell)
+    # 300 words + the chat template + 64 output tokens do not fit 300 tokens
+    lines[1] = {"prompt": "word " * 300, "output_tokens": 64}
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    with pytest.raises(ConfigError) as info:
+        checks.check_cell_context(config, cell)
+    message = str(info.value)
+    assert "1 prompts of" in message and "line 2" in message and "chat template" in message
+    assert "300 tokens target 't' serves (models.t.max_model_len)" in message

@@ -282,6 +282,7 @@ def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
             points[pid] = {"record": record, "detail": None}
     elif missing:
         checks.check_cell_tools(cell, source=f"cell {cell.cell_id}")
+        checks.check_cell_context(config, cell)
         with slots.held(grid.cell_gpus(cell.server_config), label=f"cell {cell.cell_id}",
                         timeout_s=config["cells"]["slot_timeout_s"]) as held:
             print(f"[sdbench] cell {cell.cell_id}: {held.reason}", file=log, flush=True)

@@ -23,6 +23,7 @@ import psutil
 
 from . import grid
 from .config import ROUNDS, VANILLA, ConfigError
+from .data.builders import request_bound
 from .files import atomic_write_json
 from .gpumon import nvml_session
 from .profiling import nsys_executable
@@ -194,6 +195,126 @@ def check_vocab(config: dict, cell: grid.Cell, root: str | Path = ".",
         "(vLLM >= 0.32, greedy drafting only).")
 
 
+# config.json keys a model's trained context length is read from (vLLM takes the smallest)
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                "max_sequence_length", "max_seq_length", "seq_len")
+# RoPE scalings whose max_position_embeddings is already the scaled length (vLLM applies no
+# factor for these; for other types with a factor it multiplies)
+PRESCALED_ROPE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+
+
+def checkpoint_context(model_dir: str | Path) -> tuple[int, str] | None:
+    """(context length, the config.json key it comes from) of a checkpoint, as vLLM derives it;
+    None when the checkpoint or the keys are not there."""
+    config = checkpoint_config(model_dir)
+    if config is None:
+        return None
+    config = {**config, **(config.get("text_config") or {})}
+    found = [(config[k], k) for k in CONTEXT_KEYS
+             if isinstance(config.get(k), int) and not isinstance(config.get(k), bool)]
+    if not found:
+        return None
+    length, key = min(found)
+    rope = config.get("rope_scaling") or config.get("rope_parameters")
+    if isinstance(rope, dict) and (rope.get("rope_type") or rope.get("type")) not in \
+            PRESCALED_ROPE and isinstance(rope.get("factor"), int | float) and rope["factor"]:
+        length, key = int(length * rope["factor"]), f"{key} x rope factor {rope['factor']}"
+    return length, key
+
+
+def _arg(args: dict, name: str):
+    return args.get(name, args.get(name.replace("_", "-")))
+
+
+def workload_need(workload: dict, root: str | Path = ".") -> tuple[int, str] | None:
+    """(the most tokens one request of the workload needs: prompt + output, and what says so):
+    its built prompt set's card when there is one, else its definition's bound."""
+    card = Path(root) / grid.card_path(workload["dataset"], workload["subset"])
+    if card.is_file():
+        facts = json.loads(card.read_text(encoding="utf-8"))
+        prompt, output = facts.get("prompt_tokens") or {}, facts.get("output_tokens") or {}
+        if "max" in prompt and "max" in output:
+            return prompt["max"] + output["max"], f"its prompt set ({card})"
+    bound = request_bound(workload["definition"])
+    return None if bound is None else (bound, "its dataset definition")
+
+
+def _context_key(config: dict, target: str) -> str:
+    return (f"models.{target}.max_model_len" if config["models"][target].get("max_model_len")
+            else "server.args.max_model_len")
+
+
+def check_context(config: dict, root: str | Path = ".", source: str = "config") -> None:
+    """Every vLLM cell's context length against its target checkpoint's own (where its
+    config.json is there) and against the longest prompt + output its workload can send: a
+    request that cannot fit is refused before any job, not failed at run time."""
+    seen = set()
+    for cell in grid.all_cells(config):
+        if cell.engine == grid.TRANSFORMERS:
+            continue
+        target = cell.server_config["target"]["name"]
+        limit = _arg(cell.server_config["args"], "max_model_len")
+        if (target, cell.workload["name"], limit) in seen:
+            continue
+        seen.add((target, cell.workload["name"], limit))
+        where = _context_key(config, target)
+        own = checkpoint_context(Path(root) / grid.model_dir(config, target))
+        if limit is not None and own is not None and limit > own[0]:
+            raise ConfigError(
+                f"{source}: {where} = {limit} is more than target {target!r} takes ({own[1]} = "
+                f"{own[0]} in its config.json): vLLM refuses to start it. Set "
+                f"models.{target}.max_model_len: {own[0]} (or less) for this target.")
+        context = limit if limit is not None else (own[0] if own else None)
+        need = workload_need(cell.workload, root)
+        if context is not None and need is not None and need[0] > context:
+            raise ConfigError(
+                f"{source}: workload {cell.workload['name']!r} sends requests of up to "
+                f"{need[0]} tokens (prompt + output, by {need[1]}), more than target "
+                f"{target!r} serves ({where} = {context}): they would fail. Raise {where} "
+                "(as far as the checkpoint allows) or make the workload's requests shorter "
+                "(spec_bench max_prompt_tokens, sharegpt filters.max_total_tokens, the buckets).")
+
+
+def check_cell_context(config: dict, cell: grid.Cell, root: str | Path = ".") -> None:
+    """Before a cell's server starts: every prompt of its workload, as the target's own
+    tokenizer and chat template see it, plus its output, fits the server's context length."""
+    if cell.engine == grid.TRANSFORMERS:
+        return
+    from transformers import AutoTokenizer
+
+    target = cell.server_config["target"]["name"]
+    folder = Path(root) / grid.model_dir(config, target)
+    own = checkpoint_context(folder)
+    limit = _arg(cell.server_config["args"], "max_model_len") or (own[0] if own else None)
+    if limit is None or not folder.is_dir():  # no checkpoint: the server start says so
+        return
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    chat = config["loadgen"]["endpoint"] == "chat" and tokenizer.chat_template is not None
+    too_long = []
+    with open(Path(root) / cell.workload["path"], encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            record = json.loads(line)
+            if chat:
+                prompt = tokenizer.apply_chat_template(
+                    [{"role": "user", "content": record["prompt"]}], add_generation_prompt=True,
+                    tokenize=True, return_dict=False)
+            else:
+                prompt = tokenizer.encode(record["prompt"])
+            need = len(prompt) + record["output_tokens"]
+            if need > limit:
+                too_long.append((need, lineno))
+    if too_long:
+        need, lineno = max(too_long)
+        raise ConfigError(
+            f"cell {cell.cell_id} ({cell.label}): {len(too_long)} prompts of "
+            f"{cell.workload['path']} need more than the {limit} tokens target {target!r} "
+            f"serves ({_context_key(config, target)}), as its own tokenizer"
+            f"{' and chat template' if chat else ''} counts them with their output (the "
+            f"longest: line {lineno}, {need} tokens); they would fail. Raise the context "
+            "length or make the workload's prompts shorter (its dataset's max_prompt_tokens, "
+            "filters or buckets).")
+
+
 def check_installed(config: dict, root: str | Path = ".", source: str = "config") -> None:
     """All checks that need the installed vLLM and whichever checkpoints already exist."""
     features = vllm_features()
@@ -210,6 +331,7 @@ def check_installed(config: dict, root: str | Path = ".", source: str = "config"
         check_quantization(config, name, root, source)
     for cell in cells:
         check_vocab(config, cell, root, features, source)
+    check_context(config, root, source)
 
 
 def gpu_processes(indices: list[int]) -> list[dict]:

@@ -192,7 +192,7 @@ def server_config(config: dict, target: str, method: str = VANILLA, k: int | Non
     if engine == TRANSFORMERS:  # no vLLM: the server's arguments and environment do not apply
         run_args, env = dict(args or {}), {}
     else:
-        run_args = {**config["server"]["args"], **parallel_args(config, target), **(args or {})}
+        run_args = {**config["server"]["args"], **target_args(config, target), **(args or {})}
         if not any(flag in run_args for flag in PREFIX_CACHING):
             # vLLM caches prefixes by default: every point after the first would measure
             # "all prompts cached", and a rerun would pair a cold point with a warm partner
@@ -248,11 +248,15 @@ def prefix_caching(server: dict) -> bool | None:
     return next((bool(args[f]) for f in PREFIX_CACHING if f in args), None)
 
 
-def parallel_args(config: dict, target: str) -> dict:
-    """The target's declared tensor parallelism as a server argument (none when 1, so that
-    single-GPU cells keep their ids)."""
-    tp = config["models"][target].get("tensor_parallel_size", 1)
-    return {} if tp == 1 else {"tensor_parallel_size": tp}
+def target_args(config: dict, target: str) -> dict:
+    """Server arguments the target model declares: its tensor parallelism (none when 1, so that
+    single-GPU cells keep their ids) and its own context length."""
+    model = config["models"][target]
+    tp = model.get("tensor_parallel_size", 1)
+    args = {} if tp == 1 else {"tensor_parallel_size": tp}
+    if model.get("max_model_len") is not None:
+        args["max_model_len"] = model["max_model_len"]
+    return args
 
 
 PARALLEL_ARGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
