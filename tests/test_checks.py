@@ -221,10 +221,18 @@ def test_a_workload_longer_than_the_context_is_refused_before_any_job(tmp_path,
     # a built set's card tells the real longest request
     card = tmp_path / grid.card_path("cnn_dm_news_summary", "1k")
     card.parent.mkdir(parents=True)
-    card.write_text(json.dumps({"prompt_tokens": {"max": 900}, "output_tokens": {"max": 32}}))
+    definition = grid.subset_definition(config, "cnn_dm_news_summary", "1k")
+    card.write_text(json.dumps({"prompt_tokens": {"max": 900}, "output_tokens": {"max": 32},
+                                "definition": definition}))
     checks.check_context(config, tmp_path)
-    card.write_text(json.dumps({"prompt_tokens": {"max": 1000}, "output_tokens": {"max": 32}}))
+    card.write_text(json.dumps({"prompt_tokens": {"max": 1000}, "output_tokens": {"max": 32},
+                                "definition": definition}))
     with pytest.raises(ConfigError, match=r"1032 tokens \(prompt \+ output, by its prompt set"):
+        checks.check_context(config, tmp_path)
+    # the card of an earlier definition says nothing about the set the run will build
+    card.write_text(json.dumps({"prompt_tokens": {"max": 900}, "output_tokens": {"max": 32},
+                                "definition": {**definition, "seed": 7}}))
+    with pytest.raises(ConfigError, match="by its dataset definition"):
         checks.check_context(config, tmp_path)
 
 

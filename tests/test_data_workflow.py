@@ -4,13 +4,14 @@ log), leaves nothing that looks finished and is listed in the index; skipped row
 on the console."""
 
 import copy
+import html
 import json
 import os
 
 import pytest
 import yaml
 
-from real_files import cnn_dailymail, cut
+from real_files import cnn_dailymail, cut, sharegpt
 from workflow_helpers import REPO, job_counts, snakemake, write_config
 
 SET = "data/processed/cnn_dm_news_summary/0.25k.jsonl"
@@ -72,20 +73,39 @@ def test_skipped_rows_and_each_set_are_reported_on_the_console(workdir):
     assert "0% cut, 0% joined" in output
 
 
-def test_a_corrupt_source_fails_with_one_line_and_is_listed_in_the_index(workdir):
-    source = cut(workdir / "user" / "cnn.jsonl", 0.6)
+def _cut(source):
+    cut(source, 0.6)
+    return (f"sources.cnn_dailymail: {source}: its last line (", "ends in the middle of a row",
+            "ends in the middle of a row")
+
+
+def _not_utf8(source):
+    source.write_bytes(source.read_text(encoding="utf-8").replace("e", "é").encode("latin-1"))
+    return (f"sources.cnn_dailymail ({source}): 200 of 200 rows (100.0%) cannot be used",
+            "not UTF-8: 200 (line 1, line 2", "not UTF-8: 200")
+
+
+def _other_schema(source):
+    sharegpt(source, 50, "jsonl")
+    return (f"sources.cnn_dailymail ({source}): 50 of 50 rows",
+            "this file's first row has ['conversations', 'id']",
+            "missing or mistyped field 'article': 50")
+
+
+@pytest.mark.parametrize("damage", [_cut, _not_utf8, _other_schema],
+                         ids=["cut", "not-utf8", "other-schema"])
+def test_a_corrupt_source_fails_with_one_line_and_is_listed_in_the_index(workdir, damage):
+    start, cause, listed = damage(workdir / "user" / "cnn.jsonl")
     result, output = run(workdir, SET)
     assert result.returncode != 0
     line = next(x for x in output.splitlines() if x.startswith("error: "))
-    assert line.startswith(f"error: sources.cnn_dailymail: {source}: its last line (")
-    assert "ends in the middle of a row" in line and "logs/data/fetch_cnn_dailymail" in line
+    assert line.startswith(f"error: {start}") and cause in line
+    assert "logs/data/fetch_cnn_dailymail" in line
     assert "Traceback" not in output  # the traceback is in the log only
     log = workdir / "logs/data/fetch_cnn_dailymail_articles.jsonl.log"
     assert "Traceback" in log.read_text()
-    assert not (workdir / RAW).exists() and not (workdir / SET).exists()
     assert [p for p in (workdir / "data").rglob("*") if p.is_file()] == []
     index = (workdir / "reports" / "index.html").read_text()
     problems = index.split("<h2>Problems</h2>")[1].split("<h2>")[0]
     assert "fetch source &#x27;cnn_dailymail&#x27;" in problems
-    assert "ends in the middle of a row" in problems and str(log.relative_to(workdir)) in \
-        problems
+    assert html.escape(listed) in problems and str(log.relative_to(workdir)) in problems

@@ -228,12 +228,14 @@ def _arg(args: dict, name: str):
 
 def workload_need(workload: dict, root: str | Path = ".") -> tuple[int, str] | None:
     """(the most tokens one request of the workload needs: prompt + output, and what says so):
-    its built prompt set's card when there is one, else its definition's bound."""
+    its built prompt set's card when there is one of the current definition, else the
+    definition's bound."""
     card = Path(root) / grid.card_path(workload["dataset"], workload["subset"])
     if card.is_file():
         facts = json.loads(card.read_text(encoding="utf-8"))
         prompt, output = facts.get("prompt_tokens") or {}, facts.get("output_tokens") or {}
-        if "max" in prompt and "max" in output:
+        if "max" in prompt and "max" in output and \
+                facts.get("definition") == workload["definition"]:
             return prompt["max"] + output["max"], f"its prompt set ({card})"
     bound = request_bound(workload["definition"])
     return None if bound is None else (bound, "its dataset definition")
