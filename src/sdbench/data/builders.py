@@ -60,12 +60,14 @@ def subsets_of(dataset: dict) -> list[str]:
 
 
 def _need(definition: dict, got: int, wanted: int, what: str, skipped: Counter,
-          remedy: str = "Use a larger source or allow_partial: true.") -> None:
+          remedy=lambda: "Use a larger source or allow_partial: true.") -> None:
+    """Too few records is an error (unless allow_partial) ending with `remedy()`, which is only
+    worked out then."""
     if got < wanted and not definition.get("allow_partial", False):
         raise BuildError(
             f"dataset {definition['dataset']!r}, subset {definition['subset']!r}: needed "
             f"{wanted} {what}, found {got}"
-            + (f" (skipped: {dict(skipped)})" if skipped else "") + f". {remedy}")
+            + (f" (skipped: {dict(skipped)})" if skipped else "") + f". {remedy()}")
 
 
 def _seeded_order(items: list, definition: dict, *key: str) -> list:
@@ -100,8 +102,8 @@ def bucket_bounds(definition: dict, bucket: dict) -> tuple[int, int]:
 
 
 class _Texts:
-    """The source texts of one dataset in a seeded order, with their token counts (counted
-    once), and which of them a record already uses (a text is never in two records)."""
+    """The source texts of one dataset (`order` gives a subset's seeded order) and those a
+    record already uses: a text is never in two records of one file."""
 
     def __init__(self, texts: list[tuple[str, str]], tok: Tokenizer) -> None:
         self.texts, self.tok = texts, tok
@@ -116,7 +118,7 @@ def _render(definition: dict, parts: list[str], labelled: bool) -> str:
         return definition["instruction"].replace("{text}", SEPARATOR.join(parts))
     label = definition["text_label"]
     body = SEPARATOR.join(f"{label.replace('{n}', str(i))}\n{text}"
-                                        for i, text in enumerate(parts, start=1))
+                          for i, text in enumerate(parts, start=1))
     return definition["instruction_joined"].replace("{text}", body)
 
 
@@ -232,11 +234,11 @@ def fill_bucket(texts: _Texts, definition: dict, bucket: dict, skipped: Counter)
     low, high = bucket_bounds(definition, bucket)
     _need(definition, len(records), definition["records_per_bucket"],
           f"prompts of [{low}, {high}) tokens", skipped,
-          remedy=_length_remedy(texts, definition, bucket))
+          remedy=lambda: _length_remedy(texts, definition))
     return records
 
 
-def _length_remedy(texts: _Texts, definition: dict, bucket: dict) -> str:
+def _length_remedy(texts: _Texts, definition: dict) -> str:
     lengths = [texts.tok.count(t) for _, t in texts.texts[:2000]]
     seen = (f"The source's texts have p10/p50/p90 {_p(lengths, 10)}/{_p(lengths, 50)}/"
             f"{_p(lengths, 90)} tokens (of {len(lengths)} counted); the instruction "
@@ -378,10 +380,11 @@ def _highlights_news(rows, definition, tok, skipped) -> list:
     instruction = tok.count(definition["instruction"].replace("{text}", ""))
     _need(definition, len(records), definition["records_per_bucket"],
           f"highlights prompts of {low}-{high} tokens", skipped,
-          remedy=(f"Prompts (instruction of {instruction} tokens + highlights) had p10/p50/p90 "
-                  f"{_p(lengths, 10)}/{_p(lengths, 50)}/{_p(lengths, 90)} tokens: set "
-                  "prompt_tokens_range around them or change the instruction's length, or use "
-                  "fewer records_per_bucket."))
+          remedy=lambda: (
+              f"Prompts (instruction of {instruction} tokens + highlights) had p10/p50/p90 "
+              f"{_p(lengths, 10)}/{_p(lengths, 50)}/{_p(lengths, 90)} tokens: set "
+              "prompt_tokens_range around them or change the instruction's length, or use "
+              "fewer records_per_bucket."))
     return records
 
 
