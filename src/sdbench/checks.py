@@ -24,7 +24,7 @@ import psutil
 from . import grid
 from .config import ROUNDS, VANILLA, ConfigError
 from .data.builders import request_bound
-from .files import atomic_write_json
+from .files import atomic_write_json, read_jsonl
 from .gpumon import nvml_session
 from .profiling import nsys_executable
 
@@ -222,10 +222,6 @@ def checkpoint_context(model_dir: str | Path) -> tuple[int, str] | None:
     return length, key
 
 
-def _arg(args: dict, name: str):
-    return args.get(name, args.get(name.replace("_", "-")))
-
-
 def workload_need(workload: dict, root: str | Path = ".") -> tuple[int, str] | None:
     """(the most tokens one request of the workload needs: prompt + output, and what says so):
     its built prompt set's card when there is one of the current definition, else the
@@ -246,16 +242,17 @@ def _context_key(config: dict, target: str) -> str:
             else "server.args.max_model_len")
 
 
-def check_context(config: dict, root: str | Path = ".", source: str = "config") -> None:
+def check_context(config: dict, root: str | Path = ".", source: str = "config",
+                  cells: list[grid.Cell] | None = None) -> None:
     """Every vLLM cell's context length against its target checkpoint's own (where its
     config.json is there) and against the longest prompt + output its workload can send: a
     request that cannot fit is refused before any job, not failed at run time."""
     seen = set()
-    for cell in grid.all_cells(config):
+    for cell in grid.all_cells(config) if cells is None else cells:
         if cell.engine == grid.TRANSFORMERS:
             continue
         target = cell.server_config["target"]["name"]
-        limit = _arg(cell.server_config["args"], "max_model_len")
+        limit = grid.server_arg(cell.server_config["args"], "max_model_len")
         if (target, cell.workload["name"], limit) in seen:
             continue
         seen.add((target, cell.workload["name"], limit))
@@ -287,24 +284,24 @@ def check_cell_context(config: dict, cell: grid.Cell, root: str | Path = ".") ->
     target = cell.server_config["target"]["name"]
     folder = Path(root) / grid.model_dir(config, target)
     own = checkpoint_context(folder)
-    limit = _arg(cell.server_config["args"], "max_model_len") or (own[0] if own else None)
+    limit = grid.server_arg(cell.server_config["args"], "max_model_len") or \
+        (own[0] if own else None)
     if limit is None or not folder.is_dir():  # no checkpoint: the server start says so
         return
     tokenizer = AutoTokenizer.from_pretrained(folder)
     chat = config["loadgen"]["endpoint"] == "chat" and tokenizer.chat_template is not None
     too_long = []
-    with open(Path(root) / cell.workload["path"], encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            record = json.loads(line)
-            if chat:
-                prompt = tokenizer.apply_chat_template(
-                    [{"role": "user", "content": record["prompt"]}], add_generation_prompt=True,
-                    tokenize=True, return_dict=False)
-            else:
-                prompt = tokenizer.encode(record["prompt"])
-            need = len(prompt) + record["output_tokens"]
-            if need > limit:
-                too_long.append((need, lineno))
+    # a processed prompt file has no blank lines: record i is line i
+    for lineno, record in enumerate(read_jsonl(Path(root) / cell.workload["path"]), start=1):
+        if chat:
+            prompt = tokenizer.apply_chat_template(
+                [{"role": "user", "content": record["prompt"]}], add_generation_prompt=True,
+                tokenize=True, return_dict=False)
+        else:
+            prompt = tokenizer.encode(record["prompt"])
+        need = len(prompt) + record["output_tokens"]
+        if need > limit:
+            too_long.append((need, lineno))
     if too_long:
         need, lineno = max(too_long)
         raise ConfigError(
@@ -333,7 +330,7 @@ def check_installed(config: dict, root: str | Path = ".", source: str = "config"
         check_quantization(config, name, root, source)
     for cell in cells:
         check_vocab(config, cell, root, features, source)
-    check_context(config, root, source)
+    check_context(config, root, source, cells)
 
 
 def gpu_processes(indices: list[int]) -> list[dict]:

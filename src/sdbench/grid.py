@@ -241,11 +241,16 @@ def sends_baseline_counts(cell: Cell) -> bool:
     return not cell.is_baseline and cell.workload["loadgen"].get("duration_s") is not None
 
 
+def server_arg(args: dict, name: str):
+    """A server argument given with underscores or dashes (None when absent)."""
+    return args.get(name, args.get(name.replace("_", "-")))
+
+
 def prefix_caching(server: dict) -> bool | None:
     """The server's prefix-caching flag; None when its arguments do not state it (records
     from before it was stated: vLLM's default, on)."""
-    args = server.get("args") or {}
-    return next((bool(args[f]) for f in PREFIX_CACHING if f in args), None)
+    value = server_arg(server.get("args") or {}, PREFIX_CACHING[0])
+    return None if value is None else bool(value)
 
 
 def target_args(config: dict, target: str) -> dict:

@@ -10,6 +10,8 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from .logcause import first_line
+
 
 def failure_line(exc: BaseException) -> str:
     """The error as one line: the project's own errors by their message (it names the key, file
@@ -17,7 +19,7 @@ def failure_line(exc: BaseException) -> str:
     message = str(exc).strip()
     if not type(exc).__module__.startswith("sdbench"):
         message = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    return next((line for line in message.splitlines() if line.strip()), message)
+    return first_line(message)
 
 
 @contextlib.contextmanager

@@ -253,19 +253,6 @@ def _p(values: list[int], q: int) -> int:
 
 # ------------------------------------------------------------------------------------- builders
 
-def _cut_to(tok: Tokenizer, prompt: str, keep: str, max_tokens: int) -> str:
-    """`prompt` cut to at most `max_tokens` after its prefix `keep`: at the last sentence end
-    that fits, else at a token boundary."""
-    body = prompt[len(keep):]
-    best = None
-    for match in _SENTENCE_END.finditer(body):
-        candidate = keep + body[: match.end()].rstrip()
-        if tok.count(candidate) > max_tokens:
-            break
-        best = candidate
-    return best or tok.truncate(prompt, max_tokens)
-
-
 def _spec_bench(rows: list[dict], definition: dict, tok: Tokenizer, skipped: Counter) -> list:
     subset = definition["subset"]
     prefixes = definition.get("task_prefixes") or {}
@@ -287,8 +274,10 @@ def _spec_bench(rows: list[dict], definition: dict, tok: Tokenizer, skipped: Cou
         prompt = prefix + first if added else first
         keep = prefix if added else prefix.strip()  # what a cut keeps (the task prefix)
         truncated = cap is not None and tok.count(prompt) > cap
-        if truncated:
-            prompt = _cut_to(tok, prompt, keep, cap)
+        if truncated:  # the longest cut of the text after the prefix that fits the cap
+            body = _fit_last(tok, lambda parts, keep=keep: keep + "".join(parts), [],
+                             prompt[len(keep):], 0, cap, cap)
+            prompt = keep + body if body is not None else tok.truncate(prompt, cap)
         tokens = tok.count(prompt)
         records.append({"prompt": prompt, "output_tokens": definition["max_output_tokens"],
                         "prompt_tokens": tokens, "text_tokens": tokens - tok.count(keep),
