@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sdbench.data import fixtures
+from sdbench.files import write_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_BENCH = REPO / "data" / "spec_bench" / "question.jsonl"
@@ -19,8 +20,7 @@ def write_rows(path: Path, rows: list[dict], fmt: str) -> Path:
     """`rows` as JSON Lines, a JSON array or Parquet."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "jsonl":
-        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
-                        encoding="utf-8")
+        write_jsonl(path, rows)
     elif fmt == "json":
         path.write_text(json.dumps(rows, ensure_ascii=False, indent=1), encoding="utf-8")
     elif fmt == "parquet":

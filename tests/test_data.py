@@ -219,6 +219,13 @@ def test_sharegpt_as_json_or_jsonl_skips_and_counts_bad_rows(tmp_path, fmt):
         "missing or mistyped field 'conversations'": {"rows": 1, "first": [f"{row} 4"]}}
 
 
+def test_a_byte_order_mark_is_not_a_bad_row(tmp_path):
+    path = tmp_path / "question.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + SPEC_BENCH.read_bytes())
+    rows, skipped = read_rows("spec_bench", path)
+    assert len(rows) == 480 and skipped.total == 0
+
+
 def test_a_json_array_where_json_lines_was_expected_reads_the_same(tmp_path):
     rows = json.loads("[" + ",".join(SPEC_BENCH.read_text().splitlines()) + "]")
     as_array = tmp_path / "question.jsonl"  # named .jsonl, holds a JSON array

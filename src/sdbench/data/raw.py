@@ -160,8 +160,8 @@ def _jsonl_rows(source: str, path: Path, display: str, skipped: Skipped) -> Iter
             if not raw_line.strip():
                 continue
             label = f"line {lineno}"
-            try:
-                line = raw_line.decode("utf-8")
+            try:  # a byte-order mark before the first line, as some editors write
+                line = raw_line.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError:
                 skipped.add("not UTF-8", label)
                 continue
