@@ -182,7 +182,7 @@ def _length_ladder(rows: int, low: float, high: float, rng: random.Random) -> li
 
 def cnn_dailymail_rows(rows: int = 12, seed: int = 0) -> list[dict]:
     """CNN-DailyMail rows (`article`, `highlights`, `id`) whose articles are module docs, from
-    ~60 to ~2,400 words (news articles run ~200-1,500), whole paragraphs each."""
+    ~60 to ~2,400 words, whole paragraphs each."""
     rng = random.Random(seed)
     docs = module_docs()
     pool = [p for doc in docs for p in doc["paragraphs"]]
@@ -247,7 +247,7 @@ def chinese_clauses() -> list[str]:
 
 def thucnews_items(rows: int = 12, seed: int = 0) -> list[dict]:
     """News items (category, title, body) in Chinese, for the THUCNews.zip layout: bodies of
-    ~15 to ~3,000 characters (THUCNews runs from a few dozen to several thousand)."""
+    ~15 to ~3,000 characters."""
     rng = random.Random(seed)
     clauses = chinese_clauses()
     items = []
