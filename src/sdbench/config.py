@@ -34,7 +34,8 @@ QUANTIZE_FORMATS = {"gptq": "gptq", "awq": "awq", "w8a8": "compressed-tensors"}
 PACKED = {"instruction", "instruction_joined", "text_label", "packing", "buckets", "tolerance",
           "records_per_bucket"}
 BUILDER_KEYS = {
-    "spec_bench": {"max_output_tokens", "max_records", "task_prefixes", "max_prompt_tokens"},
+    "spec_bench": {"max_output_tokens", "max_records", "task_prefixes", "max_prompt_tokens",
+                   "per_task"},
     "sharegpt": {"samples", "filters"},
     "cnn_dm_news_summary": PACKED,
     "cnn_dm_mixed": PACKED | {"order"},
@@ -230,7 +231,8 @@ def _check_round(source: str, round_name: str, spec: dict, config: dict) -> None
                   "the model and speculative_config come from the round's targets and methods")
 
 
-DERIVED_KINDS = ("truncate", "quantize", "eagle_head")  # built from another model of the config
+# built from another model of the config (random_init takes only its tokenizer)
+DERIVED_KINDS = ("truncate", "quantize", "eagle_head", "deepen", "random_init")
 
 
 def method_targets(round_spec: dict, method_spec: dict) -> list[str]:
@@ -275,7 +277,10 @@ def check_config(config: dict, source: str = "config") -> None:
                 _fail(source, f"models.{name}.source.model", src["model"],
                       f"must be one of the models defined: {sorted(models)}")
             base = models[src["model"]]
-            if base["source"]["kind"] in DERIVED_KINDS or base.get("quantization"):
+            derived = base["source"]["kind"] in DERIVED_KINDS
+            if src["kind"] != "random_init" and base["source"]["kind"] == "random_init":
+                derived = False  # a model with random weights is a base like a download
+            if derived or base.get("quantization"):
                 _fail(source, f"models.{name}.source.model", src["model"],
                       "a derived model needs a full-precision model that is not itself derived")
         if model.get("full_precision") is not None and model["full_precision"] not in models:

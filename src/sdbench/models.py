@@ -98,6 +98,7 @@ def build_from_gguf(name: str, source: dict, out_dir: str | Path) -> dict:
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=source["file"],
                                                   dtype=torch.bfloat16)
     config = loaded.config
+    eos_fixed = fix_end_of_turn(tokenizer, config)
     if hasattr(config, "quantization_config"):
         # the GGUF's quantization is undone at load; the saved checkpoint is plain bf16
         del config.quantization_config
@@ -106,8 +107,62 @@ def build_from_gguf(name: str, source: dict, out_dir: str | Path) -> dict:
     with _atomic_dir(out_dir) as tmp:
         plain.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        card = _write_card(tmp, name, source, {"dtype": "bfloat16",
-                                               "gguf_sha256": sha256_file(folder / source["file"])})
+        card = _write_card(tmp, name, source, {
+            "dtype": "bfloat16", "gguf_sha256": sha256_file(folder / source["file"]),
+            # where the GGUF's EOS was its start-of-turn token: the end-of-turn token used
+            "eos_fixed_to": eos_fixed})
+    return card
+
+
+END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>")
+
+
+def fix_end_of_turn(tokenizer, config) -> str | None:
+    """Some GGUF conversions report the chat's start-of-turn token as both BOS and EOS
+    (SmolLM2's `<|im_start|>` under some transformers versions): generation would then never
+    stop at the end of a reply. Where EOS equals BOS and the chat template ends turns with a
+    known end-of-turn token, that token becomes EOS in the tokenizer and the config; returns
+    it (None when nothing was changed)."""
+    template = getattr(tokenizer, "chat_template", None) or ""
+    if tokenizer.eos_token is None or tokenizer.eos_token != tokenizer.bos_token:
+        return None
+    vocab = tokenizer.get_vocab()
+    end = next((t for t in END_OF_TURN if t in template and t in vocab), None)
+    if end is None:
+        return None
+    tokenizer.eos_token = end
+    config.eos_token_id = vocab[end]
+    return end
+
+
+def build_random(name: str, source: dict, base_dir: str | Path, out_dir: str | Path) -> dict:
+    """A model of the architecture in `source.config` (a Hugging Face config: model_type and
+    its sizes) with random weights (normal, the architecture's initializer range, seeded) and
+    the tokenizer of the model in `base_dir`: a stand-in of a real model's shape and cost,
+    with no download (its outputs mean nothing)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    spec = dict(source["config"])
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    try:
+        config = AutoConfig.for_model(spec.pop("model_type"), **spec)
+    except (KeyError, ValueError) as exc:
+        raise ModelError(f"models.{name}.source.config: {exc}") from exc
+    if config.vocab_size < len(tokenizer):
+        raise ModelError(f"models.{name}.source.config.vocab_size = {config.vocab_size}: the "
+                         f"tokenizer of {source['model']!r} has {len(tokenizer)} tokens")
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        setattr(config, key, getattr(tokenizer, key))
+    torch.manual_seed(source.get("seed", 0))
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    with _atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        card = _write_card(tmp, name, source, {
+            "dtype": "bfloat16", "parameters": sum(p.numel() for p in model.parameters()),
+            "note": "random weights in a real model's shape: for cost, not for quality"})
     return card
 
 
@@ -136,6 +191,77 @@ def build_truncated(name: str, source: dict, base_dir: str | Path, out_dir: str 
             "base_files": base_card.get("files"),
             "note": "layer-truncated copy of the target: exercises the draft-model path; "
                     "its acceptance says nothing about real draft models"})
+    return card
+
+
+NOOP_ZEROED = ("self_attn.o_proj.", "mlp.down_proj.")  # the projections back into the residual
+
+
+def deepened_layout(layers: int, noop_per_layer: int) -> list[int | None]:
+    """The deeper model's layers: each base layer (its index) followed by `noop_per_layer`
+    no-op layers (None)."""
+    return [i if j == 0 else None for i in range(layers) for j in range(noop_per_layer + 1)]
+
+
+def deepen_state_dict(weights: dict, layers: int, noop_per_layer: int) -> dict:
+    """The weights of the deeper model: every base layer at its new index, each followed by
+    no-op layers that are copies of it (same shapes and compute) with their attention output
+    and MLP down projections zero, so each adds exactly zero to the residual stream."""
+    layout = deepened_layout(layers, noop_per_layer)
+    out = {key: value for key, value in weights.items() if not key.startswith("model.layers.")}
+    for new, base in enumerate(layout):
+        prefix = f"model.layers.{layout[new - new % (noop_per_layer + 1)]}."
+        for key, value in weights.items():
+            if not key.startswith(prefix):
+                continue
+            rest = key.removeprefix(prefix)
+            copy = value.clone()
+            if base is None and rest.startswith(NOOP_ZEROED):
+                copy.zero_()
+            out[f"model.layers.{new}.{rest}"] = copy
+    return out
+
+
+def build_deepened(name: str, source: dict, base_dir: str | Path, out_dir: str | Path) -> dict:
+    """A calibration target: the model in `base_dir` with `noop_per_layer` no-op decoder layers
+    after each of its own. The no-op layers add zero to the residual stream, so the deeper
+    model's outputs equal the base model's (up to rounding) and the base model is an exact
+    draft for it, at a draft/target cost ratio set by the depth: a speculation study with a
+    known answer."""
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    config = AutoConfig.from_pretrained(base_dir)
+    if config.model_type not in ("llama", "qwen2", "mistral"):
+        raise ModelError(f"models.{name}.source: deepen is made for Llama-style decoders "
+                         f"(llama, qwen2, mistral); {source['model']!r} is {config.model_type!r}")
+    weights: dict = {}
+    for path in sorted(Path(base_dir).glob("*.safetensors")):
+        weights.update(load_file(path))
+    layers, extra = config.num_hidden_layers, source["noop_per_layer"]
+    deep = deepen_state_dict(weights, layers, extra)
+    config.num_hidden_layers = layers * (extra + 1)
+    if isinstance(getattr(config, "layer_types", None), list):
+        config.layer_types = [config.layer_types[i // (extra + 1)]
+                              for i in range(config.num_hidden_layers)]
+    if config.tie_word_embeddings:
+        deep.pop("lm_head.weight", None)
+    base_card = read_card(base_dir) or {}
+    with _atomic_dir(out_dir) as tmp:
+        save_file({k: v.contiguous() for k, v in deep.items()}, tmp / "model.safetensors",
+                  metadata={"format": "pt"})
+        config.save_pretrained(tmp)
+        with contextlib.suppress(OSError):
+            GenerationConfig.from_pretrained(base_dir).save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(base_dir).save_pretrained(tmp)
+        card = _write_card(tmp, name, source, {
+            "dtype": str(next(iter(weights.values())).dtype).removeprefix("torch."),
+            "base_layers": layers, "layers": config.num_hidden_layers,
+            "base_files": base_card.get("files"), "calibration_draft": source["model"],
+            "note": f"calibration target: {source['model']!r} with {extra} no-op layer(s) "
+                    "after each of its own (attention output and MLP down projections zero): "
+                    f"its greedy outputs equal {source['model']!r}'s, which is an exact draft "
+                    "for it"})
     return card
 
 
@@ -210,6 +336,23 @@ def download_hf(name: str, source: dict, out_dir: str | Path) -> dict:
         raise ModelError(f"could not download {source['repo']}@{source['revision']} for model "
                          f"{name!r}: {exc}") from exc
     return card
+
+
+def build_model(name: str, source: dict, base_dir: str | Path | None, out_dir: str | Path
+                ) -> dict:
+    """Build the model `name` of the config from its `source` (base_dir: the model a derived
+    kind starts from)."""
+    kind = source["kind"]
+    if kind == "gguf_package":
+        return build_from_gguf(name, source, out_dir)
+    if kind == "hf":
+        return download_hf(name, source, out_dir)
+    builders = {"truncate": build_truncated, "eagle_head": build_eagle_head,
+                "quantize": build_quantized, "deepen": build_deepened,
+                "random_init": build_random}
+    if kind not in builders:
+        raise ModelError(f"models.{name}.source.kind {kind!r} needs no build")
+    return builders[kind](name, source, base_dir, out_dir)
 
 
 def greedy_reply(model_dir: str | Path, question: str, max_new_tokens: int = 24) -> str:
