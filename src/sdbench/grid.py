@@ -21,7 +21,7 @@ from .config import (
     method_targets,
     speculator_name,
 )
-from .data.builders import BUCKETED, ORDERED
+from .data.builders import BUCKETED, sent_in_order
 from .ids import short_hash
 
 MODELS_DIR = "resources/models"
@@ -161,7 +161,7 @@ def workload_spec(config: dict, name: str) -> dict:
         "subset": workload["subset"],
         "definition": definition,
         "num_prompts": workload["num_prompts"],
-        "shuffle": definition["builder"] not in ORDERED,
+        "shuffle": not sent_in_order(definition),
         "path": processed_path(workload["dataset"], workload["subset"]),
         # how many repeats and which failure share makes a point invalid do not change what a
         # measurement is: more repeats add points, the threshold is applied when summarizing
@@ -418,9 +418,10 @@ def full_precision(config: dict, name: str) -> str | None:
 
 
 def summary_index(config: dict) -> dict:
-    """What the summary takes from the current config: rounds and setting of every cell, and
-    each target's full-precision counterpart."""
-    return {"cells": {cell_id: {"rounds": rounds, "setting": cell.setting}
+    """What the summary takes from the current config: rounds, setting and method name of every
+    cell, and each target's full-precision counterpart."""
+    return {"cells": {cell_id: {"rounds": rounds, "setting": cell.setting,
+                                "speculator": cell.speculator}
                       for cell_id, (cell, rounds) in _cells_and_rounds(config).items()},
             "targets": {t: {"full_precision": full_precision(config, t)}
                         for t in round_targets(config)}}

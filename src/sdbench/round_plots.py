@@ -14,7 +14,7 @@ import pandas as pd
 import seaborn as sns
 
 from .analysis import speculative
-from .grid import cell_output, processed_path, requests_output
+from .grid import card_path, cell_output, processed_path, requests_output
 from .lossless import point_of, read_details
 from .plots import METRIC_LABELS, speedup_text, stat_text, with_interval
 
@@ -91,7 +91,9 @@ def acceptance_by_bucket_plot(points: pd.DataFrame) -> plt.Figure | None:
                                     "spec_decode_acceptance_length")):
             ax = axes[i][j]
             sns.pointplot(data=part, x="bucket", y=f"{metric}_mean", hue="target_label", ax=ax,
-                          order=order, errorbar=None, dodge=0.2)
+                          order=order, errorbar=None,
+                          # seaborn divides the dodge among the hue levels minus one
+                          dodge=0.2 if part["target_label"].nunique() > 1 else False)
             ax.set_title(task, fontsize=10)
             ax.set_ylabel(METRIC_LABELS[metric])
             ax.set_xlabel("bucket")
@@ -250,10 +252,14 @@ def per_position_plot(frame: pd.DataFrame) -> plt.Figure | None:
 
 
 def _buckets(dataset: str, subset: str, root: Path) -> list[str | None]:
-    path = root / processed_path(dataset, subset)
-    if not path.exists():
+    """Each prompt's bucket (length bucket of the mixed set, task group of Spec-Bench), in the
+    order the prompts are sent; none where the load generator shuffles them (its card says
+    so): a request cannot be mapped to its prompt by position then."""
+    path, card = root / processed_path(dataset, subset), root / card_path(dataset, subset)
+    if not path.exists() or not card.exists() or not json.loads(card.read_text()).get("ordered"):
         return []
-    return [json.loads(line).get("bucket") for line in path.read_text().splitlines() if line]
+    return [(row.get("bucket") or row.get("task")) for row in
+            (json.loads(line) for line in path.read_text().splitlines() if line)]
 
 
 def _tpot_by_bucket(detail: dict, buckets: list) -> dict[str, float]:

@@ -12,7 +12,7 @@ sys.path.insert(0, SRC)
 # scripts and notebooks run in child processes: let them import the library too
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
 
-from sdbench import checks, grid, hostcaps, preflight, provenance
+from sdbench import checks, grid, hostcaps, preflight, provenance, timing
 from sdbench.report import salvage
 from sdbench.config import DERIVED_KINDS, ROUNDS, validate_config
 from sdbench.data.builders import subsets_of
@@ -122,11 +122,14 @@ REPORTS = {ROUND_TITLES[r]: f"{r}.html" for r in ROUNDS if config.get(r)}
 
 
 def all_prompt_sets():
-    """Every processed subset of every dataset (the sets later rounds read are built too)."""
+    """Every processed subset of every dataset (the sets later rounds read are built too), but
+    Spec-Bench's task groups only where a workload reads them: each is a part of its `all`."""
+    used = {(w["dataset"], w["subset"]) for w in config["workloads"].values()}
     return [
         path
         for name, dataset in config["datasets"].items()
         for subset in subsets_of(dataset)
+        if dataset["builder"] != "spec_bench" or subset == "all" or (name, subset) in used
         for path in (grid.processed_path(name, subset), grid.card_path(name, subset))
     ]
 

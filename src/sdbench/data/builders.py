@@ -40,6 +40,13 @@ BUILDER_SOURCE = {"spec_bench": "spec_bench", "sharegpt": "sharegpt",
 # mixed set's file is itself a seeded shuffle of its buckets (`order`), so that a point's first
 # n prompts mix the lengths, and round 3 maps each request to its bucket by position
 ORDERED = ("cnn_dm_mixed",)
+
+
+def sent_in_order(definition: dict) -> bool:
+    """Whether a subset's records are sent in file order (the mixed set; Spec-Bench with
+    `per_task`, whose file takes the task groups in turn) rather than shuffled by the load
+    generator; the reports then map each request to its bucket or task group by position."""
+    return definition["builder"] in ORDERED or bool(definition.get("per_task"))
 HUMAN_ROLES = ("human", "user")
 ASSISTANT_ROLES = ("gpt", "chatgpt", "assistant", "bard", "model")
 SEPARATOR = "\n\n"  # between the texts of one prompt
@@ -283,10 +290,22 @@ def _spec_bench(rows: list[dict], definition: dict, tok: Tokenizer, skipped: Cou
                         "prompt_tokens": tokens, "text_tokens": tokens - tok.count(keep),
                         "question_id": row["question_id"], "category": row["category"],
                         "task": group, "prefix_added": added, "truncated": truncated})
+    if definition.get("per_task"):
+        records = _in_turn(records, definition["per_task"])
     if definition["max_records"] is not None:
         records = records[: definition["max_records"]]
     _need(definition, len(records), 1, "records", skipped)
     return records
+
+
+def _in_turn(records: list[dict], per_task: int) -> list[dict]:
+    """The first `per_task` records of each task group (file order), taken in turn: the first
+    of each group, then the second of each, ... (any first n prompts mix the groups)."""
+    groups: dict[str, list[dict]] = {}
+    for record in records:
+        groups.setdefault(record["task"], []).append(record)
+    firsts = [group[:per_task] for group in groups.values()]
+    return [group[i] for i in range(per_task) for group in firsts if i < len(group)]
 
 
 def _sharegpt(rows: list[dict], definition: dict, tok: Tokenizer, skipped: Counter) -> list:
@@ -480,7 +499,8 @@ def _selection(definition: dict, records: list[dict]) -> dict:
     if builder == "spec_bench":
         return {"task_prefixes": definition.get("task_prefixes") or {},
                 "prefix_added": sum(1 for r in records if r["prefix_added"]),
-                "max_prompt_tokens": definition.get("max_prompt_tokens")}
+                "max_prompt_tokens": definition.get("max_prompt_tokens"),
+                "per_task": definition.get("per_task")}
     return {}
 
 
@@ -497,7 +517,7 @@ def build_subset(definition: dict, raw_path: str | Path, raw_manifest: dict, tok
         "subset": definition["subset"],
         "builder": definition["builder"],
         "records": len(records),
-        "ordered": definition["builder"] in ORDERED,
+        "ordered": sent_in_order(definition),
         "output_rule": _output_rule(definition),
         "selection": _selection(definition, records),
         "composition": composition(records),
