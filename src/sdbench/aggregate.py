@@ -332,11 +332,14 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def apply_index(frame: pd.DataFrame, index: dict | None) -> pd.DataFrame:
-    """Rounds and settings from the current config (a cell two rounds share is listed under
-    both: one row per round), and each target's full-precision counterpart."""
+    """Rounds, settings and method names from the current config (a cell two rounds share is
+    listed under both: one row per round; a method renamed in the config is named so without
+    being measured again), and each target's full-precision counterpart."""
     index = index or {}
     cells, targets = index.get("cells", {}), index.get("targets", {})
     frame = frame.copy()
+    frame["speculator"] = [cells.get(c, {}).get("speculator", s)
+                           for c, s in zip(frame["cell_id"], frame["speculator"], strict=True)]
     frame["setting"] = [cells.get(c, {}).get("setting", DERIVED_SETTING if r == "round3"
                                              else "default")
                         for c, r in zip(frame["cell_id"], frame["round"], strict=True)]

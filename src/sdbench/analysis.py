@@ -284,3 +284,89 @@ def derive_schedule(points: pd.DataFrame, target: str, workload: str,
             schedule.append([start, level, k])
         start = level + 1
     return schedule
+
+
+PREDICTION_TOLERANCE = 0.2  # a measured speedup further than this share from its prediction
+PAIR_AGREEMENT = 95.0  # % of drafted tokens a calibration pair (exact draft) should accept
+
+
+def _step_time(levels: np.ndarray, times: np.ndarray, batch: float) -> tuple[float, str]:
+    """A no-speculation step time at `batch` sequences from the times measured at `levels`
+    (mean TPOT at each concurrency): measured there, else interpolated linearly in
+    log(batch)-log(time) between the neighbouring levels, or extrapolated from the last two
+    (the report says which)."""
+    order = np.argsort(levels)
+    levels, times = levels[order], times[order]
+    if batch in levels:
+        return float(times[levels == batch][0]), "measured"
+    if len(levels) < 2:
+        return np.nan, "one level measured"
+    x, y = np.log(levels), np.log(times)
+    if batch < levels[0] or batch > levels[-1]:
+        i = [0, 1] if batch < levels[0] else [-2, -1]
+        slope = (y[i[1]] - y[i[0]]) / (x[i[1]] - x[i[0]])
+        return float(np.exp(y[i[1]] + slope * (math.log(batch) - x[i[1]]))), "extrapolated"
+    return float(np.exp(np.interp(math.log(batch), x, y))), "interpolated"
+
+
+def predicted_speedups(points: pd.DataFrame) -> pd.DataFrame:
+    """Draft-model speedups predicted from measured quantities, against the measured ones: for
+    each draft-model point whose draft was also measured as a target without speculation (same
+    round, workload and setting; the calibration pair), a speculation round at concurrency c
+    costs k draft steps and one target pass over k+1 tokens per sequence and yields τ tokens
+    (the mean acceptance length), so
+
+        predicted = τ · t_T(c) / (k · t_D(c) + t_V(c)),   t_V(c) ≈ t_T(c · (k+1)),
+
+    with t_T and t_D the target's and the draft's mean TPOT without speculation at that
+    concurrency (their own vanilla cells) and the verification pass taken as one target step
+    over c·(k+1) sequences (interpolated or extrapolated in log-log over the target's measured
+    levels). The prediction is compared with the measured TPOT speedup (decode only, as the
+    model is): `ratio` = measured ÷ predicted, its interval the measured one's (the variance
+    over repeats of the speculative and vanilla points; the prediction's own inputs are
+    means)."""
+    need = {"mean_tpot_ms_mean", "spec_decode_acceptance_length_mean", "tpot_speedup_mean"}
+    if points.empty or not need <= set(points):
+        return pd.DataFrame()
+    closed = points[(points["engine"] == "serve") & (points["load"] == "concurrency")]
+    vanilla = closed[closed["method"] == "vanilla"]
+    keys = ["round", "workload", "setting"]
+    rows = []
+    for _, row in closed[(closed["method"] == "draft_model")
+                         & closed["tpot_speedup_mean"].notna()].iterrows():
+        same = vanilla[(vanilla[keys] == row[keys]).all(axis=1)]
+        target, draft = (same[same["target"] == name] for name in (row["target"], row["draft"]))
+        if target.empty or draft.empty:
+            continue
+        c, k = int(row["concurrency"]), int(row["k"])
+        t_target, t_draft = (part.set_index("concurrency")["mean_tpot_ms_mean"].get(c)
+                             for part in (target, draft))
+        if t_target is None or t_draft is None:
+            continue
+        t_verify, how = _step_time(target["concurrency"].to_numpy(dtype=float),
+                                   target["mean_tpot_ms_mean"].to_numpy(dtype=float), c * (k + 1))
+        tau = float(row["spec_decode_acceptance_length_mean"])
+        predicted = tau * t_target / (k * t_draft + t_verify)
+        measured = float(row["tpot_speedup_mean"])
+        ratio = measured / predicted
+        accepted = float(row.get("spec_decode_acceptance_rate_mean", np.nan))
+        reading = ("as predicted" if abs(ratio - 1) <= PREDICTION_TOLERANCE else
+                   f"measured {abs(ratio - 1):.0%} {'above' if ratio > 1 else 'below'} "
+                   "the prediction")
+        if accepted < PAIR_AGREEMENT:
+            reading += (f"; acceptance {accepted:.1f} % < {PAIR_AGREEMENT:.0f} %: not an exact "
+                        "draft for this target")
+        rows.append({
+            "round": row["round"], "setting": row["setting"], "target": row["target"],
+            "draft": row["draft"], "workload": row["workload"], "k": k, "concurrency": c,
+            "acceptance_length": tau, "acceptance_rate": accepted,
+            "target_step_ms": t_target, "draft_step_ms": t_draft,
+            "verify_ms": t_verify, "verify_from": f"target at c={c * (k + 1)} ({how})",
+            "predicted": predicted, "measured": measured,
+            "measured_ci_low": row.get("tpot_speedup_ci_low"),
+            "measured_ci_high": row.get("tpot_speedup_ci_high"),
+            "output_speedup": row.get("speedup_mean"), "ratio": ratio,
+            "ratio_ci_low": row.get("tpot_speedup_ci_low", np.nan) / predicted,
+            "ratio_ci_high": row.get("tpot_speedup_ci_high", np.nan) / predicted,
+            "reading": reading})
+    return pd.DataFrame(rows)

@@ -17,6 +17,7 @@ from .analysis import (
     best_settings,
     crossover,
     dynamic_k_comparison,
+    predicted_speedups,
     speculative,
     switch_gain,
 )
@@ -119,6 +120,31 @@ def crossover_table(frame: pd.DataFrame) -> pd.DataFrame:
         "interval from": table["interval"],
         "reading": table["reading"], "levels measured": table["levels"],
         "levels without a speedup": table["missing_levels"].fillna("–")})
+
+
+def calibration_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Predicted against measured speedups of draft-model points whose draft was also measured
+    as a target (analysis.predicted_speedups), one row per concurrency."""
+    table = predicted_speedups(points)
+    if table.empty:
+        return table
+    return pd.DataFrame({
+        "target ← draft": table["target"] + " ← " + table["draft"],
+        "workload": table["workload"], "k": table["k"], "concurrency": table["concurrency"],
+        "acceptance length (rate)": [f"{length:.2f} ({rate:.1f} %)" for length, rate in zip(
+            table["acceptance_length"], table["acceptance_rate"], strict=True)],
+        "target step (ms)": table["target_step_ms"].map("{:.1f}".format),
+        "draft step (ms)": table["draft_step_ms"].map("{:.1f}".format),
+        "verification pass (ms)": [f"{v:.1f} ({how})" for v, how in zip(
+            table["verify_ms"], table["verify_from"], strict=True)],
+        "predicted TPOT speedup": table["predicted"].map("{:.2f}×".format),
+        "measured TPOT speedup": [with_interval(m, lo, hi) for m, lo, hi in zip(
+            table["measured"], table["measured_ci_low"], table["measured_ci_high"],
+            strict=True)],
+        "measured ÷ predicted": [with_interval(m, lo, hi, "") for m, lo, hi in zip(
+            table["ratio"], table["ratio_ci_low"], table["ratio_ci_high"], strict=True)],
+        "output-token speedup": table["output_speedup"].map("{:.2f}×".format),
+        "reading": table["reading"]})
 
 
 def best_settings_table(frame: pd.DataFrame) -> pd.DataFrame:
