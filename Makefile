@@ -7,7 +7,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 CORES ?= all
-GENERATED := data/raw data/processed resources results reports logs
+GENERATED := data/raw data/processed resources results reports logs benchmarks
 
 .PHONY: setup demo test test-unit lint lock clean
 
@@ -15,9 +15,11 @@ setup:
 	@bash scripts/setup_venv.sh $(VENV)
 
 demo: setup
-	$(BIN)/snakemake --cores $(CORES) --resources gpu=1 --configfile config/demo.yaml
-	@echo ""
-	@echo "Reports: $(CURDIR)/reports/index.html"
+	@start=$$(date +%s); \
+	$(BIN)/snakemake --cores $(CORES) --resources gpu=1 --configfile config/demo.yaml; \
+	status=$$?; echo ""; \
+	$(BIN)/python -m sdbench.timing --wall-s $$(( $$(date +%s) - start )); \
+	echo ""; echo "Reports: $(CURDIR)/reports/index.html"; exit $$status
 
 test: setup
 	$(BIN)/python -m pytest

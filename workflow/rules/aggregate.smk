@@ -16,6 +16,8 @@ rule summary:
         index=SUMMARY_INDEX,
     log:
         "logs/summary.log",
+    benchmark:
+        timing.benchmark_file("summary", "summary")
     conda:
         ENV
     script:

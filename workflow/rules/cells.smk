@@ -14,6 +14,8 @@ rule cell:
     log:
         cell=grid.CELL_LOG,
         server=grid.SERVER_LOG,
+    benchmark:
+        timing.benchmark_file("cell", "{cell_id}")
     threads: CELL_THREADS
     resources:
         gpu=lambda wc: grid.cell_gpus(CELLS[wc.cell_id].server_config),
@@ -38,6 +40,8 @@ rule dynamic_k_cell:
     log:
         cell="logs/derived/{target}/{workload}/{speculator}.log",
         server="logs/derived/{target}/{workload}/{speculator}.server.log",
+    benchmark:
+        timing.benchmark_file("dynamic_k_cell", "{target}/{workload}/{speculator}")
     threads: CELL_THREADS
     resources:
         gpu=lambda wc: grid.cell_gpus(grid.server_config(config, wc.target)),

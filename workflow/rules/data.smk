@@ -15,6 +15,8 @@ rule fetch_source:
         local=lambda wc: fingerprint(config["sources"][wc.source]),
     log:
         grid.FETCH_LOG,
+    benchmark:
+        timing.benchmark_file("fetch_source", "{source}/{file}")
     wildcard_constraints:
         file=r"[^/]+\.(jsonl|json|parquet|zip)",
     conda:
@@ -33,6 +35,8 @@ rule prompts:
         definition=lambda wc: grid.subset_definition(config, wc.dataset, wc.subset),
     log:
         grid.SUBSET_LOG,
+    benchmark:
+        timing.benchmark_file("prompts", "{dataset}/{subset}")
     conda:
         ENV
     script:

@@ -11,6 +11,8 @@ rule model:
         source=lambda wc: config["models"][wc.model]["source"],
     log:
         grid.MODEL_LOG,
+    benchmark:
+        timing.benchmark_file("model", "{model}")
     conda:
         ENV
     script:

@@ -13,6 +13,8 @@ rule report:
         title=lambda wc: ROUND_TITLES[wc.round],
     log:
         "logs/reports/{round}.log",
+    benchmark:
+        timing.benchmark_file("report", "{round}")
     conda:
         ENV
     script:
@@ -30,6 +32,8 @@ rule index:
         reports=REPORTS,
     log:
         "logs/reports/index.log",
+    benchmark:
+        timing.benchmark_file("index", "index")
     conda:
         ENV
     script:

@@ -1,0 +1,108 @@
+"""Where a run's time went: data, models, cells (server start-up, measuring, the rest) and the
+summary and reports, from Snakemake's per-job benchmark files (benchmarks/<rule>/...) and the
+cells' own records. `make demo` prints it at the end:
+
+    python -m sdbench.timing [--wall-s SECONDS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from datetime import datetime
+from pathlib import Path
+
+from .files import read_jsonl
+
+BENCHMARKS_DIR = "benchmarks"
+# rule -> the part of the run it belongs to
+PARTS = {"fetch_source": "data", "prompts": "data", "model": "models", "cell": "cells",
+         "dynamic_k_cell": "cells", "summary": "summary and reports",
+         "report": "summary and reports", "index": "summary and reports"}
+
+
+def benchmark_file(rule: str, name: str) -> str:
+    """The benchmark file of one job of `rule` (Snakemake writes its wall time there)."""
+    return f"{BENCHMARKS_DIR}/{rule}/{name}.tsv"
+
+
+def _seconds(path: Path) -> float:
+    with path.open() as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    return sum(float(row["s"]) for row in rows)
+
+
+def _instant(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def cell_split(root: str | Path = ".") -> dict[str, float]:
+    """Seconds of the finished cells: server start-up (each server instance once), measuring
+    (each point from the load generator's start to its end, warm-up requests included) and of
+    that the timed requests alone."""
+    root = Path(root)
+    files = [*sorted((root / "results" / "cells").glob("*.jsonl")),
+             *sorted((root / "results" / "derived").rglob("*.jsonl"))]
+    startup: dict[tuple, float] = {}
+    measuring = timed = 0.0
+    for path in files:
+        for record in read_jsonl(path):
+            server = record.get("server") or {}
+            if server.get("startup_s") is not None:
+                startup[(record["cell_id"], server.get("instance"))] = server["startup_s"]
+            prov = record["provenance"]
+            if record["status"] != "unsupported" and prov.get("finished_at"):
+                measuring += _instant(prov["finished_at"]) - _instant(prov["started_at"])
+                timed += float((record.get("metrics") or {}).get("duration") or 0.0)
+    return {"server start-up": sum(startup.values()), "measuring": measuring,
+            "timed requests": timed, "servers": len(startup)}
+
+
+def time_split(root: str | Path = ".") -> dict:
+    """Seconds per part of the run (jobs that ran: their benchmark files), the cells split."""
+    root = Path(root)
+    parts: dict[str, float] = {}
+    jobs: dict[str, int] = {}
+    for rule, part in PARTS.items():
+        for path in sorted((root / BENCHMARKS_DIR / rule).rglob("*.tsv")):
+            parts[part] = parts.get(part, 0.0) + _seconds(path)
+            jobs[part] = jobs.get(part, 0) + 1
+    return {"parts": parts, "jobs": jobs, "cells": cell_split(root)}
+
+
+def _m(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
+def format_split(split: dict, wall_s: float | None = None) -> str:
+    parts, jobs, cells = split["parts"], split["jobs"], split["cells"]
+    lines = ["Where the time went (job wall times from benchmarks/, summed over jobs: jobs that "
+             "ran side by side overlap):"]
+    if wall_s is not None:
+        lines.insert(0, f"Wall time: {_m(wall_s)}")
+    for part in ("data", "models", "cells", "summary and reports"):
+        if part in parts:
+            lines.append(f"  {part:<20} {_m(parts[part]):>9}  ({jobs[part]} jobs)")
+    if cells["servers"]:
+        other = parts.get("cells", 0.0) - cells["server start-up"] - cells["measuring"]
+        lines += [f"    server start-up    {_m(cells['server start-up']):>9}  "
+                  f"({cells['servers']} servers)",
+                  f"    measuring          {_m(cells['measuring']):>9}  (of which timed "
+                  f"requests {_m(cells['timed requests'])}; the rest warm-ups and the load "
+                  "generator's own start)",
+                  f"    the rest           {_m(max(other, 0.0)):>9}  (stopping servers, "
+                  "host checks, job start)"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", default=".")
+    parser.add_argument("--wall-s", type=float, default=None)
+    args = parser.parse_args(argv)
+    print(format_split(time_split(args.root), args.wall_s))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
