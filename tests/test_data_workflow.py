@@ -24,6 +24,7 @@ def workdir(tmp_path, demo_tokenizer_dir):
     tokens with the demo target's tokenizer (a path model: nothing to build)."""
     raw = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
     raw = copy.deepcopy(raw)
+    raw["sources"]["spec_bench"]["path"] = str(REPO / raw["sources"]["spec_bench"]["path"])
     raw["models"]["demo-tokenizer"] = {"source": {"kind": "path",
                                                   "path": str(demo_tokenizer_dir)}}
     raw["tokenizer"] = {"model": "demo-tokenizer"}

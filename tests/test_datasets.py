@@ -14,6 +14,7 @@ from sdbench import grid
 from sdbench.config import ConfigError, validate_config
 from sdbench.data import fixtures
 from sdbench.data.builders import (
+    SPEC_BENCH_GROUPS,
     BuildError,
     bucket_bounds,
     build_subset,
@@ -210,6 +211,8 @@ def test_thucnews_polish_uses_whole_items_with_the_instruction_counted(tmp_path,
 # ------------------------------------------------------------------------ Spec-Bench, ShareGPT
 
 def test_spec_bench_groups_from_the_real_file(tmp_path, config, tok):
+    config["datasets"]["spec_bench"].update(per_task=None, max_prompt_tokens=None,
+                                            max_output_tokens=64)
     counts = {}
     for subset in subsets_of(config["datasets"]["spec_bench"]):
         records, card = build(tmp_path, config, "spec_bench", subset, tok, SPEC_BENCH)
@@ -225,7 +228,7 @@ def test_spec_bench_groups_from_the_real_file(tmp_path, config, tok):
 
 def test_spec_bench_prefixes_and_context_cap(tmp_path, config, tok):
     definition = config["datasets"]["spec_bench"]
-    definition.update(max_prompt_tokens=1000, task_prefixes={
+    definition.update(per_task=None, max_prompt_tokens=1000, max_output_tokens=64, task_prefixes={
         "summarization": "Summarize: ", "qa": "Answer the question: "})
     records, card = build(tmp_path, config, "spec_bench", "all", tok, SPEC_BENCH)
     by_task = {}
@@ -244,6 +247,24 @@ def test_spec_bench_prefixes_and_context_cap(tmp_path, config, tok):
         == 1000
     assert card["composition"]["share_cut"] == len(cut_records) / 480
     assert request_bound(grid.subset_definition(config, "spec_bench", "all")) == 1000 + 64
+
+
+def test_spec_bench_per_task_takes_the_first_of_each_group_in_turn(tmp_path, config, tok):
+    config["datasets"]["spec_bench"]["per_task"] = 2
+    records, card = build(tmp_path, config, "spec_bench", "all", tok, SPEC_BENCH)
+    groups = ["conversation", "translation", "summarization", "qa", "math_reasoning", "rag"]
+    assert [r["task"] for r in records] == groups * 2  # one of each group, then the next
+    firsts = {}
+    for row in read_jsonl(SPEC_BENCH):
+        firsts.setdefault(SPEC_BENCH_GROUPS[row["category"]], []).append(row["question_id"])
+    for task in groups:  # the first two questions of the group, in file order
+        assert [r["question_id"] for r in records if r["task"] == task] == firsts[task][:2]
+    # sent in file order, so the reports can map each request to its task group
+    assert card["ordered"] and card["selection"]["per_task"] == 2
+    config["workloads"]["spec_bench"]["num_prompts"] = 12
+    assert grid.workload_spec(config, "spec_bench")["shuffle"] is False
+    config["datasets"]["spec_bench"]["per_task"] = None
+    assert grid.workload_spec(config, "spec_bench")["shuffle"] is True
 
 
 @pytest.mark.parametrize("fmt", ["json", "jsonl"])

@@ -58,14 +58,15 @@ def test_no_vllm_process_is_left(e2e_run):
 
 def test_records_carry_metrics_and_provenance(e2e_run, host):
     files = sorted((e2e_run["workdir"] / "results" / "cells").glob("*.jsonl"))
-    # round 1 on Spec-Bench: server cells vanilla, ngram, the draft, the EAGLE head (k=2);
-    # offline vanilla + ngram; Transformers vanilla + ngram + the draft; round 2: (vanilla, draft
+    # round 1 on Spec-Bench: server cells vanilla, ngram, the EAGLE head (k=2) on the target,
+    # vanilla and the calibration draft on the deeper target; offline vanilla + ngram;
+    # Transformers vanilla + ngram, vanilla + the calibration draft; round 2: (vanilla, draft
     # k=2) x bf16, GPTQ, AWQ, W8A8 targets on the 0.25k news bucket; round 3: vanilla, the draft
     # with a short draft context
-    assert len(files) == 4 + 2 + 3 + 8 + 2
+    assert len(files) == 5 + 2 + 4 + 8 + 2
     grid_cells = set(files)
     files += list((e2e_run["workdir"] / "results" / "derived").rglob("*.jsonl"))
-    assert len(files) == 20  # + the dynamic-K cell derived from ngram on spec_bench
+    assert len(files) == 22  # + the dynamic-K cell derived from the calibration pair
     engines = {}  # engine -> methods seen
     unsupported = set()
     for path in files:
@@ -164,9 +165,9 @@ def test_records_carry_metrics_and_provenance(e2e_run, host):
 
 def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
     frame = pd.read_parquet(e2e_run["workdir"] / "results" / "summary.parquet")
-    # round 1: 4 server cells x 6 points, 2 offline cells x 4, 3 Transformers cells x 2;
+    # round 1: 5 server cells x 6 points, 2 offline cells x 4, 4 Transformers cells x 2;
     # rounds 2 and 3: 10 cells x 4; the derived cell: 4
-    assert len(frame) == 24 + 8 + 6 + 40 + 4
+    assert len(frame) == 30 + 8 + 8 + 40 + 4
     skipped = frame["target"].isin(host["unsupported"])
     assert (frame.loc[skipped, "status"] == "unsupported").all()
     assert frame.loc[skipped, "speedup"].isna().all()  # never a speedup from nothing
@@ -207,6 +208,11 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
     ngram = frame[(frame["method"] == "ngram") & (frame["round"] == "round1")
                   & (frame["engine"] != "transformers")]
     assert (ngram["spec_decode_acceptance_rate"] > 0).all()
+    # the calibration pair: the draft's tokens are the deeper target's (fp32 or bf16 rounding
+    # aside), at every point of every engine
+    pair = frame[(frame["speculator"] == "calibration") & (frame["engine"] != "transformers")]
+    assert len(pair) == 6 and (pair["spec_decode_acceptance_rate"] >= 90).all(), pair[
+        "spec_decode_acceptance_rate"]
     # the derived cell drafts exactly where its schedule says k > 0
     schedule = json.loads(next((e2e_run["workdir"] / "results" / "derived").rglob(
         "*.schedule.json")).read_text())["schedule"]
@@ -222,9 +228,9 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
 
 def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run, host):
     points = pd.read_parquet(e2e_run["workdir"] / "results" / "summary_points.parquet")
-    # round 1: 4 server cells x 3 points, offline 2 x 2, Transformers 3 x 1; rounds 2 and 3:
+    # round 1: 5 server cells x 3 points, offline 2 x 2, Transformers 4 x 1; rounds 2 and 3:
     # 10 x 2; the derived cell: 2
-    assert len(points) == 12 + 4 + 3 + 20 + 2 and (points["repeats"] == 2).all()
+    assert len(points) == 15 + 4 + 4 + 20 + 2 and (points["repeats"] == 2).all()
     skipped = points["target"].isin(host["unsupported"])
     assert (points.loc[skipped, "status"] == "2 unsupported").all()
     assert points.loc[skipped, "speedup_mean"].isna().all()
@@ -258,14 +264,18 @@ def test_reports_are_rendered(e2e_run, host):
     assert "Prompt sets" in page and "spec_bench/all" in page  # data cards
     assert "card missing" not in page
     index = (workdir / "reports" / "index.html").read_text()
-    assert index.count(">done<") == 20 - 2 * len(host["unsupported"])
+    assert index.count(">done<") == 22 - 2 * len(host["unsupported"])
     # each unsupported cell (vanilla and the draft per int4 target): its row and its problem
     assert index.count(UNSUPPORTED_CELL) == 2 * 2 * len(host["unsupported"])
     for name in ("round1.html", "round2.html", "round3.html"):
         assert f'href="{name}"' in index
     for section in ("Lossless check", "Derived dynamic-K schedule", "Provenance",
-                    "crossover concurrency", "One setting for all loads"):
+                    "crossover concurrency", "One setting for all loads",
+                    "Calibration pair: a known answer", "predicted TPOT speedup",
+                    "smollm2-135m-deep ← smollm2-135m", "Speedup by task group",
+                    "summarization", "math_reasoning"):
         assert section in page, section
+    assert "No calibration pair" not in page and "No task-group split" not in page
     assert "No dynamic-K cell in this study" not in page
     assert "Energy per output token" in page and "No GPU energy readings" in page
     # every engine, the EAGLE head and the request-rate points are in the round 1 report
@@ -343,6 +353,10 @@ def test_converted_model_answers_sensibly(e2e_run):
     draft = json.loads((e2e_run["workdir"] / "resources" / "models" / "smollm2-135m-6l"
                         / "config.json").read_text())
     assert draft["num_hidden_layers"] == 6
+    deep = e2e_run["workdir"] / "resources" / "models" / "smollm2-135m-deep"
+    card = json.loads((deep / "sdbench-model.json").read_text())
+    assert card["layers"] == 90 and card["base_layers"] == 30 and card["files"]
+    assert "Paris" in greedy_reply(deep, "What is the capital of France?")
 
 
 def test_complete_run_has_nothing_to_do(e2e_run):
@@ -353,12 +367,14 @@ def test_complete_run_has_nothing_to_do(e2e_run):
 
 def test_changing_one_k_list_plans_only_the_changed_cells(e2e_run, tmp_path):
     config = e2e_config(e2e_run["raw"])
-    config["round1"]["methods"][0]["k"] = [2, 3]  # ngram: add k=3
+    assert config["round1"]["methods"][1]["name"] == "calibration"
+    config["round1"]["methods"][1]["k"] = [2, 3]  # the calibration draft: add k=3
     changed = write_config(e2e_run["workdir"] / "e2e-k3.yaml", config)
     result = snakemake("-n", workdir=e2e_run["workdir"], configfile=changed)
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout + result.stderr)
-    # the new cells, and the dynamic-K cell (its schedule is derived from ngram's cells)
+    # the new cell (the Transformers reference keeps its own k), and the dynamic-K cell (its
+    # schedule is derived from the calibration pair's cells)
     assert counts == {"all": 1, "cell": 1, "dynamic_k_cell": 1, "summary": 1, "report": 3,
                       "index": 1}
 

@@ -1,48 +1,55 @@
 import copy
+from pathlib import Path
 
 import pytest
+import yaml
 
 from sdbench import grid
 from sdbench.config import ConfigError, validate_config
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def cells_of(raw):
     return grid.all_cells(validate_config(copy.deepcopy(raw)))
 
 
-def test_demo_grid_shape(demo_config):
+def test_demo_grid_shape():
+    demo_config = validate_config(yaml.safe_load((REPO / "config" / "demo.yaml").read_text()))
     cells = grid.all_cells(demo_config)
     rounds = {r: [c for c in cells if c.round == r] for r in grid.ROUNDS}
-    # round 1: server cells vanilla, ngram k=2,4, the draft and the EAGLE head (k=3); offline
-    # vanilla + ngram k=4; Transformers vanilla + ngram and the draft (k=3); round 2: (vanilla
-    # + draft k=3) x 4 targets (bf16, GPTQ, AWQ, W8A8) x 2 buckets; round 3: one vanilla shared
-    # by the two speculative-only settings
-    assert [len(rounds[r]) for r in grid.ROUNDS] == [5 + 2 + 3, 16, 3]
-    assert len({c.cell_id for c in cells}) == 29
-    assert {c.speculator for c in cells} == {"vanilla", "ngram", "draft-6l", "eagle-untrained"}
-    engines = {e: [c for c in rounds["round1"] if c.engine == e]
-               for e in ("serve", "offline", "transformers")}
-    assert [len(engines[e]) for e in engines] == [5, 2, 3]
-    assert all(c.concurrency == (1, 4) for c in cells if c.engine != "transformers")
-    assert all(c.concurrency == (1,) for c in engines["transformers"])
-    # every round 1 cell is paired with vanilla of its own engine (and target)
+    # round 1 (server only): vanilla, ngram and the EAGLE head (k=3) on the target; vanilla and
+    # the calibration draft (k=3) on the deeper target; round 2: vanilla + draft k=3 on one
+    # bucket; round 3: one vanilla and the short draft context
+    assert [len(rounds[r]) for r in grid.ROUNDS] == [5, 2, 2]
+    assert len({c.cell_id for c in cells}) == 9
+    assert {c.speculator for c in cells} == {"vanilla", "ngram", "calibration",
+                                             "eagle-untrained-plumbing", "draft-6l-plumbing"}
+    assert {c.engine for c in cells} == {"serve"}
+    assert all(c.concurrency == (1, 6) for c in rounds["round1"])
+    assert all(c.concurrency == (1, 4) for c in rounds["round2"] + rounds["round3"])
+    # the calibration draft runs on the deeper target only, paired with its vanilla cell
     by_id = {c.cell_id: c for c in cells}
+    pair = next(c for c in cells if c.speculator == "calibration")
+    assert pair.server_config["target"]["name"] == "smollm2-135m-deep"
+    assert pair.server_config["draft"]["name"] == "smollm2-135m"
+    base = by_id[pair.baseline_cell_id]
+    assert base.is_baseline and base.server_config["target"]["name"] == "smollm2-135m-deep"
+    # and the draft is measured as a target of its own (its step time predicts the speedup)
+    assert any(c.is_baseline and c.server_config["target"]["name"] == "smollm2-135m"
+               for c in rounds["round1"])
     for cell in rounds["round1"]:
         if not cell.is_baseline:
-            base = by_id[cell.baseline_cell_id]
-            assert base.is_baseline and base.engine == cell.engine
-    # open-loop points are in the server cells only
-    assert {c.request_rates for c in engines["serve"]} == {(2,)}
-    assert {c.request_rates for c in engines["offline"] + engines["transformers"]} == {()}
-    assert [p["mode"] for p in engines["serve"][0].load_points()] == ["concurrency"] * 2 + ["rate"]
-    assert {c.server_config["target"]["quantization"] for c in rounds["round2"]} == {
-        None, "gptq", "awq", "compressed-tensors"}
+            assert by_id[cell.baseline_cell_id].is_baseline
+    assert {c.request_rates for c in cells} == {()}
+    assert {c.server_config["target"]["quantization"] for c in rounds["round2"]} == {None}
     spec3 = [c for c in rounds["round3"] if not c.is_baseline]
-    assert sorted(c.setting for c in spec3) == ["default", "draft-len-512"]
-    assert spec3[0].baseline_cell_id == spec3[1].baseline_cell_id
-    short = next(c for c in spec3 if c.setting == "draft-len-512")
-    assert short.server_config["method_options"]["max_model_len"] == 512
-    assert "[draft-len-512]" in short.label
+    assert [c.setting for c in spec3] == ["draft-len-512"]
+    assert spec3[0].server_config["method_options"]["max_model_len"] == 512
+    assert "[draft-len-512]" in spec3[0].label
+    # the demo's dynamic-K cell: the calibration pair's schedule on the deeper target
+    assert [(s["target"], s["speculator"]) for s in grid.dynamic_k_specs(demo_config)] == [
+        ("smollm2-135m-deep", "calibration")]
 
 
 def test_a_server_setting_gets_its_own_baseline(demo_config_raw):
@@ -54,7 +61,7 @@ def test_a_server_setting_gets_its_own_baseline(demo_config_raw):
                 and not c.is_baseline)
     base = cells[spec.baseline_cell_id]
     assert base.server_config["args"]["enable_chunked_prefill"] is False
-    assert base.is_baseline and len(cells) == 5
+    assert base.is_baseline and len(cells) == 4
 
 
 def test_a_cell_two_rounds_share_is_measured_once(demo_config_raw):
@@ -88,12 +95,12 @@ def test_ids_are_stable_and_changing_k_only_changes_those_cells(demo_config_raw)
     before = {c.cell_id: c for c in cells_of(demo_config_raw)}
     assert set(before) == {c.cell_id for c in cells_of(demo_config_raw)}
     changed = copy.deepcopy(demo_config_raw)
-    changed["round1"]["methods"][0]["k"] = [2, 3]
+    changed["round1"]["methods"][0]["k"] = [4]  # ngram: 3 -> 4 (the other engines keep theirs)
     after = {c.cell_id: c for c in cells_of(changed)}
     new = set(after) - set(before)
     gone = set(before) - set(after)
-    assert {after[i].server_config["num_speculative_tokens"] for i in new} == {3}
-    assert {before[i].server_config["num_speculative_tokens"] for i in gone} == {4}
+    assert {after[i].server_config["num_speculative_tokens"] for i in new} == {4}
+    assert {before[i].server_config["num_speculative_tokens"] for i in gone} == {3}
     assert len(new) == len(gone) == 1
 
 
@@ -101,8 +108,10 @@ def test_server_args_and_model_source_are_part_of_the_identity(demo_config_raw):
     before = {c.cell_id for c in cells_of(demo_config_raw)}
     changed = copy.deepcopy(demo_config_raw)
     changed["server"]["args"]["max_model_len"] = 2048
-    # (Transformers cells take no vLLM server arguments: they keep their ids)
-    hf = {c.cell_id for c in cells_of(demo_config_raw) if c.engine == "transformers"}
+    # (Transformers cells take no vLLM server arguments, and the deeper target has its own
+    # max_model_len: they keep their ids)
+    hf = {c.cell_id for c in cells_of(demo_config_raw) if c.engine == "transformers"
+          or c.server_config["target"]["name"] == "smollm2-135m-deep"}
     assert (before - hf).isdisjoint({c.cell_id for c in cells_of(changed)})
     assert hf <= {c.cell_id for c in cells_of(changed)}
     # the draft is cut from the target: changing the target's source changes draft cells too
@@ -132,7 +141,8 @@ def test_a_bucket_change_only_touches_that_bucket(demo_config_raw):
         grid.subset_definition(after, "cnn_dm_news_summary", "0.5k")
     ids = {c.cell_id: c.workload["name"] for c in grid.all_cells(before)}
     kept = {c.cell_id for c in grid.all_cells(after)} & set(ids)
-    assert {ids[i] for i in kept} == {"news_0.25k"} and len(kept) == 10
+    # per workload: 5 server, 2 offline and 4 Transformers cells
+    assert {ids[i] for i in kept} == {"news_0.25k"} and len(kept) == 11
 
 
 def test_duplicate_cells_are_refused(demo_config_raw):
@@ -143,7 +153,7 @@ def test_duplicate_cells_are_refused(demo_config_raw):
 
 
 def test_cell_roundtrip_and_model_paths(demo_config):
-    cell = next(c for c in grid.all_cells(demo_config) if c.speculator == "draft-6l")
+    cell = next(c for c in grid.all_cells(demo_config) if c.speculator == "draft-6l-plumbing")
     assert grid.Cell.from_dict(cell.to_dict()) == cell
     assert grid.cell_models(cell) == ["smollm2-135m", "smollm2-135m-6l"]
     assert grid.model_dir(demo_config, "smollm2-135m") == "resources/models/smollm2-135m"

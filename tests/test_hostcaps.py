@@ -190,7 +190,7 @@ def test_plan_forecast_for_the_demo_cells(demo_config, tmp_path):
             for c in cells}
     int4 = {c.cell_id for c in cells
             if c.server_config["target"]["name"] in ("smollm2-135m-gptq", "smollm2-135m-awq")}
-    assert {c for c, reason in avx2.items() if reason} == int4 and len(int4) == 8
+    assert {c for c, reason in avx2.items() if reason} == int4 and len(int4) == 4
     assert all(hostcaps.plan_reason(demo_config, c, cpu_caps(avx512=True), tmp_path) is None
                for c in cells)
     assert all(hostcaps.plan_reason(demo_config, c, None, tmp_path) is None for c in cells)
@@ -226,9 +226,9 @@ def test_plan_message_groups_cells_by_reason(demo_config, monkeypatch, tmp_path)
     plan = hostcaps.host_plan(demo_config, cells)
     message = hostcaps.plan_message(plan, cells)
     lines = message.splitlines()
-    assert lines[0].startswith("sdbench: 8 of 29 cells cannot run on this host")
+    assert lines[0].startswith("sdbench: 4 of 21 cells cannot run on this host")
     assert [line.startswith("  vLLM 0.32.0") for line in lines].count(True) == 2  # GPTQ, AWQ
-    assert len([line for line in lines if line.startswith("    ")]) == 8
+    assert len([line for line in lines if line.startswith("    ")]) == 4
     assert {p["dtype"] for c, p in plan.items() if cells[c].engine == grid.SERVE} == {"float32"}
     monkeypatch.setattr(hostcaps, "host_caps", lambda: cpu_caps(avx512=True, bf16=True))
     assert hostcaps.plan_message(hostcaps.host_plan(demo_config, cells), cells) is None

@@ -87,8 +87,9 @@ def test_method_targets_and_round1_sections_are_checked(demo_config_raw):
     with pytest.raises(ConfigError, match=r"round1\.methods\[2\]\.targets\[0\] = 'no-such-model'"):
         validate_config(raw)
     raw = copy.deepcopy(demo_config_raw)
-    raw["round1"]["transformers"]["speculators"] = ["eagle-untrained"]
-    with pytest.raises(ConfigError, match=r"transformers\.speculators\[0\] = 'eagle-untrained'"
+    raw["round1"]["transformers"]["speculators"] = ["eagle-untrained-plumbing"]
+    with pytest.raises(ConfigError, match=r"transformers\.speculators\[0\] = "
+                                          r"'eagle-untrained-plumbing'"
                                           r".*no Transformers counterpart"):
         validate_config(raw)
     raw = copy.deepcopy(demo_config_raw)
@@ -105,7 +106,7 @@ def test_a_method_on_its_own_target_gets_that_targets_vanilla(demo_config_raw):
     raw = copy.deepcopy(demo_config_raw)
     raw["round1"]["methods"][2]["targets"] = ["smollm2-135m-gptq"]  # the EAGLE entry
     cells = grid.round_cells(validate_config(raw), "round1")
-    eagle = next(c for c in cells if c.speculator == "eagle-untrained")
+    eagle = next(c for c in cells if c.speculator == "eagle-untrained-plumbing")
     assert eagle.server_config["target"]["name"] == "smollm2-135m-gptq"
     base = next(c for c in cells if c.cell_id == eagle.baseline_cell_id)
     assert base.is_baseline and base.server_config["target"]["name"] == "smollm2-135m-gptq"
@@ -116,11 +117,11 @@ def test_a_method_on_its_own_target_gets_that_targets_vanilla(demo_config_raw):
 
 def test_draft_tensor_parallelism_is_one_or_the_targets(demo_config_raw):
     raw = copy.deepcopy(demo_config_raw)
-    raw["models"]["smollm2-135m"]["tensor_parallel_size"] = 2
+    raw["models"]["smollm2-135m-deep"]["tensor_parallel_size"] = 2
     raw["round1"]["methods"][1]["options"] = {"draft_tensor_parallel_size": 2}
     config = validate_config(copy.deepcopy(raw))
     draft = next(c for c in grid.round_cells(config, "round1")
-                 if c.speculator == "draft-6l" and c.engine == "serve")
+                 if c.speculator == "calibration" and c.engine == "serve")
     assert draft.server_config["args"]["tensor_parallel_size"] == 2
     assert draft.server_config["method_options"]["draft_tensor_parallel_size"] == 2
     assert grid.cell_gpus(draft.server_config) == 2  # the draft shares the target's GPUs
@@ -156,13 +157,13 @@ def test_duration_bounded_points_derive_their_prompt_count(demo_config_raw):
         probed.append(load["concurrency"])
         return 0.9  # requests per second measured at that concurrency
 
-    # rate 2/s x 3 s = 6 prompts; the workload has 8
+    # rate 2/s x 3 s = 6 prompts; the workload has 6
     assert cellmod._num_prompts(vanilla, rate, probe)[0] == 6
     n, info = cellmod._num_prompts(vanilla, closed, probe)
     assert n == 3 and info["probe_request_throughput"] == 0.9 and probed == [1]
     fast = lambda load: 100.0  # noqa: E731 - would want 300 prompts: capped, and said so
     n, info = cellmod._num_prompts(vanilla, closed, fast)
-    assert n == 8 and info["duration_capped"] and info["duration_prompts_wanted"] == 300
+    assert n == 6 and info["duration_capped"] and info["duration_prompts_wanted"] == 300
     server = SimpleNamespace(connect_host="127.0.0.1", port=9)
     argv = cellmod.point_argv(vanilla, config, server, rate, None, 6)
     args = parse_loadgen(argv)
@@ -170,7 +171,7 @@ def test_duration_bounded_points_derive_their_prompt_count(demo_config_raw):
     # without duration_s every point sends the workload's prompts and cell ids are unchanged
     plain = validate_config(copy.deepcopy(demo_config_raw))
     base = next(c for c in grid.round_cells(plain, "round1") if c.is_baseline)
-    assert cellmod._num_prompts(base, rate, probe) == (8, {})
+    assert cellmod._num_prompts(base, rate, probe) == (6, {})
     assert "duration_s" not in base.workload["loadgen"]
     assert vanilla.cell_id != base.cell_id
 
@@ -240,9 +241,9 @@ def test_engine_job_carries_the_cells_settings(demo_config):
                                          "prompt_lookup_min": 2, "prompt_lookup_max": 4}
     assert job["args"]["max_model_len"] == 4096 and job["args"]["enforce_eager"] is True
     assert [p["concurrency"] for p in job["plan"]] == [1, 4]
-    hf = next(c for c in cells if c.engine == "transformers" and c.speculator == "draft-6l")
+    hf = next(c for c in cells if c.engine == "transformers" and c.speculator == "calibration")
     job = cellmod.engine_job(hf, demo_config, [(hf.load_points()[0], 1)], "/tmp/x")
-    assert job["draft_dir"] == "resources/models/smollm2-135m-6l" and job["k"] == 3
+    assert job["draft_dir"] == "resources/models/smollm2-135m" and job["k"] == 3
     # the demo's `dtype: host`, resolved for this host (asked of vLLM when no verdict is given)
     assert job["args"]["dtype"] in ("float32", "bfloat16")
     verdict = {"dtype": {"requested": "host", "resolved": "float32", "why": "AVX2"}}

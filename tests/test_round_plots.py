@@ -81,6 +81,7 @@ def test_mixed_workload_is_split_by_bucket(tmp_path):
     prompts.parent.mkdir(parents=True)
     prompts.write_text("".join(json.dumps({"prompt": "p", "bucket": b}) + "\n"
                                for b in ("0.25k", "0.25k", "1k", "1k")))
+    prompts.with_name("all.card.json").write_text(json.dumps({"ordered": True}))
     write_requests(tmp_path, "base", [1.0, 1.0, 2.0, 2.0])
     write_requests(tmp_path, "spec", [0.5, 0.5, 2.5, 2.5])  # faster short, slower long
     frame = pd.DataFrame([{"cell_id": "spec", "baseline_cell_id": "base", "method": "draft",
@@ -94,3 +95,37 @@ def test_mixed_workload_is_split_by_bucket(tmp_path):
     assert list(table.columns) == ["0.25k", "1k"]
     assert table.iloc[0]["1k"] == "0.80×"
     assert np.isfinite(data["tpot_speedup"]).all()
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_spec_bench_sent_in_order_is_split_by_task_group_and_a_shuffled_set_is_not(
+        tmp_path, ordered):
+    prompts = tmp_path / "data" / "processed" / "spec_bench" / "all.jsonl"
+    prompts.parent.mkdir(parents=True)
+    prompts.write_text("".join(json.dumps({"prompt": "p", "task": t}) + "\n"
+                               for t in ("summarization", "qa", "summarization", "qa")))
+    prompts.with_name("all.card.json").write_text(json.dumps({"ordered": ordered}))
+    write_requests(tmp_path, "base", [1.0, 1.0, 1.0, 1.0])
+    write_requests(tmp_path, "spec", [0.5, 1.25, 0.5, 1.25])  # copying pays, answering not
+    frame = pd.DataFrame([{"cell_id": "spec", "baseline_cell_id": "base", "method": "ngram",
+                           "speculator": "ngram", "k": 3, "setting": "default", "target": "t",
+                           "workload": "spec_bench", "dataset": "spec_bench", "subset": "all",
+                           "concurrency": 1, "repeat": 0, "status": "ok"}])
+    data = round_plots.bucket_speedups(frame, tmp_path)
+    if not ordered:  # the load generator shuffled the prompts: no request maps to a group
+        assert data.empty and round_plots.bucket_speedup_table(frame, tmp_path).empty
+        return
+    data = data.set_index("bucket")
+    assert data.loc["summarization", "tpot_speedup"] == pytest.approx(2.0)
+    assert data.loc["qa", "tpot_speedup"] == pytest.approx(0.8)
+
+
+def test_acceptance_by_bucket_plots_one_target(tmp_path):
+    """One target (the demo's round 2): a hue of one level, no dodge to divide."""
+    points = pd.DataFrame([{"method": "draft_model", "speedup_mean": 1.0, "target": "t",
+                            "quantization": None, "dtype": "float32", "dataset": "news",
+                            "subset": s, "spec_decode_acceptance_rate_mean": 5.0,
+                            "spec_decode_acceptance_length_mean": 1.1}
+                           for s in ("0.25k", "1k")])
+    fig = round_plots.acceptance_by_bucket_plot(points)
+    assert fig is not None and len(fig.axes) == 2

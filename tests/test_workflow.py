@@ -2,7 +2,7 @@
 
 import re
 
-from workflow_helpers import REPO, SNAKEMAKE, job_counts, snakemake
+from workflow_helpers import REPO, SNAKEMAKE, job_counts, snakemake, with_left_out, write_config
 
 
 def test_lint_is_clean():
@@ -51,11 +51,12 @@ def test_default_configfile_is_the_real_study(tmp_path):
 
 
 def test_offline_run_fails_at_the_start_with_what_to_do(tmp_path):
-    config = tmp_path / "offline.yaml"
+    import yaml
+
     url = "https://sdbench-unreachable.invalid/question.jsonl"
-    config.write_text((REPO / "config" / "demo.yaml").read_text().replace(
-        "spec_bench: {kind: fixture, rows: 8}",
-        f"spec_bench: {{kind: url, url: '{url}', sha256: '{'0' * 64}'}}"))
+    raw = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
+    raw["sources"]["spec_bench"] = {"kind": "url", "url": url, "sha256": "0" * 64}
+    config = write_config(tmp_path / "offline.yaml", raw)
     result = snakemake(workdir=tmp_path, configfile=config, timeout=300)  # a real run
     output = result.stdout + result.stderr
     assert result.returncode != 0
@@ -107,23 +108,29 @@ def test_slurm_profile_plans_gpu_runtime_and_memory_per_cell(tmp_path):
 
 def test_plan_names_the_cells_this_host_cannot_run_and_keeps_going(tmp_path):
     """As on a CPU without AVX-512 (emulated, whatever this CPU is): the dry run lists the
-    demo's GPTQ and AWQ cells with the reason before anything runs; the workflow's default
-    profile (--keep-going) is in force."""
-    result = snakemake("-n", workdir=tmp_path, configfile=REPO / "config" / "demo.yaml",
+    GPTQ and AWQ cells (the demo with what it leaves out) with the reason before anything
+    runs; the workflow's default profile (--keep-going) is in force."""
+    import yaml
+
+    configfile = write_config(tmp_path / "left-out.yaml", with_left_out(
+        yaml.safe_load((REPO / "config" / "demo.yaml").read_text())))
+    result = snakemake("-n", workdir=tmp_path, configfile=configfile,
                        env={"SDBENCH_CPU_ISA": "avx2"}, timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert f"workflow specific profile {REPO / 'workflow' / 'profiles' / 'default'}" in output
-    assert "8 of 29 cells cannot run on this host" in output
+    # round 1: 5 server, 2 offline, 4 Transformers cells; round 2: (vanilla, draft) x 4
+    # targets; round 3: 2
+    assert "4 of 21 cells cannot run on this host" in output
     for fmt in ("GPTQ", "AWQ"):
         assert (f"runs {fmt} int4 (smollm2-135m-{fmt.lower()}) only on CPUs with AVX-512: its "
                 "cpu_gemm_wna16 kernel is built into _C and _C_AVX512, not into _C_AVX2") in output
     listed = re.findall(r"^    [0-9a-f]{12}  (.+)$", output, flags=re.M)
-    assert len(listed) == 8 and all("-gptq" in x or "-awq" in x for x in listed)
+    assert len(listed) == 4 and all("-gptq" in x or "-awq" in x for x in listed)
     assert "emulated: SDBENCH_CPU_ISA=avx2" in output
     # the unsupported cells are still planned: each records why it measured nothing
-    assert job_counts(output)["cell"] == 29
-    bad = snakemake("-n", workdir=tmp_path, configfile=REPO / "config" / "demo.yaml",
+    assert job_counts(output)["cell"] == 21
+    bad = snakemake("-n", workdir=tmp_path, configfile=configfile,
                     env={"SDBENCH_CPU_ISA": "sse2"}, timeout=300)
     assert bad.returncode != 0
     assert "SDBENCH_CPU_ISA = 'sse2' is not allowed" in bad.stdout + bad.stderr
@@ -137,11 +144,11 @@ def test_duration_bounded_speculative_cells_wait_for_their_baseline(tmp_path):
     from sdbench import grid
     from sdbench.config import validate_config
 
-    raw = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
+    raw = with_left_out(yaml.safe_load((REPO / "config" / "demo.yaml").read_text()))
+    plain = write_config(tmp_path / "plain.yaml", raw)
     raw["loadgen"]["duration_s"] = 5
-    path = tmp_path / "duration.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    for configfile, cells in ((path, 2), (REPO / "config" / "demo.yaml", 1)):
+    path = write_config(tmp_path / "duration.yaml", raw)
+    for configfile, cells in ((path, 2), (plain, 1)):
         config = validate_config(yaml.safe_load(configfile.read_text()))
         spec = next(c for c in grid.round_cells(config, "round1")
                     if not c.is_baseline and c.engine == grid.SERVE)

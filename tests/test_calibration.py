@@ -1,0 +1,168 @@
+"""The calibration pair (a deeper target made of no-op layers, the base model its exact draft)
+and the speedup predicted from measured step times."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from sdbench import models
+from sdbench.analysis import _step_time, predicted_speedups
+
+
+def test_deepened_weights_put_zeroed_copies_after_each_layer():
+    import torch
+
+    weights = {"model.embed_tokens.weight": torch.randn(8, 4), "model.norm.weight": torch.ones(4)}
+    for i in range(2):
+        for name in ("self_attn.q_proj", "self_attn.o_proj", "mlp.up_proj", "mlp.down_proj",
+                     "input_layernorm"):
+            weights[f"model.layers.{i}.{name}.weight"] = torch.randn(4, 4) + 5
+    deep = models.deepen_state_dict(weights, layers=2, noop_per_layer=2)
+    assert models.deepened_layout(2, 2) == [0, None, None, 1, None, None]
+    assert {int(k.split(".")[2]) for k in deep if k.startswith("model.layers.")} == set(range(6))
+    for new, base in ((0, 0), (3, 1)):  # the real layers, unchanged, at their new places
+        for name in ("self_attn.o_proj", "mlp.down_proj", "self_attn.q_proj"):
+            assert torch.equal(deep[f"model.layers.{new}.{name}.weight"],
+                               weights[f"model.layers.{base}.{name}.weight"])
+    for new, base in ((1, 0), (2, 0), (4, 1), (5, 1)):  # no-op copies of the layer before
+        assert not deep[f"model.layers.{new}.self_attn.o_proj.weight"].any()
+        assert not deep[f"model.layers.{new}.mlp.down_proj.weight"].any()
+        assert torch.equal(deep[f"model.layers.{new}.self_attn.q_proj.weight"],
+                           weights[f"model.layers.{base}.self_attn.q_proj.weight"])
+    assert torch.equal(deep["model.embed_tokens.weight"], weights["model.embed_tokens.weight"])
+    assert weights["model.layers.0.mlp.down_proj.weight"].any()  # the base is not modified
+
+
+def test_the_deeper_model_computes_exactly_what_the_base_model_does(tmp_path,
+                                                                   demo_tokenizer_dir):
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                         tie_word_embeddings=True)
+    base = LlamaForCausalLM(config).eval()
+    base.save_pretrained(tmp_path / "base")
+    AutoTokenizer.from_pretrained(demo_tokenizer_dir).save_pretrained(tmp_path / "base")
+    card = models.build_deepened("deep", {"kind": "deepen", "model": "base", "noop_per_layer": 2},
+                                 tmp_path / "base", tmp_path / "deep")
+    assert card["layers"] == 9 and card["base_layers"] == 3 and card["files"]
+    deep = LlamaForCausalLM.from_pretrained(tmp_path / "deep").eval()
+    assert deep.config.num_hidden_layers == 9
+    ids = torch.randint(0, 49152, (2, 12))
+    with torch.no_grad():
+        assert torch.equal(deep(ids).logits, base(ids).logits)  # bit for bit
+        assert torch.equal(deep.generate(ids, max_new_tokens=8, do_sample=False),
+                           base.generate(ids, max_new_tokens=8, do_sample=False))
+
+
+def test_step_times_interpolate_and_extrapolate_in_log_log():
+    levels, times = [1.0, 4.0, 16.0], [10.0, 40.0, 80.0]
+    import numpy as np
+
+    levels, times = np.array(levels), np.array(times)
+    assert _step_time(levels, times, 4) == (40.0, "measured")
+    value, how = _step_time(levels, times, 2)
+    assert how == "interpolated" and value == pytest.approx(20.0)  # geometric midpoint
+    value, how = _step_time(levels, times, 64)
+    assert how == "extrapolated" and value == pytest.approx(160.0)  # slope 1/2 in log-log
+    assert math.isnan(_step_time(levels[:1], times[:1], 4)[0])
+
+
+def _point(target, method, c, tpot, workload="w", draft=None, k=None, tau=None, measured=None):
+    return {"round": "round1", "setting": "default", "engine": "serve", "load": "concurrency",
+            "target": target, "draft": draft, "method": method, "k": k, "workload": workload,
+            "concurrency": c, "mean_tpot_ms_mean": tpot,
+            "spec_decode_acceptance_length_mean": tau, "tpot_speedup_mean": measured,
+            "spec_decode_acceptance_rate_mean": None if tau is None else (tau - 1) / k * 100,
+            "tpot_speedup_ci_low": None if measured is None else measured * 0.9,
+            "tpot_speedup_ci_high": None if measured is None else measured * 1.1,
+            "speedup_mean": measured}
+
+
+def test_predicted_speedup_uses_each_side_s_own_step_times_and_flags_a_gap():
+    target_ms = {1: 10.0, 4: 14.0, 16: 30.0}
+    draft_ms = {1: 4.0, 4: 5.0, 16: 9.0}
+    verify_64 = 30.0 * (30.0 / 14.0)  # extrapolated from c=4 -> 16 in log-log
+    expected = {1: 3.5 * 10 / (3 * 4 + 14), 4: 3.5 * 14 / (3 * 5 + 30),
+                16: 3.5 * 30 / (3 * 9 + verify_64)}
+    rows = []
+    for c in (1, 4, 16):
+        rows += [_point("deep", "vanilla", c, target_ms[c]), _point("base", "vanilla", c,
+                                                                    draft_ms[c]),
+                 # another workload with other times must not leak into this one's prediction
+                 _point("deep", "vanilla", c, 99.0, workload="other"),
+                 _point("deep", "draft_model", c, None, draft="base", k=3, tau=3.5,
+                        measured=expected[c] * (0.7 if c == 16 else 1.0)),
+                 # a draft never measured as a target: nothing to predict from
+                 _point("deep", "draft_model", c, None, draft="unmeasured", k=3, tau=3.5,
+                        measured=1.0)]
+    table = predicted_speedups(pd.DataFrame(rows)).set_index("concurrency")
+    assert list(table.index) == [1, 4, 16] and set(table["draft"]) == {"base"}
+    for c in (1, 4, 16):
+        assert table.loc[c, "predicted"] == pytest.approx(expected[c])
+    assert table.loc[1, "verify_from"] == "target at c=4 (measured)"
+    assert table.loc[16, "verify_from"] == "target at c=64 (extrapolated)"
+    assert table.loc[1, "ratio"] == pytest.approx(1.0)
+    assert table.loc[1, "reading"].startswith("as predicted")
+    assert table.loc[16, "ratio"] == pytest.approx(0.7)
+    assert table.loc[16, "reading"].startswith("measured 30% below the prediction")
+    assert table.loc[16, "ratio_ci_low"] == pytest.approx(0.63)
+    assert table.loc[1, "acceptance_rate"] == pytest.approx(250 / 3)  # 2.5 of 3 drafts
+    # a pair that does not agree says so (here 2.5 of 3 drafted tokens accepted: 83 %)
+    assert "acceptance 83.3 % < 95 %: not an exact draft" in table.loc[1, "reading"]
+
+
+def test_a_start_of_turn_eos_becomes_the_end_of_turn_token(demo_tokenizer_dir):
+    from transformers import AutoTokenizer, LlamaConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(demo_tokenizer_dir)
+    config = LlamaConfig(eos_token_id=1)
+    assert models.fix_end_of_turn(tokenizer, config) is None  # EOS is not BOS: left alone
+    tokenizer.eos_token = tokenizer.bos_token  # what some GGUF conversions report
+    assert tokenizer.eos_token == "<|im_start|>"
+    assert models.fix_end_of_turn(tokenizer, config) == "<|im_end|>"
+    assert tokenizer.eos_token == "<|im_end|>"
+    assert config.eos_token_id == tokenizer.convert_tokens_to_ids("<|im_end|>") == 2
+
+
+def test_a_random_model_has_the_shape_asked_for_and_the_donor_s_tokenizer(tmp_path,
+                                                                         demo_tokenizer_dir):
+    from transformers import AutoConfig
+
+    source = {"kind": "random_init", "model": "demo", "seed": 0, "config": {
+        "model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 49152, "tie_word_embeddings": False}}
+    card = models.build_random("r", source, demo_tokenizer_dir, tmp_path / "r")
+    config = AutoConfig.from_pretrained(tmp_path / "r")
+    assert (config.model_type, config.hidden_size, config.num_hidden_layers) == ("qwen2", 64, 2)
+    assert config.eos_token_id == 2 and (tmp_path / "r" / "tokenizer.json").is_file()
+    assert card["parameters"] > 2 * 49152 * 64  # embeddings and an untied head
+    with pytest.raises(models.ModelError, match="vocab_size = 100"):
+        models.build_random("r", {**source, "config": {**source["config"], "vocab_size": 100}},
+                            demo_tokenizer_dir, tmp_path / "r2")
+
+
+def test_the_gpu_calibration_study_plans_the_pair_at_7b_scale():
+    from pathlib import Path
+
+    from sdbench import grid
+    from sdbench.config import load_config
+
+    config = load_config(Path(__file__).resolve().parents[1] / "config"
+                         / "gpu-calibration.yaml")
+    cells = grid.all_cells(config)
+    assert sorted(c.label for c in cells) == [
+        "calibration k=4 | qwen7b-shape-calib | spec_bench",
+        "vanilla | qwen7b-shape-2l | spec_bench",
+        "vanilla | qwen7b-shape-calib | spec_bench"]
+    # the draft is the target's first 2 layers: the same random weights, built once
+    models = config["models"]
+    assert models["qwen7b-shape-calib"]["source"] == {
+        "kind": "deepen", "model": "qwen7b-shape-2l", "noop_per_layer": 13}
+    shape = models["qwen7b-shape-2l"]["source"]["config"]
+    assert shape["num_hidden_layers"] * (1 + 13) == 28 and shape["hidden_size"] == 3584
+    assert [s["speculator"] for s in grid.dynamic_k_specs(config)] == ["calibration"]
