@@ -273,7 +273,7 @@ def test_reports_are_rendered(e2e_run, host):
                     "crossover concurrency", "One setting for all loads",
                     "Calibration pair: a known answer", "predicted TPOT speedup",
                     "smollm2-135m-deep ← smollm2-135m", "Speedup by task group",
-                    "summarization", "math_reasoning"):
+                    "summarization", "translation"):  # the e2e run's first 4 questions
         assert section in page, section
     assert "No calibration pair" not in page and "No task-group split" not in page
     assert "No dynamic-K cell in this study" not in page
@@ -451,8 +451,10 @@ def test_avx2_host_runs_all_but_int4(avx2_run):
         assert r["provenance"]["host"]["isa"].startswith("AVX2, no AVX-512")
         if r["status"] == "ok":
             assert r["provenance"]["dtype"]["resolved"] == "float32"
-    assert by_status == {"unsupported": INT4_TARGETS,
-                         "ok": {"smollm2-135m", "smollm2-135m-w8a8"}}
+    # (natively AVX2, this is the end-to-end run itself, whose round 1 has the calibration pair)
+    assert by_status["unsupported"] == INT4_TARGETS and set(by_status) == {"unsupported", "ok"}
+    assert {"smollm2-135m", "smollm2-135m-w8a8"} <= by_status["ok"] <= {
+        "smollm2-135m", "smollm2-135m-w8a8", "smollm2-135m-deep"}
     index = (workdir / "reports" / "index.html").read_text()
     assert index.count(UNSUPPORTED_CELL) == 2 * 2 * len(INT4_TARGETS) and "cpu_gemm_wna16" in index
     assert (workdir / "reports" / "round2.html").is_file()
