@@ -289,8 +289,10 @@ def bucket_speedups(frame: pd.DataFrame, root: str | Path = ".") -> pd.DataFrame
             cache[cell_id] = read_details(path).get(cell_id, {}) if path.exists() else {}
         return cache[cell_id]
 
+    sets: dict[tuple, list] = {}  # each prompt file and card read once, not once per row
     for _, row in spec.iterrows():
-        buckets = _buckets(row["dataset"], row["subset"], root)
+        key = (row["dataset"], row["subset"])
+        buckets = sets[key] if key in sets else sets.setdefault(key, _buckets(*key, root))
         if not any(buckets):
             continue
         point = point_of(row["concurrency"], row.get("request_rate"), row["repeat"])
