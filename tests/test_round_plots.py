@@ -66,6 +66,14 @@ def test_settings_are_ranked_by_throughput_not_by_speedups_over_other_baselines(
     assert table.loc[8, "speculation pays"] == "no speculation"
 
 
+def one_point(method, k, dataset):
+    """The summary row of one speculative point (cell "spec", its baseline "base") at c=1."""
+    return pd.DataFrame([{"cell_id": "spec", "baseline_cell_id": "base", "method": method,
+                          "speculator": method, "k": k, "setting": "default", "target": "t",
+                          "workload": dataset, "dataset": dataset, "subset": "all",
+                          "concurrency": 1, "repeat": 0, "status": "ok"}])
+
+
 def write_requests(root, cell_id, latencies):
     path = root / "results" / "cells" / f"{cell_id}.requests.jsonl.gz"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,10 +92,7 @@ def test_mixed_workload_is_split_by_bucket(tmp_path):
     prompts.with_name("all.card.json").write_text(json.dumps({"ordered": True}))
     write_requests(tmp_path, "base", [1.0, 1.0, 2.0, 2.0])
     write_requests(tmp_path, "spec", [0.5, 0.5, 2.5, 2.5])  # faster short, slower long
-    frame = pd.DataFrame([{"cell_id": "spec", "baseline_cell_id": "base", "method": "draft",
-                           "speculator": "draft", "k": 2, "setting": "default", "target": "t",
-                           "workload": "mixed", "dataset": "mixed", "subset": "all",
-                           "concurrency": 1, "repeat": 0, "status": "ok"}])
+    frame = one_point("draft", 2, "mixed")
     data = round_plots.bucket_speedups(frame, tmp_path).set_index("bucket")
     assert data.loc["0.25k", "tpot_speedup"] == pytest.approx(2.0)
     assert data.loc["1k", "tpot_speedup"] == pytest.approx(0.8)
@@ -107,10 +112,7 @@ def test_spec_bench_sent_in_order_is_split_by_task_group_and_a_shuffled_set_is_n
     prompts.with_name("all.card.json").write_text(json.dumps({"ordered": ordered}))
     write_requests(tmp_path, "base", [1.0, 1.0, 1.0, 1.0])
     write_requests(tmp_path, "spec", [0.5, 1.25, 0.5, 1.25])  # copying pays, answering not
-    frame = pd.DataFrame([{"cell_id": "spec", "baseline_cell_id": "base", "method": "ngram",
-                           "speculator": "ngram", "k": 3, "setting": "default", "target": "t",
-                           "workload": "spec_bench", "dataset": "spec_bench", "subset": "all",
-                           "concurrency": 1, "repeat": 0, "status": "ok"}])
+    frame = one_point("ngram", 3, "spec_bench")
     data = round_plots.bucket_speedups(frame, tmp_path)
     if not ordered:  # the load generator shuffled the prompts: no request maps to a group
         assert data.empty and round_plots.bucket_speedup_table(frame, tmp_path).empty
