@@ -58,6 +58,10 @@ def test_suffix_decoding_cannot_learn_earlier_points_answers(demo_config):
     assert cellmod.instances(on, plan) == [[p] for p in plan]
     assert cellmod.point_settings(on, 1)["num_warmups"] == 0
     assert cellmod.point_settings(off, 1)["num_warmups"] == demo_config["loadgen"]["num_warmups"]
+    # a shared server is warmed once, before its first point: the points before warmed it
+    assert demo_config["loadgen"]["num_warmups"] > 0
+    assert cellmod.point_settings(off, 1, served_before=1)["num_warmups"] == 0
+    assert cellmod.point_settings(on, 1, served_before=0)["num_warmups"] == 0
     # stateless proposers are untouched
     ngram = serve_cell(demo_config, "ngram", 2, {"prompt_lookup_max": 3})
     assert "suffix_decoding_max_cached_requests" not in ngram.server_config["method_options"]

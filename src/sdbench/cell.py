@@ -358,25 +358,28 @@ def cell_server(cell: grid.Cell, config: dict, server_log: str | Path,
 
 def point_argv(cell: grid.Cell, config: dict, server: VllmServer, load: dict,
                min_tokens: int | None, num_prompts: int | None = None,
-               repeat: int = 0) -> list[str]:
+               repeat: int = 0, served_before: int = 0) -> list[str]:
     """The load generator's arguments for one load point of the cell against a running
-    server."""
+    server that has measured `served_before` points already."""
     target = cell.server_config["target"]["name"]
     return loadgen.loadgen_argv(
         host=server.connect_host, port=server.port, served_name=target,
         tokenizer=grid.model_dir(config, target), dataset_path=cell.workload["path"],
         num_prompts=num_prompts or cell.workload["num_prompts"],
         concurrency=load.get("concurrency"), request_rate=load.get("request_rate"),
-        burstiness=load.get("burstiness", 1.0), settings=point_settings(cell, repeat),
+        burstiness=load.get("burstiness", 1.0),
+        settings=point_settings(cell, repeat, served_before),
         shuffle=cell.workload["shuffle"], min_tokens=min_tokens)
 
 
-def point_settings(cell: grid.Cell, repeat: int) -> dict:
-    """The load generator's settings for one repeat: its own seed; no warm-up requests in a
-    fresh server per point (a warm-up sends one of the point's own prompts, and a proposer
-    with state across requests would learn its answer)."""
+def point_settings(cell: grid.Cell, repeat: int, served_before: int = 0) -> dict:
+    """The load generator's settings for one repeat: its own seed; warm-up requests only before
+    a server's first point (later points find it warm: the points before warmed it, and each
+    warm-up request costs a whole output, minutes on a slow target), and none in a fresh server
+    per point (a warm-up sends one of the point's own prompts, and a proposer with state across
+    requests would learn its answer)."""
     settings = {**cell.workload["loadgen"], "seed": repeat_seed(cell, repeat)}
-    if grid.isolation(cell.server_config) == grid.FRESH_PER_POINT:
+    if grid.isolation(cell.server_config) == grid.FRESH_PER_POINT or served_before:
         settings["num_warmups"] = 0
     return settings
 
@@ -536,7 +539,7 @@ def _measure_instance(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]
                 num_prompts, extra = _num_prompts(
                     cell, load, probe, context["baseline_counts"].get(point_id(load, repeat)))
                 argv = point_argv(cell, config, server, load, context["min_tokens"],
-                                  num_prompts, repeat)
+                                  num_prompts, repeat, served_before)
             except Exception as exc:  # a probe against a dead endpoint
                 error = f"{type(exc).__name__}: {exc}"
             with gpumon.GpuSampler(held.monitor_ids, interval_s=interval_s) as sampler, \
