@@ -211,7 +211,7 @@ def test_a_context_longer_than_the_checkpoint_is_refused_before_any_job(tmp_path
 def test_a_workload_longer_than_the_context_is_refused_before_any_job(tmp_path,
                                                                        demo_config_raw):
     config = _target(tmp_path, demo_config_raw, max_model_len=1024)
-    config["round1"]["workloads"] = ["news_1k"]
+    config["round1"].update(workloads=["news_1k"], concurrency=[1, 4])
     config = validate_config(config)
     with pytest.raises(ConfigError) as info:
         checks.check_context(config, tmp_path)  # from the definition: 1023 + 32 tokens

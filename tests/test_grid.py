@@ -128,7 +128,7 @@ def test_a_bucket_change_only_touches_that_bucket(demo_config_raw):
                                       "num_prompts": 4}
     raw["workloads"]["news_0.5k"] = {"dataset": "cnn_dm_news_summary", "subset": "0.5k",
                                      "num_prompts": 4}
-    raw["round1"]["workloads"] = ["news_0.25k", "news_0.5k"]
+    raw["round1"].update(workloads=["news_0.25k", "news_0.5k"], concurrency=[1, 4])
     raw["dynamic_k"] = []
     del raw["round2"], raw["round3"]
     before = validate_config(copy.deepcopy(raw))

@@ -177,6 +177,15 @@ def _check_round(source: str, round_name: str, spec: dict, config: dict) -> None
         if workload not in config["workloads"]:
             _fail(source, f"{round_name}.workloads[{i}]", workload,
                   f"must be one of the workloads defined: {sorted(config['workloads'])}")
+    top = max(spec["concurrency"])
+    for name in spec["workloads"]:
+        prompts = config["workloads"][name]["num_prompts"]
+        if prompts < top:
+            # a closed loop of n requests never has more than n in flight: the point would be
+            # labelled with a concurrency it never reached
+            _fail(source, f"{round_name}.concurrency", spec["concurrency"],
+                  f"concurrency {top} needs at least {top} requests, and workloads.{name}."
+                  f"num_prompts is {prompts}: raise num_prompts or lower the concurrency")
     for key in ROUND1_ONLY:
         if round_name != "round1" and spec.get(key):
             _fail(source, f"{round_name}.{key}", spec[key], "only round 1 has this (remove it)")
