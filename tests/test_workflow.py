@@ -32,7 +32,7 @@ def test_real_study_plans(tmp_path):
     assert counts["dynamic_k_cell"] == 2 * 7       # ngram and the draft, per round 1 workload
     # 12 Qwen targets and the 0.5B draft; Llama 3 8B + EAGLE and MLP-speculator heads, Vicuna
     # 7B + Medusa heads, Llama 3.1 8B + an EAGLE-3 head, MiMo-7B (MTP)
-    assert counts["model"] == 13 + 8
+    assert counts["download_model"] == 13 + 8 and "model" not in counts
     assert counts["fetch_source"] == 4    # Spec-Bench (GitHub), ShareGPT, CNN-DM, THUCNews (hub)
     # Spec-Bench 6 groups + all, ShareGPT, 6 news->summary, 6 highlights->news, 6 THUCNews
     # polish buckets, the mixed-length set
@@ -89,7 +89,16 @@ def test_slurm_profile_plans_gpu_runtime_and_memory_per_cell(tmp_path):
         cwd=REPO)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
-    assert job_counts(out)["cell"] == REAL_STUDY_CELLS
+    counts = job_counts(out)
+    assert counts["cell"] == REAL_STUDY_CELLS
+    # every download (21 hub checkpoints, 4 sources) is a job of a local rule: the submitting
+    # node has the network and the token, compute nodes may have neither (a dry run does not
+    # print which jobs are local: the Snakefile's localrules say it)
+    assert counts["download_model"] == 21 and counts["fetch_source"] == 4
+    block = re.search(r"^localrules:\n((?:\s+\w+,\n)+)", (REPO / "workflow" / "Snakefile")
+                      .read_text(), flags=re.M)
+    local = set(re.findall(r"\w+", block.group(1)))
+    assert {"download_model", "fetch_source"} <= local and not {"model", "cell"} & local
     gpus_by_target = {}
     for block in out.split("rule cell:")[1:]:
         target = re.search(r"resources/models/([\w.\-]+)", block).group(1)

@@ -48,7 +48,12 @@ def names_regex(names):
 
 
 ALL_SUBSETS = {s for d in config["datasets"].values() for s in subsets_of(d)}
-BUILT_MODELS = [n for n, m in config["models"].items() if m["source"]["kind"] != "path"]
+# hub checkpoints are downloaded on the submitting node (download_model, a local rule: it has
+# the network); the others are converted or derived (model, a job like any other)
+HUB_MODELS = [n for n, m in config["models"].items() if m["source"]["kind"] == "hf"]
+BUILT_MODELS = [
+    n for n, m in config["models"].items() if m["source"]["kind"] not in ("path", "hf")
+]
 
 
 wildcard_constraints:
@@ -58,7 +63,7 @@ wildcard_constraints:
     workload=names_regex(config["round1"]["workloads"]),
     speculator=names_regex({s for (_, _, s) in DYNAMIC_K}),
     source=names_regex(config["sources"]),
-    model=names_regex(BUILT_MODELS),
+    model=names_regex(BUILT_MODELS + HUB_MODELS),
     dataset=names_regex(config["datasets"]),
     subset=names_regex(ALL_SUBSETS),
 

@@ -1,5 +1,24 @@
-# Model checkpoints under resources/models/<name>/ (hub download, GGUF conversion, truncation).
-# Models of kind `path` are used in place and have no rule.
+# Model checkpoints under resources/models/<name>/: hub downloads (download_model, a local rule:
+# under a cluster executor it runs on the submitting node, which has the network and the
+# token), GGUF conversion and the derived kinds (model: truncation, quantization, ...). Models
+# of kind `path` are used in place and have no rule.
+
+
+rule download_model:
+    output:
+        directory("resources/models/{model}"),
+    params:
+        source=lambda wc: config["models"][wc.model]["source"],
+    log:
+        grid.MODEL_LOG,
+    benchmark:
+        timing.benchmark_file("model", "{model}")
+    wildcard_constraints:
+        model=names_regex(HUB_MODELS),
+    conda:
+        ENV
+    script:
+        "../scripts/build_model.py"
 
 
 rule model:
@@ -13,6 +32,8 @@ rule model:
         grid.MODEL_LOG,
     benchmark:
         timing.benchmark_file("model", "{model}")
+    wildcard_constraints:
+        model=names_regex(BUILT_MODELS),
     conda:
         ENV
     script:
