@@ -265,3 +265,22 @@ def test_a_cell_counts_its_prompts_with_the_target_tokenizer_and_template(
     message = str(info.value)
     assert "1 prompts of" in message and "line 2" in message and "chat template" in message
     assert "300 tokens target 't' serves (models.t.max_model_len)" in message
+
+
+def test_the_gpu_environment_installs_every_method_of_the_real_study(repo):
+    """A method that needs a package besides vLLM (checks.METHOD_PACKAGES) is pinned in
+    environment.yml when config/config.yaml uses it: otherwise its cells fail on the cluster."""
+    import yaml
+
+    from sdbench.config import load_config
+
+    env = yaml.safe_load((repo / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    pinned = dict(line.split("==", 1) for line in pip)
+    config = load_config(repo / "config" / "config.yaml")
+    methods = {m["method"] for r in ("round1", "round2", "round3") if config.get(r)
+               for m in config[r]["methods"]}
+    assert "suffix" in methods
+    for method in methods & set(checks.METHOD_PACKAGES):
+        assert checks.METHOD_PACKAGES[method][1] in pinned, method
+    assert pinned["vllm"] == "0.32.0" and pinned["arctic-inference"] == "0.1.1"
