@@ -128,7 +128,17 @@ def test_draft_tensor_parallelism_is_one_or_the_targets(demo_config_raw):
     raw["round1"]["methods"][1]["options"] = {"draft_tensor_parallel_size": 4}
     with pytest.raises(ConfigError, match=r"draft_tensor_parallel_size = 4 .* tensor_parallel_"
                                           r"size 2"):
-        validate_config(raw)
+        validate_config(copy.deepcopy(raw))
+    # a draft model on one GPU under a 2-GPU target: vLLM's draft_model proposer refuses it
+    raw["round1"]["methods"][1]["options"] = {"draft_tensor_parallel_size": 1}
+    with pytest.raises(ConfigError, match=r"draft_model method runs the draft with the "
+                                          r"target's tensor parallelism only"):
+        validate_config(copy.deepcopy(raw))
+    # an EAGLE head may run on one GPU (vLLM allows 1 or the target's)
+    raw["round1"]["methods"][1]["options"] = {}
+    raw["round1"]["methods"][2].update(targets=["smollm2-135m-deep"],
+                                       options={"draft_tensor_parallel_size": 1})
+    validate_config(raw)
 
 
 def test_rate_and_burstiness_reach_vllms_load_generator():

@@ -203,6 +203,13 @@ def _check_round(source: str, round_name: str, spec: dict, config: dict) -> None
                 _fail(source, f"{key}.options.draft_tensor_parallel_size", draft_tp,
                       f"vLLM runs a draft with tensor parallelism 1 or the target's; target "
                       f"{target!r} has tensor_parallel_size {tp}")
+            if method == "draft_model" and draft_tp != tp:
+                # vllm/v1/spec_decode/draft_model.py (_raise_if_draft_tp_mismatch): TP ranks
+                # would share one compile cache for a TP-1 draft
+                _fail(source, f"{key}.options.draft_tensor_parallel_size", draft_tp,
+                      f"vLLM's draft_model method runs the draft with the target's tensor "
+                      f"parallelism only; target {target!r} has tensor_parallel_size {tp} "
+                      "(remove the option: the draft then follows the target)")
         if method == VANILLA:
             _fail(source, f"{key}.method", method,
                   "no speculation is always measured for every target; "
