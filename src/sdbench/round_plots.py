@@ -292,7 +292,9 @@ def bucket_speedups(frame: pd.DataFrame, root: str | Path = ".") -> pd.DataFrame
     sets: dict[tuple, list] = {}  # each prompt file and card read once, not once per row
     for _, row in spec.iterrows():
         key = (row["dataset"], row["subset"])
-        buckets = sets[key] if key in sets else sets.setdefault(key, _buckets(*key, root))
+        if key not in sets:
+            sets[key] = _buckets(*key, root)
+        buckets = sets[key]
         if not any(buckets):
             continue
         point = point_of(row["concurrency"], row.get("request_rate"), row["repeat"])
