@@ -9,6 +9,7 @@ import zipfile
 
 import pytest
 
+from sdbench import grid
 from sdbench.config import validate_config
 from sdbench.data import fixtures
 from sdbench.data.builders import SPEC_BENCH_GROUPS
@@ -22,7 +23,7 @@ from sdbench.data.sources import (
     skipped_summary,
 )
 from sdbench.data.tokens import load_tokenizer
-from sdbench.preflight import unreachable_downloads
+from sdbench.preflight import _hub_access, access_problems, unreachable_downloads
 
 from real_files import (
     SPEC_BENCH,
@@ -178,6 +179,64 @@ def test_preflight_names_every_unreachable_download(demo_config_raw, tmp_path):
     (tmp_path / "data/raw/spec_bench/question.jsonl").write_text("{}\n")
     assert len(unreachable_downloads(config, tmp_path, probe=lambda h, p: False)) == 1
     assert unreachable_downloads(config, tmp_path, probe=lambda h, p: True) == []
+
+
+def test_preflight_names_gated_models_and_models_the_token_cannot_read(demo_config_raw,
+                                                                       tmp_path):
+    repo = "meta-llama/Llama-3.1-8B-Instruct"
+    raw = copy.deepcopy(demo_config_raw)
+    raw["models"]["smollm2-135m"]["source"] = {"kind": "hf", "repo": repo, "revision": "main",
+                                               "gated": True}
+    config = validate_config(raw)
+    problems = access_problems(config, tmp_path, token=None)
+    assert len(problems) == 1 and problems[0].startswith("models.smollm2-135m: ")
+    assert repo in problems[0] and "no Hugging Face token" in problems[0]
+    assert f"https://huggingface.co/{repo}" in problems[0] and "HF_TOKEN" in problems[0]
+    # with a token and no hub to ask there is nothing more to check
+    assert access_problems(config, tmp_path, token="hf_x") == []
+    # where the hub answers, the token's access is checked for every model still to download
+    asked = []
+
+    def no_access(repo_id, token):
+        asked.append((repo_id, token))
+        return "gated, and this account has not been granted access"
+
+    problems = access_problems(config, tmp_path, token="hf_x", access=no_access,
+                               hub_reachable=True)
+    assert asked == [(repo, "hf_x")] and len(problems) == 1
+    assert "not been granted access" in problems[0] and f"https://huggingface.co/{repo}" in \
+        problems[0]
+    # a model already downloaded needs neither a token nor a check
+    (tmp_path / "resources/models/smollm2-135m").mkdir(parents=True)
+    assert access_problems(config, tmp_path, token=None, access=no_access,
+                           hub_reachable=True) == []
+    assert len(asked) == 1
+    # the flag changes no measurement: the model's identity (and so every cell id) ignores it
+    ungated = copy.deepcopy(raw)
+    del ungated["models"]["smollm2-135m"]["source"]["gated"]
+    assert grid.model_identity(config, "smollm2-135m") == grid.model_identity(
+        validate_config(ungated), "smollm2-135m")
+
+
+def test_hub_access_reads_huggingface_hubs_errors(monkeypatch):
+    import huggingface_hub
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    import httpx
+
+    def check(error):
+        def auth_check(repo_id, token=None):
+            if error:
+                response = httpx.Response(403, request=httpx.Request("GET", "https://hub"))
+                raise error(f"{repo_id}: no", response=response)
+        return auth_check
+
+    monkeypatch.setattr(huggingface_hub, "auth_check", check(None))
+    assert _hub_access("org/model", "hf_x") is None
+    monkeypatch.setattr(huggingface_hub, "auth_check", check(GatedRepoError))
+    assert "not been granted" in _hub_access("org/model", "hf_x")
+    monkeypatch.setattr(huggingface_hub, "auth_check", check(RepositoryNotFoundError))
+    assert "not found" in _hub_access("org/model", "hf_x")
 
 
 # ----------------------------------------------------------------- the formats users have

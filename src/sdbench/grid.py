@@ -111,9 +111,20 @@ def model_dir(config: dict, name: str) -> str:
     return f"{MODELS_DIR}/{name}"
 
 
+# source keys that change no checkpoint (kept out of the model's identity and of the rule's
+# params: setting them redownloads and remeasures nothing)
+SOURCE_NOTES = ("gated",)
+
+
+def model_source(config: dict, name: str) -> dict:
+    """Where model `name` comes from, as far as it decides the checkpoint."""
+    return {k: v for k, v in config["models"][name]["source"].items() if k not in SOURCE_NOTES}
+
+
 def model_identity(config: dict, name: str) -> dict:
     model = config["models"][name]
-    identity = {"name": name, "source": model["source"], "quantization": model["quantization"]}
+    identity = {"name": name, "source": model_source(config, name),
+                "quantization": model["quantization"]}
     if model["source"]["kind"] in DERIVED_KINDS:
         # a derived model changes when the model it is made from changes
         identity["base"] = model_identity(config, model["source"]["model"])

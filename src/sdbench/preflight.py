@@ -2,7 +2,10 @@
 
 A source or model that must be downloaded but whose server cannot be reached fails the run at
 once, naming what is missing, where it would come from and how to provide it offline, instead
-of failing hours later or halfway through the grid.
+of failing hours later or halfway through the grid. So does a gated hub model (Llama 3 / 3.1:
+`gated: true` in its source) with no hub token on this machine, and, where the hub answers,
+any model to download that the token cannot read (a gated licence not accepted, a misspelt
+repository).
 """
 
 from __future__ import annotations
@@ -36,10 +39,8 @@ def _model_host(config: dict, name: str) -> tuple[str, int] | None:
     return remote_host({"kind": "hf_file", "repo": source["repo"]})
 
 
-def unreachable_downloads(config: dict, workdir: str | Path = ".",
-                          probe=reachable) -> list[str]:
-    """One message per source/model that still has to be downloaded but cannot be."""
-    workdir = Path(workdir)
+def _needed(config: dict) -> tuple[set[str], set[str]]:
+    """(sources, models) the configured grid reads."""
     cells = grid.all_cells(config)
     sources = {config["datasets"][c.workload["dataset"]]["source"] for c in cells}
     models = {name for c in cells for name in grid.cell_models(c)}
@@ -48,6 +49,21 @@ def unreachable_downloads(config: dict, workdir: str | Path = ".",
     models |= {spec["model"] for spec in [config["tokenizer"]] + [
         config["datasets"][d].get("tokenizer", {}) for d in
         {c.workload["dataset"] for c in cells}] if "model" in spec}
+    return sources, models
+
+
+def hub_downloads(config: dict, workdir: str | Path = ".") -> list[str]:
+    """The hub models the grid needs that are not downloaded yet."""
+    _, models = _needed(config)
+    return sorted(name for name in models if config["models"][name]["source"]["kind"] == "hf"
+                  and not (Path(workdir) / grid.model_dir(config, name)).exists())
+
+
+def unreachable_downloads(config: dict, workdir: str | Path = ".",
+                          probe=reachable) -> list[str]:
+    """One message per source/model that still has to be downloaded but cannot be."""
+    workdir = Path(workdir)
+    sources, models = _needed(config)
     problems, probed = [], {}
     for name in sorted(sources):
         spec = config["sources"][name]
@@ -75,7 +91,50 @@ def unreachable_downloads(config: dict, workdir: str | Path = ".",
     return problems
 
 
+def _hub_access(repo: str, token: str) -> str | None:
+    """None if `token` can read the hub model `repo`, else why not (huggingface_hub's
+    auth_check: a gated repository whose licence this account has not accepted, or one that
+    does not exist or is private)."""
+    from huggingface_hub import auth_check
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    try:
+        auth_check(repo, token=token)
+    except GatedRepoError:
+        return "gated, and this account has not been granted access"
+    except RepositoryNotFoundError:
+        return "not found (misspelt, private, or gated for this token)"
+    return None
+
+
+def access_problems(config: dict, workdir: str | Path = ".", token: str | None = None,
+                    access=_hub_access, hub_reachable: bool = False) -> list[str]:
+    """One message per hub model to download that this machine's token cannot read: gated
+    models (`gated: true`) need a token at all; where the hub can be reached, every model to
+    download is checked with the token."""
+    problems = []
+    for name in hub_downloads(config, workdir):
+        source = config["models"][name]["source"]
+        repo, page = source["repo"], f"https://huggingface.co/{source['repo']}"
+        if source.get("gated") and not token:
+            problems.append(
+                f"models.{name}: {repo} is gated and no Hugging Face token is set on this "
+                f"machine. Accept its licence at {page}, then `huggingface-cli login` (or export "
+                f"HF_TOKEN=<token>) and start again.")
+        elif hub_reachable and (why := access(repo, token)):
+            problems.append(f"models.{name}: {repo} cannot be downloaded with this machine's "
+                            f"token: {why}. Check the name; for a gated model accept its "
+                            f"licence at {page} with the account whose token is set here.")
+    return problems
+
+
 def check(config: dict, workdir: str | Path = ".") -> None:
+    from huggingface_hub import get_token
+
     problems = unreachable_downloads(config, workdir)
+    hub = remote_host({"kind": "hf_file", "repo": "any/model"})
+    problems += access_problems(config, workdir, token=get_token(),
+                                hub_reachable=bool(hub_downloads(config, workdir))
+                                and reachable(*hub))
     if problems:
         raise PreflightError("cannot start: " + "\n  ".join(["", *problems]))

@@ -8,7 +8,7 @@ rule download_model:
     output:
         directory("resources/models/{model}"),
     params:
-        source=lambda wc: config["models"][wc.model]["source"],
+        source=lambda wc: grid.model_source(config, wc.model),
     log:
         grid.MODEL_LOG,
     benchmark:
@@ -27,7 +27,7 @@ rule model:
     output:
         directory("resources/models/{model}"),
     params:
-        source=lambda wc: config["models"][wc.model]["source"],
+        source=lambda wc: grid.model_source(config, wc.model),
     log:
         grid.MODEL_LOG,
     benchmark:
