@@ -219,10 +219,9 @@ def test_preflight_names_gated_models_and_models_the_token_cannot_read(demo_conf
 
 
 def test_hub_access_reads_huggingface_hubs_errors(monkeypatch):
+    import httpx
     import huggingface_hub
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
-
-    import httpx
 
     def check(error):
         def auth_check(repo_id, token=None):
