@@ -1,6 +1,7 @@
 """A cell the host cannot run writes "unsupported" records and starts nothing; only valid points
 are taken from the point cache (a failed or invalid attempt is measured again)."""
 
+import dataclasses
 import gzip
 import json
 
@@ -42,8 +43,9 @@ def test_unsupported_cell_records_the_reason_and_measures_nothing(gptq_cell, dem
                                                                   tmp_path):
     output = tmp_path / grid.cell_output(gptq_cell.cell_id)
     records = cellmod.run_cell(gptq_cell, demo_config, output, server_log=tmp_path / "s.log")
-    assert [(r["concurrency"], r["repeat"]) for r in records] == [(1, 0), (1, 1), (4, 0),
-                                                                  (4, 1)]
+    assert gptq_cell.concurrency == (1, 4)
+    assert [(r["concurrency"], r["repeat"]) for r in records] == [
+        (c, repeat) for c in (1, 4) for repeat in range(demo_config["loadgen"]["repeats"])]
     for r in records:
         assert r["status"] == "unsupported" and r["error"] == REASON and r["metrics"] == {}
         assert r["provenance"]["host"]["extension"] == "_C_AVX2"
@@ -59,6 +61,7 @@ def test_unsupported_cell_records_the_reason_and_measures_nothing(gptq_cell, dem
 def test_only_valid_cached_points_are_reused(gptq_cell, demo_config, tmp_path):
     """A valid cached point is kept (measured before, e.g. on a host that runs the cell), an
     invalid or unreadable one is not: it is a missing point (here: unsupported)."""
+    gptq_cell = dataclasses.replace(gptq_cell, repeats=2)  # in neither the id nor a point key
     output = tmp_path / grid.cell_output(gptq_cell.cell_id)
     first = cellmod.run_cell(gptq_cell, demo_config, output, server_log=tmp_path / "s.log")
     prompts_sha = first[0]["provenance"]["dataset"]["sha256"]
