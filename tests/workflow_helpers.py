@@ -64,8 +64,8 @@ def e2e_config(raw: dict) -> dict:
     without AVX-512: 4 prompts of at most 8 output tokens per point, 2 repeats, no warm-up
     request, the mixed-length set without its 1k bucket, round 3 with one setting, and one
     core per cell (the end-to-end run lets two cells run at once: the tests check what the
-    workflow records, not how fast the CPU is; a server start costs ~30 s of mostly one core
-    here). What the demo leaves out for time is added back: a Poisson request rate, vLLM's
+    workflow records, not how fast the CPU is; a server start is mostly one core importing
+    vLLM). What the demo leaves out for time is added back: a Poisson request rate, vLLM's
     offline engine and the Transformers reference in round 1 (`with_left_out`)."""
     config = with_left_out(raw)
     config["study"] = "e2e test"

@@ -108,12 +108,15 @@ def _hub_access(repo: str, token: str) -> str | None:
 
 
 def access_problems(config: dict, workdir: str | Path = ".", token: str | None = None,
-                    access=_hub_access, hub_reachable: bool = False) -> list[str]:
-    """One message per hub model to download that this machine's token cannot read: gated
-    models (`gated: true`) need a token at all; where the hub can be reached, every model to
-    download is checked with the token."""
+                    access=_hub_access, hub_reachable: bool = False,
+                    to_download: list[str] | None = None) -> list[str]:
+    """One message per hub model to download (`to_download`, default hub_downloads) that this
+    machine's token cannot read: gated models (`gated: true`) need a token at all; where the
+    hub can be reached, every model to download is checked with the token."""
     problems = []
-    for name in hub_downloads(config, workdir):
+    if to_download is None:
+        to_download = hub_downloads(config, workdir)
+    for name in to_download:
         source = config["models"][name]["source"]
         repo, page = source["repo"], f"https://huggingface.co/{source['repo']}"
         if source.get("gated") and not token:
@@ -132,9 +135,9 @@ def check(config: dict, workdir: str | Path = ".") -> None:
     from huggingface_hub import get_token
 
     problems = unreachable_downloads(config, workdir)
-    hub = remote_host({"kind": "hf_file", "repo": "any/model"})
-    problems += access_problems(config, workdir, token=get_token(),
-                                hub_reachable=bool(hub_downloads(config, workdir))
-                                and reachable(*hub))
+    to_download = hub_downloads(config, workdir)
+    hub_reachable = bool(to_download) and reachable(*_model_host(config, to_download[0]))
+    problems += access_problems(config, workdir, token=get_token(), hub_reachable=hub_reachable,
+                                to_download=to_download)
     if problems:
         raise PreflightError("cannot start: " + "\n  ".join(["", *problems]))
