@@ -110,6 +110,8 @@ def _row(record: dict) -> dict:
         "server_startup_s": record["server"].get("startup_s"),
         "server_instance": record["server"].get("instance"),
         "isolation": record["server"].get("isolation"),
+        # the cells whose servers took the points in turn with this one (`interleave`)
+        "interleaved_with": ",".join(record["server"].get("interleaved_with") or []) or None,
         "prefix_cache": _prefix_cache(record),
         "seed": loadgen.get("seed"),
         "spec_options": json.dumps(server.get("method_options") or {}, sort_keys=True),
@@ -263,6 +265,8 @@ def interval_covers(group: pd.DataFrame) -> str:
     if "isolation" in group and (group["isolation"] == "fresh server per point").any():
         servers = "a fresh server per point"
     seeding = "per-repeat seeds" if seeds > 1 else "one seed"
+    if "interleaved_with" in group and group["interleaved_with"].notna().all():
+        servers += ", measured in turn with the other side of its pair (one job)"
     return f"{n} repeats, {servers}, {seeding}"
 
 

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -209,6 +210,8 @@ def point_key(cell: grid.Cell, load: dict, repeat: int, facts: dict) -> str:
         fields["load"] = load
     if cell.profile:
         fields["profile"] = cell.profile
+    if cell.group:  # measured in turn with the other cells of its group, their servers up
+        fields["interleaved"] = True
     return short_hash(fields, length=16)
 
 
@@ -232,12 +235,24 @@ def write_point(path: Path, record: dict, detail: dict) -> None:
         json.dump({"record": record, "detail": detail}, fh)
 
 
-def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
-              server_log: str | Path, log=None,
-              baseline_records: str | Path | None = None) -> list[dict]:
+@dataclass
+class Prepared:
+    """One cell before measuring: its plan (point id -> (load, repeat)), the cache path of
+    every point, the points found there, those still to measure, and the measuring context."""
+
+    cell: grid.Cell
+    output: Path
+    plan: dict
+    paths: dict
+    points: dict
+    missing: list
+    context: dict
+
+
+def _prepare(cell: grid.Cell, config: dict, output: str | Path, *, server_log: str | Path,
+             log=None, baseline_records: str | Path | None = None) -> Prepared:
     output = Path(output)
     partial = output.with_name(output.name + ".partial")
-    detail_out = requests_output(output)
     partial.unlink(missing_ok=True)
 
     min_tokens = check_workload(cell)
@@ -271,47 +286,102 @@ def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
                "min_tokens": min_tokens, "server_log": server_log, "log": log,
                "partial": partial, "verdict": verdict,
                "baseline_counts": baseline_counts(cell, baseline_records) if missing else {}}
-    if missing and verdict["reason"]:
-        print(f"[sdbench] cell {cell.cell_id}: unsupported here: {verdict['reason']}",
-              file=log, flush=True)
-        for pid in missing:
-            load, repeat = plan[pid]
-            record = _record(cell, load, repeat, {}, UNSUPPORTED, verdict["reason"], {}, {},
-                             context, _model_cards(cell, config), _now(), _now())
-            append_jsonl(partial, record)
-            points[pid] = {"record": record, "detail": None}
-    elif missing:
+    return Prepared(cell, output, plan, paths, points, missing, context)
+
+
+def _record_unsupported(prep: Prepared, config: dict) -> None:
+    cell, context = prep.cell, prep.context
+    reason = context["verdict"]["reason"]
+    print(f"[sdbench] cell {cell.cell_id}: unsupported here: {reason}", file=context["log"],
+          flush=True)
+    for pid in prep.missing:
+        load, repeat = prep.plan[pid]
+        record = _record(cell, load, repeat, {}, UNSUPPORTED, reason, {}, {}, context,
+                         _model_cards(cell, config), _now(), _now())
+        append_jsonl(context["partial"], record)
+        prep.points[pid] = {"record": record, "detail": None}
+
+
+def _check_leftovers(held: slots.Slots) -> None:
+    leftovers = checks.leftover_vllm_processes(checks.gpu_processes(held.monitor_ids))
+    if leftovers:
+        raise CellError(
+            "vLLM processes of an earlier run still hold the GPU: "
+            + "; ".join(f"pid {p['pid']} on GPU {p['gpu']} ({p['cmdline'][:120]})"
+                        for p in leftovers)
+            + ". Stop them (kill <pid>) before measuring; they would skew or crash "
+            "this cell.")
+
+
+def _keep(prep: Prepared, pid: tuple, measured: dict) -> None:
+    if measured["record"]["status"] == "ok":  # only valid points are done
+        write_point(prep.paths[pid], measured["record"], measured["detail"])
+    prep.points[pid] = measured
+
+
+def _not_done(prep: Prepared) -> str | None:
+    """Why the cell is not done (points not valid), or None."""
+    cell = prep.cell
+    ordered = [prep.points[pid] for pid in sorted(prep.plan) if pid in prep.points]
+    not_done = [p["record"] for p in ordered
+                if p["record"]["status"] not in ("ok", UNSUPPORTED)]
+    if not not_done:
+        return None
+    return (f"cell {cell.cell_id} ({cell.label}): {len(not_done)} of {len(prep.plan)} points "
+            "not valid (" + "; ".join(f"{_point_label(r['load'], r['repeat'])}: {r['error']}"
+                                      for r in not_done)
+            + "); the cell is not done: a rerun measures these points again (the valid ones "
+            f"are cached). Records so far: {prep.context['partial']}")
+
+
+def _complete(prep: Prepared) -> bool:
+    """Every point measured and valid (or the cell is unsupported here: its own job records
+    that)."""
+    if prep.context["verdict"]["reason"]:
+        return True
+    return set(prep.points) >= set(prep.plan) and _not_done(prep) is None
+
+
+def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
+              server_log: str | Path, log=None,
+              baseline_records: str | Path | None = None) -> list[dict]:
+    prep = _prepare(cell, config, output, server_log=server_log, log=log,
+                    baseline_records=baseline_records)
+    context = prep.context
+    if prep.missing and context["verdict"]["reason"]:
+        _record_unsupported(prep, config)
+    elif prep.missing and cell.group:
+        raise CellError(
+            f"cell {cell.cell_id} ({cell.label}) is measured in turn with the cells "
+            f"{', '.join(i for i in cell.group if i != cell.cell_id)} (`interleave`), and "
+            f"{len(prep.missing)} of its points are not in {POINTS_DIR}/{cell.cell_id}/: run "
+            f"their group job first ({grid.group_output(cell.group[0])}; without Snakemake: "
+            f"python -m sdbench.cell --group {cell.group[0]})")
+    elif prep.missing:
         checks.check_cell_tools(cell, source=f"cell {cell.cell_id}")
         checks.check_cell_context(config, cell)
         with slots.held(grid.cell_gpus(cell.server_config), label=f"cell {cell.cell_id}",
                         timeout_s=config["cells"]["slot_timeout_s"]) as held:
-            print(f"[sdbench] cell {cell.cell_id}: {held.reason}", file=log, flush=True)
-            leftovers = checks.leftover_vllm_processes(checks.gpu_processes(held.monitor_ids))
-            if leftovers:
-                raise CellError(
-                    "vLLM processes of an earlier run still hold the GPU: "
-                    + "; ".join(f"pid {p['pid']} on GPU {p['gpu']} ({p['cmdline'][:120]})"
-                                for p in leftovers)
-                    + ". Stop them (kill <pid>) before measuring; they would skew or crash "
-                    "this cell.")
+            print(f"[sdbench] cell {cell.cell_id}: {held.reason}", file=context["log"],
+                  flush=True)
+            _check_leftovers(held)
             context["slots"] = held
             measure = _measure if cell.engine == grid.SERVE else _measure_engine
-            for pid, measured in measure(cell, config, [plan[p] for p in missing], context):
-                if measured["record"]["status"] == "ok":  # only valid points are done
-                    write_point(paths[pid], measured["record"], measured["detail"])
-                points[pid] = measured
+            for pid, measured in measure(cell, config, [prep.plan[p] for p in prep.missing],
+                                         context):
+                _keep(prep, pid, measured)
+    return _finish(prep)
 
-    ordered = [points[pid] for pid in sorted(plan)]
-    not_done = [p["record"] for p in ordered
-                if p["record"]["status"] not in ("ok", UNSUPPORTED)]
-    if not_done:
-        raise CellError(
-            f"cell {cell.cell_id} ({cell.label}): {len(not_done)} of {len(ordered)} points "
-            "not valid (" + "; ".join(f"{_point_label(r['load'], r['repeat'])}: {r['error']}"
-                                      for r in not_done)
-            + "); the cell is not done: a rerun measures these points again (the valid ones "
-            f"are cached). Records so far: {partial}")
-    with atomic_path(detail_out) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as fh:
+
+def _finish(prep: Prepared) -> list[dict]:
+    """Write the cell's records and request detail when every point is done, else raise."""
+    why = _not_done(prep)
+    if why:
+        raise CellError(why)
+    cell, output = prep.cell, prep.output
+    ordered = [prep.points[pid] for pid in sorted(prep.plan)]
+    with atomic_path(requests_output(output)) as tmp, gzip.open(tmp, "wt",
+                                                                encoding="utf-8") as fh:
         for point in ordered:
             record = point["record"]
             if point["detail"] is None:  # unsupported here: nothing was sent
@@ -321,8 +391,107 @@ def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
                                  "repeat": record["repeat"], **point["detail"]}) + "\n")
     records = [point["record"] for point in ordered]
     write_jsonl(output, records)
-    partial.unlink(missing_ok=True)
+    prep.context["partial"].unlink(missing_ok=True)
     return records
+
+
+def interleaved_order(cell_ids: list[str], points: list[tuple]) -> list[tuple[str, tuple]]:
+    """(cell id, point id) in the order a group measures them: `points` in their order (each
+    cell's server instances take them in that order, `instances`), every cell in turn at each,
+    the cells' order rotating with the repeat (point ids end with it) so that no cell is always
+    measured first."""
+    order = []
+    for pid in points:
+        turn = pid[-1] % len(cell_ids)
+        order += [(cell_id, pid) for cell_id in cell_ids[turn:] + cell_ids[:turn]]
+    return order
+
+
+def run_group(cells: list[grid.Cell], config: dict, manifest: str | Path, *,
+              server_logs: dict[str, str | Path] | None = None, log=None) -> dict:
+    """Measure a group of cells (`grid.interleave_groups`) in one job: every server up side by
+    side, the points taken in turn (`interleaved_order`), each point into the point cache; then
+    write `manifest`. A point any cell still misses is measured again for all of them (the two
+    sides of a speedup stay seconds apart). The cells' own jobs then write their records from
+    the cache. On failure each cell not done gets its error file, as in `run_cell`."""
+    log = log or sys.stderr
+    group_id = cells[0].cell_id
+    server_logs = server_logs or {c.cell_id: grid.GROUP_SERVER_LOG.format(
+        group_id=group_id, cell_id=c.cell_id) for c in cells}
+    preps: list[Prepared] = []
+    try:
+        for cell in cells:
+            preps.append(_prepare(cell, config, grid.cell_output(cell.cell_id),
+                                  server_log=server_logs[cell.cell_id], log=log))
+        measured = [p for p in preps if not p.context["verdict"]["reason"]]
+        again = {pid for p in measured for pid in p.missing}
+        for prep in measured:
+            prep.missing = [pid for pid in prep.plan if pid in again]
+            for pid in prep.missing:
+                prep.points.pop(pid, None)
+            # the records so far: what stays cached (the points measured again are appended
+            # as they are measured)
+            write_jsonl(prep.context["partial"], [p["record"] for p in prep.points.values()])
+        if again:
+            _measure_group(measured, config, log, group_id)
+        for prep in preps:
+            why = _not_done(prep)
+            if why:
+                raise CellError(why)
+    except BaseException as exc:
+        message = f"{type(exc).__name__}: {exc}"
+        done = {p.cell.cell_id for p in preps if _complete(p)}
+        for cell in cells:
+            if cell.cell_id not in done:
+                atomic_write_json(error_output(grid.cell_output(cell.cell_id)), {
+                    "cell_id": cell.cell_id, "label": cell.label, "error": first_line(message),
+                    "detail": message, "server_log": str(server_logs[cell.cell_id]),
+                    "group": group_id, "at": _now()})
+        raise
+    for prep in preps:
+        prep.context["partial"].unlink(missing_ok=True)  # every point is in the cache
+        error_output(prep.output).unlink(missing_ok=True)
+    summary = {"group": group_id, "cells": [c.cell_id for c in cells],
+               "labels": {c.cell_id: c.label for c in cells},
+               "measured": {p.cell.cell_id: [_point_label(*p.plan[pid]) for pid in p.missing]
+                            for p in preps if p.missing},
+               "server_logs": {k: str(v) for k, v in server_logs.items()}, "at": _now()}
+    atomic_write_json(manifest, summary)
+    return summary
+
+
+def _measure_group(preps: list[Prepared], config: dict, log, group_id: str) -> None:
+    for prep in preps:
+        checks.check_cell_tools(prep.cell, source=f"cell {prep.cell.cell_id}")
+        checks.check_cell_context(config, prep.cell)
+    counts = [grid.cell_gpus(p.cell.server_config) for p in preps]
+    with _signals_raise(), slots.held(sum(counts), label=f"group {group_id}",
+                                      timeout_s=config["cells"]["slot_timeout_s"]) as held, \
+            contextlib.ExitStack() as stack:
+        print(f"[sdbench] group {group_id}: {held.reason}", file=log, flush=True)
+        _check_leftovers(held)
+        runs = {}
+        for prep, view in zip(preps, slots.split(held, counts), strict=True):
+            others = [p.cell.cell_id for p in preps if p is not prep]
+            prep.context.update(slots=view, interleaved_with=others)
+            runs[prep.cell.cell_id] = (prep, stack.enter_context(contextlib.closing(
+                _measure(prep.cell, config, [prep.plan[p] for p in prep.missing],
+                         prep.context))))
+        first = preps[0]  # every cell measures the same points (`run_group`)
+        points = [point_id(load, repeat) for instance in instances(
+            first.cell, [first.plan[p] for p in first.missing]) for load, repeat in instance]
+        order = interleaved_order(list(runs), points)
+        left = {cell_id: len(prep.missing) for cell_id, (prep, _) in runs.items()}
+        for cell_id, pid in order:
+            prep, measuring = runs[cell_id]
+            got, measured = next(measuring)
+            if got != pid:
+                raise CellError(f"group {group_id}: cell {cell_id} measured {got} where "
+                                f"{pid} was due")
+            _keep(prep, pid, measured)
+            left[cell_id] -= 1
+            if not left[cell_id]:
+                measuring.close()  # its last point: stop its server now
 
 
 def _run_args(cell: grid.Cell, config: dict, verdict: dict | None) -> dict:
@@ -450,8 +619,12 @@ def _num_prompts(cell: grid.Cell, load: dict, probe, fixed: int | None = None
     that long at the point's rate (request rate, or the request throughput a short probe at
     that concurrency measured), capped by the workload's num_prompts. A speculative cell takes
     its baseline's count at the same point (`fixed`): a pair must send the same prompts, and a
-    faster server would otherwise get more of them."""
+    faster server would otherwise get more of them. With loadgen.prompts_per_concurrency a
+    closed-loop point has that many per unit of concurrency, at most num_prompts."""
     available = cell.workload["num_prompts"]
+    per = cell.workload["loadgen"].get("prompts_per_concurrency")
+    if per and load["mode"] == "concurrency":
+        available = min(available, per * load["concurrency"])
     duration = cell.workload["loadgen"].get("duration_s")
     if duration is None:
         return available, {}
@@ -567,6 +740,8 @@ def _measure_instance(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]
                            "isolation": isolation, "instance": server_instance(cell, repeat),
                            # points this server measured before (prefix caching: cache state)
                            "points_before": served_before}
+            if context.get("interleaved_with"):  # measured in turn with these cells' servers
+                server_info["interleaved_with"] = context["interleaved_with"]
             if profiler:
                 server_info["profile"] = str(profiler.report(load, repeat))
             record = _record(cell, load, repeat, metrics, status, reason, server_info,
@@ -678,7 +853,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sdbench.cell", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="workflow config (YAML)")
-    parser.add_argument("--cell", help="cell id to run (see --list)")
+    parser.add_argument("--cell", help="cell id to run (see --list); a cell of an `interleave` "
+                        "group runs its group first")
+    parser.add_argument("--group", help="measure only this group (its baseline's cell id)")
     parser.add_argument("--list", action="store_true", help="list the cells of the config")
     parser.add_argument("--output", help="records file (default results/cells/<id>.jsonl)")
     parser.add_argument("--server-log", help="server log (default logs/cells/<id>.server.log)")
@@ -689,17 +866,26 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.list or not args.cell:
+    if args.list or not (args.cell or args.group):
         for cell in cells.values():
-            print(f"{cell.cell_id}  {cell.label}")
+            group = f"  (group {cell.group[0]})" if cell.group else ""
+            print(f"{cell.cell_id}  {cell.label}{group}")
         return 0
-    if args.cell not in cells:
-        parser.error(f"no cell {args.cell!r} in {args.config} (use --list)")
-    output = args.output or grid.cell_output(args.cell)
-    server_log = args.server_log or grid.SERVER_LOG.format(cell_id=args.cell)
+    wanted = args.cell or args.group
+    if wanted not in cells or (args.group and not cells[wanted].group):
+        parser.error(f"no {'group' if args.group else 'cell'} {wanted!r} in {args.config} "
+                     "(use --list)")
+    cell = cells[wanted]
+    output = args.output or grid.cell_output(wanted)
+    server_log = args.server_log or grid.SERVER_LOG.format(cell_id=wanted)
     try:
         checks.check_installed(config, source=args.config)
-        run_cell(cells[args.cell], config, output, server_log=server_log)
+        if cell.group:
+            run_group([cells[i] for i in cell.group], config, grid.group_output(cell.group[0]))
+        if args.cell:
+            run_cell(cell, config, output, server_log=server_log)
+        else:
+            output = grid.group_output(cell.group[0])
     except (CellError, ServerError, ConfigError, profiling.ProfileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

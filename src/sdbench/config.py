@@ -196,6 +196,13 @@ def _check_round(source: str, round_name: str, spec: dict, config: dict) -> None
             if target not in models:
                 _fail(source, f"{key}.targets[{j}]", target,
                       f"must be one of the models defined: {sorted(models)}")
+        if method_spec.get("interleave") and config["loadgen"].get("duration_s") is not None:
+            # a duration-bounded speculative point sends as many prompts as its baseline's,
+            # read from the baseline's finished records: a pair measured in turn has none yet
+            _fail(source, f"{key}.interleave", True,
+                  "loadgen.duration_s fixes each speculative point's prompts from its "
+                  "baseline's finished cell; measured in turn, the pair has none yet (remove "
+                  "one of the two)")
         draft_tp = method_spec["options"].get("draft_tensor_parallel_size")
         for target in method_targets(spec, method_spec) if draft_tp is not None else []:
             tp = models[target].get("tensor_parallel_size", 1)

@@ -8,7 +8,7 @@ target, server arguments and workload, without speculation.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .config import (
@@ -27,11 +27,14 @@ from .ids import short_hash
 MODELS_DIR = "resources/models"
 PROCESSED_DIR = "data/processed"
 CELLS_DIR = "results/cells"
+GROUPS_DIR = "results/groups"
 # job logs (the rules' `log:` patterns; the index reads them to say why a job failed)
 FETCH_LOG = "logs/data/fetch_{source}_{file}.log"
 SUBSET_LOG = "logs/data/{dataset}/{subset}.log"
 MODEL_LOG = "logs/models/{model}.log"
 CELL_LOG = "logs/cells/{cell_id}.log"
+GROUP_LOG = "logs/groups/{group_id}.log"
+GROUP_SERVER_LOG = "logs/groups/{group_id}/{cell_id}.server.log"
 SERVER_LOG = "logs/cells/{cell_id}.server.log"
 DEFAULT_SETTING = "default"
 # how a cell measures: a vLLM server + vLLM's load generator (the default, not in the server
@@ -64,6 +67,11 @@ class Cell:
     request_rates: tuple[float, ...] = field(default=())  # open-loop points (serve cells)
     burstiness: float = 1.0
     profile: str | None = None  # "nsys": servers run under Nsight Systems
+    # the method's `interleave`: measured point by point in turn with its baseline, both
+    # servers up, in one job (not in the identity); `group` is filled by `all_cells`: the ids of
+    # the cells measured together (the baseline first), empty for a cell measured on its own
+    interleave: bool = False
+    group: tuple[str, ...] = field(default=())
 
     @property
     def engine(self) -> str:
@@ -95,12 +103,14 @@ class Cell:
         out = asdict(self)
         out["concurrency"] = list(self.concurrency)
         out["request_rates"] = list(self.request_rates)
+        out["group"] = list(self.group)
         return out
 
     @classmethod
     def from_dict(cls, data: dict) -> Cell:
         return cls(**{**data, "concurrency": tuple(data["concurrency"]),
-                      "request_rates": tuple(data.get("request_rates", ()))})
+                      "request_rates": tuple(data.get("request_rates", ())),
+                      "group": tuple(data.get("group", ()))})
 
 
 def model_dir(config: dict, name: str) -> str:
@@ -162,6 +172,10 @@ def subset_definition(config: dict, dataset: str, subset: str) -> dict:
             "source_spec": config["sources"][definition["source"]]}
 
 
+# load-generator settings added after cells were measured: in the identity only when set
+OPTIONAL_LOADGEN = ("duration_s", "prompts_per_concurrency")
+
+
 def workload_spec(config: dict, name: str) -> dict:
     """The workload as it enters the cell identity: prompts, output rule, sampling."""
     workload = config["workloads"][name]
@@ -176,10 +190,11 @@ def workload_spec(config: dict, name: str) -> dict:
         "path": processed_path(workload["dataset"], workload["subset"]),
         # how many repeats and which failure share makes a point invalid do not change what a
         # measurement is: more repeats add points, the threshold is applied when summarizing
-        # (duration_s only when set: cells measured before it existed keep their ids)
+        # (duration_s and prompts_per_concurrency only when set: cells measured before they
+        # existed keep their ids)
         "loadgen": {k: v for k, v in config["loadgen"].items()
                     if k not in ("repeats", "max_failure_share")
-                    and not (k == "duration_s" and v is None)},
+                    and not (k in OPTIONAL_LOADGEN and v is None)},
     }
 
 
@@ -334,7 +349,8 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
                                                {**method["options"], **extra}, args)
                         add(Cell(cell_id_of(server, workload), round_name, label, server,
                                  workload, base_id, concurrency, repeats, name, **rates,
-                                 profile=method.get("profile")),
+                                 profile=method.get("profile"),
+                                 interleave=bool(method.get("interleave"))),
                             f"{round_name}.methods[{i}] (k={k}, target {target!r}, "
                             f"workload {workload_name!r}{at})")
     if round_name == "round1":
@@ -404,8 +420,31 @@ def _cells_and_rounds(config: dict) -> dict[str, tuple[Cell, list[str]]]:
 
 def all_cells(config: dict) -> list[Cell]:
     """Every round's cells, each once: a cell two rounds share (the same server config and
-    workload) is measured once and listed under the first (see `cell_rounds`)."""
-    return [cell for cell, _ in _cells_and_rounds(config).values()]
+    workload) is measured once and listed under the first (see `cell_rounds`); cells measured
+    together carry their `group` (see `interleave_groups`)."""
+    cells = [cell for cell, _ in _cells_and_rounds(config).values()]
+    member = {cell_id: tuple(ids) for ids in interleave_groups(cells).values()
+              for cell_id in ids}
+    return [replace(cell, group=member.get(cell.cell_id, ())) for cell in cells]
+
+
+def interleave_groups(cells: list[Cell]) -> dict[str, list[str]]:
+    """group id (its baseline's cell id) -> the cell ids measured together in one job: the
+    baseline, then every cell of an `interleave` method paired with it. Their servers are up
+    side by side and take the points in turn (`sdbench.cell.run_group`), so that a speedup's
+    two sides are measured seconds apart, not minutes: a host whose speed drifts (a shared or
+    throttling machine) then moves both alike."""
+    groups: dict[str, list[str]] = {}
+    for cell in cells:
+        if cell.interleave and cell.baseline_cell_id is not None:
+            groups.setdefault(cell.baseline_cell_id, [cell.baseline_cell_id]).append(
+                cell.cell_id)
+    return groups
+
+
+def group_output(group_id: str) -> str:
+    """The manifest a group job writes once every point of its cells is in the point cache."""
+    return f"{GROUPS_DIR}/{group_id}.json"
 
 
 def cell_rounds(config: dict) -> dict[str, list[str]]:

@@ -148,6 +148,25 @@ def acquire(n: int, *, lock_dir: str | Path = LOCK_DIR, environ: dict | None = N
         time.sleep(poll_s)
 
 
+def split(slots: Slots, counts: list[int]) -> list[Slots]:
+    """The GPUs of `slots` shared out among servers that run side by side, `counts[i]` for the
+    i-th, in order: those pinned here, or under a batch scheduler the GPUs it let the job see.
+    Without GPUs (CPU serving) every part is unpinned. The parts hold no locks: `slots` does."""
+    ids = slots.gpu_ids or (slots.scheduler_ids if len(counts) > 1 else [])
+    if not ids:
+        return [Slots([], slots.reason, scheduler_ids=slots.scheduler_ids) for _ in counts]
+    if sum(counts) > len(ids):
+        raise SlotError(f"{len(counts)} servers side by side need {sum(counts)} GPUs "
+                        f"({' + '.join(map(str, counts))}); this job has {len(ids)}: {ids}")
+    parts, start = [], 0
+    for n in counts:
+        part = ids[start:start + n]
+        parts.append(Slots(part, f"pinned to GPU {','.join(map(str, part))} of {ids} "
+                                 "(servers side by side)"))
+        start += n
+    return parts
+
+
 @contextlib.contextmanager
 def held(n: int, **kwargs) -> Iterator[Slots]:
     slots = acquire(n, **kwargs)

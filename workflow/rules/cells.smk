@@ -1,4 +1,6 @@
 # One job per cell (server config x workload): one vLLM server, the whole concurrency sweep.
+# Cells of an `interleave` method are measured with their baseline in one group job (servers
+# side by side, points in turn); their cell jobs then write the records from the point cache.
 
 
 rule cell:
@@ -25,6 +27,30 @@ rule cell:
         ENV
     script:
         "../scripts/run_cell.py"
+
+
+rule cell_group:
+    input:
+        unpack(group_inputs),
+    output:
+        manifest="results/groups/{group_id}.json",
+    params:
+        cells=lambda wc: [CELLS[i].to_dict() for i in GROUPS[wc.group_id]],
+        vllm=VLLM_BUILD,
+        host=lambda wc: [HOST_PLAN[i] for i in GROUPS[wc.group_id]],
+    log:
+        grid.GROUP_LOG,
+    benchmark:
+        timing.benchmark_file("cell_group", "{group_id}")
+    threads: CELL_THREADS
+    resources:
+        gpu=group_gpus,
+        runtime=config["cells"]["runtime"],
+        mem_mb=config["cells"]["mem_mb"],
+    conda:
+        ENV
+    script:
+        "../scripts/run_group.py"
 
 
 rule dynamic_k_cell:

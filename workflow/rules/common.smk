@@ -23,6 +23,9 @@ validate_config(config, source=CONFIG_SOURCE)
 checks.check_installed(config, source=CONFIG_SOURCE)
 
 CELLS = grid.cells_by_id(config)
+# cells measured in turn with their baseline in one job (an `interleave` method): group id ->
+# the cells' ids
+GROUPS = {cell.group[0]: list(cell.group) for cell in CELLS.values() if cell.group}
 DYNAMIC_K = {
     (spec["target"], spec["workload"], spec["speculator"]): spec
     for spec in grid.dynamic_k_specs(config)
@@ -58,6 +61,7 @@ BUILT_MODELS = [
 
 wildcard_constraints:
     cell_id="[0-9a-f]{12}",
+    group_id=names_regex(GROUPS),
     round="round[123]",
     target=names_regex({t for (t, _, _) in DYNAMIC_K}),
     workload=names_regex(config["round1"]["workloads"]),
@@ -80,7 +84,25 @@ def cell_inputs(wildcards):
         inputs[role] = model_input(name)
     if grid.sends_baseline_counts(cell):
         inputs["baseline"] = grid.cell_output(cell.baseline_cell_id)
+    if cell.group:  # its points are measured by its group's job
+        inputs["group"] = grid.group_output(cell.group[0])
     return inputs
+
+
+def group_inputs(wildcards):
+    """What a group job needs: every cell's prompts and models."""
+    inputs = {}
+    for cell_id in GROUPS[wildcards.group_id]:
+        cell = CELLS[cell_id]
+        inputs[f"prompts_{cell_id}"] = cell.workload["path"]
+        for role, name in zip(("target", "draft"), grid.cell_models(cell)):
+            inputs[f"{role}_{cell_id}"] = model_input(name)
+    return inputs
+
+
+def group_gpus(wildcards):
+    """A group's servers run side by side: the sum of their GPUs."""
+    return sum(grid.cell_gpus(CELLS[i].server_config) for i in GROUPS[wildcards.group_id])
 
 
 def model_build_inputs(wildcards):
