@@ -1,6 +1,7 @@
 """A cell the host cannot run writes "unsupported" records and starts nothing; only valid points
 are taken from the point cache (a failed or invalid attempt is measured again)."""
 
+import copy
 import dataclasses
 import gzip
 import json
@@ -9,6 +10,7 @@ import pytest
 
 from sdbench import cell as cellmod
 from sdbench import grid, hostcaps
+from sdbench.config import validate_config
 
 REASON = ("vLLM 0.32.0 (CPU build) runs GPTQ int4 (smollm2-135m-gptq) only on CPUs with "
           "AVX-512: its cpu_gemm_wna16 kernel is built into _C and _C_AVX512, not into "
@@ -86,3 +88,24 @@ def test_only_valid_cached_points_are_reused(gptq_cell, demo_config, tmp_path):
     # in point order: c=1 r0 (cached, ok), c=1 r1 (unreadable), c=4 r0 (invalid), c=4 r1
     assert [r["status"] for r in records] == ["ok", "unsupported", "unsupported",
                                               "unsupported"]
+
+
+def test_prompts_per_concurrency_scale_a_point_with_its_level(demo_config_raw):
+    """loadgen.prompts_per_concurrency: a closed-loop point sends that many prompts per unit of
+    concurrency, at most the workload's; request-rate points send them all. Unset, it is not in
+    the cell's identity (cells measured before it existed keep their ids)."""
+    assert demo_config_raw["loadgen"]["prompts_per_concurrency"] == 6
+    raw = copy.deepcopy(demo_config_raw)
+    cell = next(c for c in grid.all_cells(validate_config(raw)) if c.engine == grid.SERVE)
+    assert cell.workload["num_prompts"] == 24
+    sent = [cellmod._num_prompts(cell, {"mode": "concurrency", "concurrency": c}, None)[0]
+            for c in (1, 2, 6)]
+    assert sent == [6, 12, 24]
+    assert cellmod._num_prompts(cell, {"mode": "rate", "request_rate": 2.0,
+                                       "burstiness": 1.0}, None)[0] == 24
+    raw = copy.deepcopy(demo_config_raw)
+    del raw["loadgen"]["prompts_per_concurrency"]
+    unset = next(c for c in grid.all_cells(validate_config(raw)) if c.engine == grid.SERVE)
+    assert "prompts_per_concurrency" not in unset.workload["loadgen"]
+    assert unset.cell_id != cell.cell_id
+    assert cellmod._num_prompts(unset, {"mode": "concurrency", "concurrency": 1}, None)[0] == 24

@@ -67,9 +67,10 @@ def test_workload_references(demo_config_raw):
 
 
 def test_a_concurrency_above_the_prompt_count_is_refused(demo_config_raw):
-    # 6 prompts never put 8 requests in flight: the point would carry a concurrency it never had
-    msg = _broken(demo_config_raw, lambda c: c["round1"].update(concurrency=[1, 8]))
-    assert "round1.concurrency" in msg and "workloads.spec_bench.num_prompts is 6" in msg
+    # 24 prompts never put 32 requests in flight: the point would carry a concurrency it never
+    # had
+    msg = _broken(demo_config_raw, lambda c: c["round1"].update(concurrency=[1, 32]))
+    assert "round1.concurrency" in msg and "workloads.spec_bench.num_prompts is 24" in msg
     msg = _broken(demo_config_raw, lambda c: c["workloads"]["mixed"].update(num_prompts=3))
     assert "round3.concurrency" in msg and "workloads.mixed.num_prompts is 3" in msg
 

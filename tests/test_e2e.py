@@ -213,6 +213,17 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
     pair = frame[(frame["speculator"] == "calibration") & (frame["engine"] != "transformers")]
     assert len(pair) == 6 and (pair["spec_decode_acceptance_rate"] >= 90).all(), pair[
         "spec_decode_acceptance_rate"]
+    # ... measured in turn with its baseline (`interleave`: one job, both servers up): the two
+    # sides of every point follow each other, the first side alternating by repeat
+    served = pair[pair["engine"] == "serve"]
+    turns = frame[frame["cell_id"].isin({*served["cell_id"], *served["baseline_cell_id"]})
+                  ].sort_values("started_at")
+    assert len(turns) == 8 and turns["interleaved_with"].notna().all()
+    points = list(zip(turns["concurrency"], turns["repeat"], strict=True))
+    assert points[0::2] == points[1::2] == [(1, 0), (2, 0), (1, 1), (2, 1)]
+    firsts = turns["speculator"].tolist()[0::2]
+    assert firsts == ["vanilla", "vanilla", "calibration", "calibration"]
+    assert frame.loc[~frame["cell_id"].isin(turns["cell_id"]), "interleaved_with"].isna().all()
     # the derived cell drafts exactly where its schedule says k > 0
     schedule = json.loads(next((e2e_run["workdir"] / "results" / "derived").rglob(
         "*.schedule.json")).read_text())["schedule"]
@@ -373,10 +384,12 @@ def test_changing_one_k_list_plans_only_the_changed_cells(e2e_run, tmp_path):
     result = snakemake("-n", workdir=e2e_run["workdir"], configfile=changed)
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout + result.stderr)
-    # the new cell (the Transformers reference keeps its own k), and the dynamic-K cell (its
-    # schedule is derived from the calibration pair's cells)
-    assert counts == {"all": 1, "cell": 1, "dynamic_k_cell": 1, "summary": 1, "report": 3,
-                      "index": 1}
+    # (the Transformers reference keeps its own k), and the dynamic-K cell (its schedule is
+    # derived from the calibration pair's cells)
+    # the new cell is measured in turn with its baseline, and with it the group's other cells
+    # (their pairs stay seconds apart): one group job, then each of the three cells' records
+    assert counts == {"all": 1, "cell_group": 1, "cell": 3, "dynamic_k_cell": 1, "summary": 1,
+                      "report": 3, "index": 1}
 
 
 def test_prompt_sets_count_tokens_with_the_target_tokenizer(e2e_run):

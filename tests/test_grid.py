@@ -26,7 +26,7 @@ def test_demo_grid_shape():
     assert {c.speculator for c in cells} == {"vanilla", "ngram", "calibration",
                                              "eagle-untrained-plumbing", "draft-6l-plumbing"}
     assert {c.engine for c in cells} == {"serve"}
-    assert all(c.concurrency == (1, 6) for c in rounds["round1"])
+    assert all(c.concurrency == (1, 24) for c in rounds["round1"])
     assert all(c.concurrency == (1, 4) for c in rounds["round2"] + rounds["round3"])
     # the calibration draft runs on the deeper target only, paired with its vanilla cell
     by_id = {c.cell_id: c for c in cells}

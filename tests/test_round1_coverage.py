@@ -157,6 +157,8 @@ def test_rate_and_burstiness_reach_vllms_load_generator():
 def test_duration_bounded_points_derive_their_prompt_count(demo_config_raw):
     raw = copy.deepcopy(demo_config_raw)
     raw["loadgen"]["duration_s"] = 3
+    for method in raw["round1"]["methods"]:
+        method.pop("interleave", None)  # a pair measured in turn cannot share counts
     config = validate_config(raw)
     vanilla = next(c for c in grid.round_cells(config, "round1")
                    if c.is_baseline and c.engine == "serve")
@@ -167,7 +169,7 @@ def test_duration_bounded_points_derive_their_prompt_count(demo_config_raw):
         probed.append(load["concurrency"])
         return 0.9  # requests per second measured at that concurrency
 
-    # rate 2/s x 3 s = 6 prompts; the workload has 6
+    # rate 2/s x 3 s = 6 prompts (the workload has 24; concurrency 1 sends at most 6)
     assert cellmod._num_prompts(vanilla, rate, probe)[0] == 6
     n, info = cellmod._num_prompts(vanilla, closed, probe)
     assert n == 3 and info["probe_request_throughput"] == 0.9 and probed == [1]
@@ -178,10 +180,11 @@ def test_duration_bounded_points_derive_their_prompt_count(demo_config_raw):
     argv = cellmod.point_argv(vanilla, config, server, rate, None, 6)
     args = parse_loadgen(argv)
     assert (args.num_prompts, args.request_rate, args.burstiness) == (6, 2.0, 1.0)
-    # without duration_s every point sends the workload's prompts and cell ids are unchanged
+    # without duration_s a request-rate point sends the workload's prompts, and cell ids are
+    # unchanged
     plain = validate_config(copy.deepcopy(demo_config_raw))
     base = next(c for c in grid.round_cells(plain, "round1") if c.is_baseline)
-    assert cellmod._num_prompts(base, rate, probe) == (6, {})
+    assert cellmod._num_prompts(base, rate, probe) == (24, {})
     assert "duration_s" not in base.workload["loadgen"]
     assert vanilla.cell_id != base.cell_id
 
