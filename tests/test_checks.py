@@ -140,7 +140,7 @@ def test_cell_refuses_to_start_beside_leftovers(tmp_path, demo_config, monkeypat
     prompts = tmp_path / cell.workload["path"]
     prompts.parent.mkdir(parents=True)
     prompts.write_text("".join(json.dumps({"prompt": f"p{i}", "output_tokens": 8}) + "\n"
-                               for i in range(8)))
+                               for i in range(cell.workload["num_prompts"])))
     monkeypatch.setattr(checks, "gpu_processes", lambda indices=None: [{"gpu": 0, "pid": 4242}])
     monkeypatch.setattr(checks, "leftover_vllm_processes", lambda holders: [
         {**h, "cmdline": "python -m vllm.entrypoints.openai.api_server"} for h in holders])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import grid
+from . import grid, lock
 from .config import REPO_ROOT
 from .files import atomic_path, atomic_write_text, read_jsonl
 from .grid import Cell
@@ -186,7 +186,7 @@ table { border-collapse: collapse; font-size: 0.9em; margin-bottom: 1.5em; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
 th { background: #f0f0f0; }
 .done { color: #1a7f37; } .failed, .interrupted, .invalid { color: #b42318; }
-.unsupported { color: #9a6700; }
+.unsupported, .warn { color: #9a6700; }
 .missing { color: #888; } .detail { font-size: 0.85em; max-width: 60em; white-space: pre-wrap; }
 code { font-size: 0.95em; }
 """
@@ -199,10 +199,12 @@ def _row(values, css: str = "") -> str:
 
 def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str]],
                 out: str | Path, problem_points: list[dict] | None = None,
-                note: str = "", jobs: list[dict] | None = None) -> None:
+                note: str = "", jobs: list[dict] | None = None,
+                unpinned: list[str] | None = None) -> None:
     """reports: {title: relative link}; cells: [(cell, path of its records file)];
     problem_points: failed or invalid points (from the summary) to list at the top; jobs:
-    failed data and model jobs (`failed_jobs`)."""
+    failed data and model jobs (`failed_jobs`); unpinned: hub downloads on a moving revision
+    (`lock.unpinned`)."""
     links = "\n".join(f'<li><a href="{html.escape(href)}">{html.escape(title)}</a></li>'
                       for title, href in reports.items())
     rows, problems, counts = [], [], {}
@@ -247,6 +249,7 @@ def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str
 <style>{_STYLE}</style></head><body>
 <h1>{html.escape(study)}</h1>
 <p>Generated {datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}.{html.escape(note)}</p>
+{_unpinned_note(unpinned)}
 <h2>Reports</h2><ul>{links}</ul>
 {problem_table}
 <h2>Cells ({len(cells)}: {summary})</h2>
@@ -258,6 +261,17 @@ def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str
 </table></body></html>
 """
     atomic_write_text(out, page)
+
+
+def _unpinned_note(unpinned: list[str] | None) -> str:
+    if not unpinned:
+        return ""
+    items = "".join(f"<li><code>{html.escape(u)}</code></li>" for u in unpinned)
+    return ('<p class="warn">Hub downloads on a moving revision (a branch or tag, not a '
+            "commit): a later run may measure another checkpoint under the same name. The "
+            "commit each download resolved to is in its model card or data manifest; pin them "
+            "with <code>python -m sdbench.lock --config &lt;config&gt;</code>.</p>"
+            f"<ul>{items}</ul>")
 
 
 def problem_points(frame) -> list[dict]:
@@ -328,7 +342,7 @@ def salvage(config: dict, cells: list[tuple[Cell, str]], reports: dict[str, str]
     try:
         write_index(config["study"], reports, cells, "reports/index.html", points,
                     note=" This run had failed jobs: the reports show what was measured.",
-                    jobs=failed_jobs(config))
+                    jobs=failed_jobs(config), unpinned=lock.unpinned(config))
         print("sdbench: reports of the incomplete run: reports/index.html", file=sys.stderr)
     except Exception as exc:  # the run's own error is what matters; report this one briefly
         print(f"sdbench: could not write the index of the failed run: {exc}", file=sys.stderr)

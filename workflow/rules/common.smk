@@ -12,7 +12,7 @@ sys.path.insert(0, SRC)
 # scripts and notebooks run in child processes: let them import the library too
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
 
-from sdbench import checks, grid, hostcaps, preflight, provenance, timing
+from sdbench import checks, grid, hostcaps, lock, preflight, provenance, timing
 from sdbench.report import salvage
 from sdbench.config import DERIVED_KINDS, ROUNDS, validate_config
 from sdbench.data.builders import subsets_of
@@ -20,6 +20,10 @@ from sdbench.data.sources import fingerprint, local_files, manifest_path, raw_pa
 
 CONFIG_SOURCE = ", ".join(map(str, workflow.overwrite_configfiles)) or "config/config.yaml"
 validate_config(config, source=CONFIG_SOURCE)
+# hub revisions pinned to commits by `python -m sdbench.lock` (a lock file beside the config)
+LOCK_NOTES = lock.apply_files(config, workflow.overwrite_configfiles)
+if workflow.is_main_process and LOCK_NOTES:
+    print("\n".join(LOCK_NOTES), file=sys.stderr)
 checks.check_installed(config, source=CONFIG_SOURCE)
 
 CELLS = grid.cells_by_id(config)

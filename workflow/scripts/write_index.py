@@ -2,6 +2,7 @@
 
 import pandas as pd
 
+from sdbench.lock import unpinned
 from sdbench.report import failed_jobs, problem_points, write_index
 from sdbench.script_log import to_log
 
@@ -9,4 +10,4 @@ sm = snakemake  # noqa: F821 - injected by Snakemake
 with to_log(sm.log[0]):
     write_index(sm.config["study"], sm.params.reports, sm.params.cells, sm.output[0],
                 problem_points(pd.read_parquet(sm.input.summary)),
-                jobs=failed_jobs(sm.config))
+                jobs=failed_jobs(sm.config), unpinned=unpinned(sm.config))
