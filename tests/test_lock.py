@@ -126,6 +126,7 @@ def test_the_workflow_reads_the_lock_beside_its_config(tmp_path, real):
     assert "22 hub downloads on a moving revision" in moving.stderr
     lock.write_lock(lock.lock_path(config_file),
                     lock.resolve(lock.hub_refs(real), api=Hub()), config_file)
-    pinned = snakemake("-n", workdir=tmp_path, configfile=config_file, timeout=300)
+    # the default config (no --configfile: config/config.yaml of the working directory) too
+    pinned = snakemake("-n", workdir=tmp_path, timeout=300)
     assert pinned.returncode == 0, pinned.stderr
     assert "hub revisions pinned by" in pinned.stderr and "moving revision" not in pinned.stderr

@@ -21,7 +21,7 @@ from sdbench.data.sources import fingerprint, local_files, manifest_path, raw_pa
 CONFIG_SOURCE = ", ".join(map(str, workflow.overwrite_configfiles)) or "config/config.yaml"
 validate_config(config, source=CONFIG_SOURCE)
 # hub revisions pinned to commits by `python -m sdbench.lock` (a lock file beside the config)
-LOCK_NOTES = lock.apply_files(config, workflow.overwrite_configfiles)
+LOCK_NOTES = lock.apply_files(config, workflow.configfiles)
 if workflow.is_main_process and LOCK_NOTES:
     print("\n".join(LOCK_NOTES), file=sys.stderr)
 checks.check_installed(config, source=CONFIG_SOURCE)
