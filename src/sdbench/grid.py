@@ -8,7 +8,7 @@ target, server arguments and workload, without speculation.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from .config import (
@@ -100,7 +100,9 @@ class Cell:
         return f"{name} | {self.server_config['target']['name']} | {self.workload['name']}"
 
     def to_dict(self) -> dict:
-        out = asdict(self)
+        # shallow: the nested dicts are shared, not copied (asdict's deep copy took ~0.4 ms a
+        # cell, most of a 2,000-cell dry run's params); callers only read them
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["concurrency"] = list(self.concurrency)
         out["request_rates"] = list(self.request_rates)
         out["group"] = list(self.group)
