@@ -218,11 +218,15 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
     served = pair[pair["engine"] == "serve"]
     turns = frame[frame["cell_id"].isin({*served["cell_id"], *served["baseline_cell_id"]})
                   ].sort_values("started_at")
-    assert len(turns) == 8 and turns["interleaved_with"].notna().all()
-    points = list(zip(turns["concurrency"], turns["repeat"], strict=True))
-    assert points[0::2] == points[1::2] == [(1, 0), (2, 0), (1, 1), (2, 1)]
+    # concurrency 1 and 2 and the request rate, 2 repeats, 2 cells
+    assert len(turns) == 12 and turns["interleaved_with"].notna().all()
+    points = list(zip(turns["concurrency"].fillna(0), turns["request_rate"].fillna(0),
+                      turns["repeat"], strict=True))
+    assert points[0::2] == points[1::2]
+    assert [(c, r) for c, _, r in points[0::2]] == [(1, 0), (2, 0), (0, 0),
+                                                    (1, 1), (2, 1), (0, 1)]
     firsts = turns["speculator"].tolist()[0::2]
-    assert firsts == ["vanilla", "vanilla", "calibration", "calibration"]
+    assert firsts == ["vanilla"] * 3 + ["calibration"] * 3
     assert frame.loc[~frame["cell_id"].isin(turns["cell_id"]), "interleaved_with"].isna().all()
     # the derived cell drafts exactly where its schedule says k > 0
     schedule = json.loads(next((e2e_run["workdir"] / "results" / "derived").rglob(
