@@ -67,6 +67,14 @@ def _now(timestamp: float | None = None) -> str:
     return moment.isoformat(timespec="milliseconds")
 
 
+def write_error(path: Path, cell: grid.Cell, message: str, server_log: str | Path,
+                **extra) -> None:
+    """Why a cell did not finish, for the index and the reports."""
+    atomic_write_json(path, {"cell_id": cell.cell_id, "label": cell.label,
+                             "error": first_line(message), "detail": message,
+                             "server_log": str(server_log), **extra, "at": _now()})
+
+
 def error_output(output: str | Path) -> Path:
     """Written when a cell fails: why, for the index and the reports (removed on success)."""
     output = Path(output)
@@ -147,9 +155,7 @@ def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
                          baseline_records=baseline_records)
     except BaseException as exc:
         message = f"{type(exc).__name__}: {exc}"
-        atomic_write_json(error_file, {"cell_id": cell.cell_id, "label": cell.label,
-                                       "error": first_line(message), "detail": message,
-                                       "server_log": str(server_log), "at": _now()})
+        write_error(error_file, cell, message, server_log)
         raise
 
 
@@ -443,10 +449,8 @@ def run_group(cells: list[grid.Cell], config: dict, manifest: str | Path, *,
         done = {p.cell.cell_id for p in preps if _complete(p)}
         for cell in cells:
             if cell.cell_id not in done:
-                atomic_write_json(error_output(grid.cell_output(cell.cell_id)), {
-                    "cell_id": cell.cell_id, "label": cell.label, "error": first_line(message),
-                    "detail": message, "server_log": str(server_logs[cell.cell_id]),
-                    "group": group_id, "at": _now()})
+                write_error(error_output(grid.cell_output(cell.cell_id)), cell, message,
+                            server_logs[cell.cell_id], group=group_id)
         raise
     for prep in preps:
         prep.context["partial"].unlink(missing_ok=True)  # every point is in the cache
