@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from .config import ConfigError, load_config
+from .files import atomic_write_text
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 LOCK_SCHEMA = "sdbench.lock/1"
@@ -87,14 +88,11 @@ def resolve(refs: dict[str, dict], api=None) -> dict[str, dict]:
 
 
 def write_lock(path: str | Path, pins: dict[str, dict], config_file: str | Path) -> None:
-    path = Path(path)
     doc = {"schema": LOCK_SCHEMA, "config": str(config_file),
            "resolved_at": datetime.now(UTC).isoformat(timespec="seconds"), "pins": pins}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(f"# written by python -m sdbench.lock: every hub revision of {config_file}\n"
-                   "# resolved to a commit; runs with that config download these commits\n"
-                   + yaml.safe_dump(doc, sort_keys=False))
-    tmp.replace(path)
+    atomic_write_text(path, f"# written by python -m sdbench.lock: every hub revision of "
+                      f"{config_file}\n# resolved to a commit; runs with that config download "
+                      "these commits\n" + yaml.safe_dump(doc, sort_keys=False))
 
 
 def read_lock(path: str | Path) -> dict[str, dict]:
