@@ -97,6 +97,22 @@ class Servers:
     def points(self):
         return [(e[1], e[2]) for e in self.events if e[0] == "point"]
 
+    def server(self, cell, config, server_log, env, verdict):
+        """A group's server, launched before any point (`cellmod.cell_server`)."""
+        events = self.events
+
+        class Launched:
+            def launch(self):
+                events.append(("launch", cell.cell_id))
+
+            def start(self):
+                events.append(("up", cell.cell_id))
+
+            def stop(self):
+                pass
+
+        return Launched()
+
 
 @pytest.fixture
 def group(demo_config, tmp_path, monkeypatch):
@@ -119,6 +135,7 @@ def group(demo_config, tmp_path, monkeypatch):
 
 def run(members, config, servers, monkeypatch):
     monkeypatch.setattr(cellmod, "_measure", servers.measure)
+    monkeypatch.setattr(cellmod, "cell_server", servers.server)
     return cellmod.run_group(members, config, grid.group_output(members[0].cell_id))
 
 
@@ -128,9 +145,11 @@ def test_a_group_takes_the_points_in_turn_and_its_cells_write_from_the_cache(
     servers = Servers()
     manifest = run(group, demo_config, servers, monkeypatch)
     plan = [cellmod.point_id(load, r) for r in range(base.repeats) for load in base.load_points()]
-    # both servers up before the first point's pair is done; each point once per cell, in turn
-    assert servers.events[:4] == [("start", base.cell_id), ("point", base.cell_id, plan[0]),
-                                  ("start", pair.cell_id), ("point", pair.cell_id, plan[0])]
+    # both servers launched together and up before the first point; each point once per
+    # cell, in turn
+    assert servers.events[:6] == [("launch", base.cell_id), ("launch", pair.cell_id),
+                                  ("up", base.cell_id), ("up", pair.cell_id),
+                                  ("start", base.cell_id), ("point", base.cell_id, plan[0])]
     assert servers.points() == [(cell, pid) for pid in plan
                                 for cell in ((base.cell_id, pair.cell_id) if pid[-1] % 2 == 0
                                              else (pair.cell_id, base.cell_id))]

@@ -1,6 +1,7 @@
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,40 @@ def test_ready_server_and_its_children_are_stopped(tmp_path):
         assert len(group_members(pgid)) >= 2  # the server and its SIGTERM-proof child
     assert group_members(pgid) == []
     assert "mode ready" in (tmp_path / "s.log").read_text()
+
+
+def test_servers_launched_together_start_side_by_side(tmp_path):
+    # a group's servers (sdbench.cell.run_group): launched at once, then waited for; each
+    # start-up counts from its launch, and entering the context of a started one starts nothing
+    servers = [VllmServer(standin("solo", delay=2), host="127.0.0.1",
+                          log_path=tmp_path / f"s{i}.log", startup_timeout_s=30, stop_timeout_s=2)
+               for i in range(2)]
+    began = time.monotonic()
+    try:
+        for server in servers:
+            server.launch()
+        for server in servers:
+            server.start()
+        assert time.monotonic() - began < 2 * 2  # the two 2 s delays overlapped
+        assert all(s.startup_s >= 2 and s.started_at is not None for s in servers)
+        pid = servers[0].proc.pid
+        with servers[0] as same:
+            assert same.proc.pid == pid and same.alive()
+        assert servers[0].proc is None  # leaving the context stopped it
+    finally:
+        for server in servers:
+            server.stop()
+    for i in range(2):
+        assert (tmp_path / f"s{i}.log").read_text().count("### sdbench: starting") == 1
+
+
+def test_a_launched_server_that_dies_fails_its_start(tmp_path):
+    server = VllmServer(standin("crash"), host="127.0.0.1", log_path=tmp_path / "s.log",
+                        startup_timeout_s=30)
+    server.launch()
+    with pytest.raises(ServerError, match="exited with code 1 during start-up"):
+        server.start()
+    assert server.proc is None
 
 
 def test_sigterm_proof_server_is_killed(tmp_path):

@@ -60,3 +60,24 @@ def test_split_of_a_run_without_benchmarks_is_empty_not_an_error(tmp_path):
     split = timing.time_split(tmp_path)
     assert split["parts"] == {} and split["cells"]["servers"] == 0
     assert "Where the time went" in timing.format_split(split)
+
+
+def test_servers_started_side_by_side_count_once_for_their_overlap(tmp_path):
+    cells = tmp_path / "results" / "cells"
+    cells.mkdir(parents=True)
+
+    def launched(cell_id, at, startup):
+        record = _record(cell_id, 0, startup, 50, 55, 4.0)
+        record["server"]["started_at"] = f"2026-11-23T10:00:{at:02d}+00:00"
+        return json.dumps(record)
+
+    # a group's two servers launched together (0-30 s and 1-41 s: 41 s of start-up, not 70),
+    # a later one alone (45-55 s) and one of a record without a launch time (counted in full)
+    (cells / "a.jsonl").write_text(launched("a", 0, 30.0) + "\n")
+    (cells / "b.jsonl").write_text(launched("b", 1, 40.0) + "\n")
+    (cells / "c.jsonl").write_text(launched("c", 45, 10.0) + "\n")
+    (cells / "d.jsonl").write_text(json.dumps(_record("d", 0, 7.0, 50, 55, 4.0)) + "\n")
+    split = timing.cell_split(tmp_path)
+    assert split["server start-up"] == pytest.approx(41 + 10 + 7)
+    assert split["servers"] == 4
+    assert timing.covered([(0.0, 5.0), (1.0, 2.0), (10.0, 1.0)]) == pytest.approx(6.0)

@@ -474,10 +474,20 @@ def _measure_group(preps: list[Prepared], config: dict, log, group_id: str) -> N
             contextlib.ExitStack() as stack:
         print(f"[sdbench] group {group_id}: {held.reason}", file=log, flush=True)
         _check_leftovers(held)
-        runs = {}
         for prep, view in zip(preps, slots.split(held, counts), strict=True):
             others = [p.cell.cell_id for p in preps if p is not prep]
-            prep.context.update(slots=view, interleaved_with=others)
+            server = cell_server(prep.cell, config, prep.context["server_log"], view.env,
+                                 prep.context["verdict"])
+            stack.callback(server.stop)
+            prep.context.update(slots=view, interleaved_with=others, server=server)
+        # every server starts side by side (a start is mostly one core importing vLLM, or
+        # its own GPU), and no point is measured before all of them are up
+        for prep in preps:
+            prep.context["server"].launch()
+        for prep in preps:
+            prep.context["server"].start()
+        runs = {}
+        for prep in preps:
             runs[prep.cell.cell_id] = (prep, stack.enter_context(contextlib.closing(
                 _measure(prep.cell, config, [prep.plan[p] for p in prep.missing],
                          prep.context))))
@@ -693,8 +703,10 @@ def _measure_instance(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]
     interval_s = config["cells"]["gpu_sample_interval_ms"] / 1000.0
     isolation = grid.isolation(cell.server_config)
     probes: dict[int, float] = {}
-    with _signals_raise(), cell_server(cell, config, server_log, held.env,
-                                       context["verdict"]) as server:
+    # a group's first instance finds its server launched already (`_measure_group`)
+    server = context.pop("server", None) or cell_server(cell, config, server_log, held.env,
+                                                        context["verdict"])
+    with _signals_raise(), server:
         print(f"[sdbench] cell {cell.cell_id}: server ready on port {server.port} after "
               f"{server.startup_s:.1f} s ({isolation})", file=log, flush=True)
 
@@ -739,7 +751,8 @@ def _measure_instance(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]
             if status == "invalid":
                 reason = _with_causes(reason, detail, server_log, log_offset)
             server_info = {"command": server.command, "port": server.port,
-                           "startup_s": server.startup_s, "log": str(server_log),
+                           "startup_s": server.startup_s, "started_at": _now(server.started_at),
+                           "log": str(server_log),
                            "gpus": held.gpu_ids, "placement": held.reason,
                            "isolation": isolation, "instance": server_instance(cell, repeat),
                            # points this server measured before (prefix caching: cache state)

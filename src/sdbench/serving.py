@@ -129,6 +129,8 @@ class VllmServer:
         self.port: int | None = None
         self.command: list[str] = []
         self.startup_s: float | None = None
+        self.started_at: float | None = None  # Unix time of the (first) launch
+        self._launched = 0.0  # monotonic time of `launch`
 
     @property
     def connect_host(self) -> str:
@@ -173,11 +175,25 @@ class VllmServer:
                                          preexec_fn=_die_with_parent if sys.platform == "linux"
                                          else None)
 
+    def launch(self) -> None:
+        """Launch the server without waiting for it, so that several start side by side (a
+        group's servers: `sdbench.cell.run_group`); `start` (or entering the context) then
+        waits for it, and its start-up counts from here."""
+        self._launched, self.started_at, self.startup_s = time.monotonic(), time.time(), None
+        self._launch()
+
     def start(self) -> None:
-        """Start and wait for /health; retry on a lost port race; raise ServerError otherwise."""
-        started = time.monotonic()
+        """Start (unless `launch`ed) and wait for /health; retry on a lost port race; raise
+        ServerError otherwise. A no-op on a server that is up."""
+        if self.alive() and self.startup_s is not None:
+            return
+        launched = self.proc is not None
+        if not launched:
+            self.started_at = time.time()
+        started = self._launched if launched else time.monotonic()
         for attempt in range(1, self.bind_attempts + 1):
-            self._launch()
+            if attempt > 1 or not launched:
+                self._launch()
             try:
                 self._wait_ready(started)
                 self.startup_s = time.monotonic() - started

@@ -37,25 +37,41 @@ def _instant(text: str) -> float:
 
 
 def cell_split(root: str | Path = ".") -> dict[str, float]:
-    """Seconds of the finished cells: server start-up (each server instance once), measuring
-    (each point from the load generator's start to its end, warm-up requests included) and of
-    that the timed requests alone."""
+    """Seconds of the finished cells: server start-up (each server instance once; servers that
+    started side by side, a group's, count once for the time they overlap), measuring (each
+    point from the load generator's start to its end, warm-up requests included) and of that
+    the timed requests alone."""
     root = Path(root)
     files = [*sorted((root / "results" / "cells").glob("*.jsonl")),
              *sorted((root / "results" / "derived").rglob("*.jsonl"))]
-    startup: dict[tuple, float] = {}
+    startup: dict[tuple, tuple[float | None, float]] = {}
     measuring = timed = 0.0
     for path in files:
         for record in read_jsonl(path):
             server = record.get("server") or {}
             if server.get("startup_s") is not None:
-                startup[(record["cell_id"], server.get("instance"))] = server["startup_s"]
+                began = server.get("started_at")  # records before it was written: summed
+                startup[(record["cell_id"], server.get("instance"))] = (
+                    None if began is None else _instant(began), float(server["startup_s"]))
             prov = record["provenance"]
             if record["status"] != "unsupported" and prov.get("finished_at"):
                 measuring += _instant(prov["finished_at"]) - _instant(prov["started_at"])
                 timed += float((record.get("metrics") or {}).get("duration") or 0.0)
-    return {"server start-up": sum(startup.values()), "measuring": measuring,
+    return {"server start-up": covered(startup.values()), "measuring": measuring,
             "timed requests": timed, "servers": len(startup)}
+
+
+def covered(spans) -> float:
+    """Seconds covered by (start, length) spans, overlaps once; a span without a start counts
+    in full."""
+    total, end = 0.0, float("-inf")
+    for start, length in sorted(spans, key=lambda span: (span[0] is not None, span[0] or 0.0)):
+        if start is None:
+            total += length
+        else:
+            total += max(0.0, start + length - max(start, end))
+            end = max(end, start + length)
+    return total
 
 
 def time_split(root: str | Path = ".") -> dict:
