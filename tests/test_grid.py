@@ -19,7 +19,7 @@ def test_demo_grid_shape():
     cells = grid.all_cells(demo_config)
     rounds = {r: [c for c in cells if c.round == r] for r in grid.ROUNDS}
     # round 1 (server only): vanilla, ngram and the EAGLE head (k=3) on the target; vanilla and
-    # the calibration draft (k=3) on the deeper target; round 2: vanilla + draft k=3 on one
+    # the calibration draft (k=5) on the deeper target; round 2: vanilla + draft k=3 on one
     # bucket; round 3: one vanilla and the short draft context
     assert [len(rounds[r]) for r in grid.ROUNDS] == [5, 2, 2]
     assert len({c.cell_id for c in cells}) == 9
@@ -27,7 +27,11 @@ def test_demo_grid_shape():
                                              "eagle-untrained-plumbing", "draft-6l-plumbing"}
     assert {c.engine for c in cells} == {"serve"}
     assert all(c.concurrency == (1, 24) for c in rounds["round1"])
-    assert all(c.concurrency == (1, 4) for c in rounds["round2"] + rounds["round3"])
+    assert all(c.concurrency == (4,) for c in rounds["round2"] + rounds["round3"])
+    # every speculative cell is measured in turn with its baseline: 4 group jobs (9 servers)
+    groups = grid.interleave_groups(cells)
+    assert sorted(len(g) for g in groups.values()) == [2, 2, 2, 3]
+    assert {i for g in groups.values() for i in g} == {c.cell_id for c in cells}
     # the calibration draft runs on the deeper target only, paired with its vanilla cell
     by_id = {c.cell_id: c for c in cells}
     pair = next(c for c in cells if c.speculator == "calibration")

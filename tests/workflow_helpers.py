@@ -47,8 +47,8 @@ def job_counts(output: str) -> dict[str, int]:
 def with_left_out(raw: dict) -> dict:
     """config/demo.yaml with what the demo leaves out for time added back, so that the tests
     cover every path: a Poisson request rate, vLLM's offline engine and the Transformers
-    reference in round 1, and the quantized targets in round 2 (W8A8, and GPTQ/AWQ: run, or
-    recorded as unsupported here)."""
+    reference in round 1, the quantized targets in round 2 (W8A8, and GPTQ/AWQ: run, or
+    recorded as unsupported here), and cells measured alone."""
     config = copy.deepcopy(raw)
     # the workflow may run in a temporary directory: the shipped Spec-Bench file by its full path
     config["sources"]["spec_bench"]["path"] = str(REPO / "data" / "spec_bench" / "question.jsonl")
@@ -56,6 +56,15 @@ def with_left_out(raw: dict) -> dict:
                                                         "speculators": ["ngram"], "k": [4]},
                             transformers={"k": [3], "dtype": "host"})
     config["round2"]["targets"] = ["smollm2-135m", *sorted(INT4_TARGETS), "smollm2-135m-w8a8"]
+    # rounds 2 and 3 at two levels (the demo: one), and one group, the calibration pair: the
+    # demo measures its other methods in turn with their baselines too (one job per group, its
+    # servers started side by side), the tests also measure cells alone
+    for round_name in ("round2", "round3"):
+        config[round_name]["concurrency"] = [1, 4]
+    for round_name in ("round1", "round2", "round3"):
+        for method in config[round_name]["methods"]:
+            if method.get("name") != "calibration":
+                method.pop("interleave", None)
     return config
 
 
