@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+import zipfile
 
 import pandas as pd
 import pytest
@@ -378,6 +379,19 @@ def test_complete_run_has_nothing_to_do(e2e_run):
     result = snakemake("-n", workdir=e2e_run["workdir"], configfile=e2e_run["configfile"])
     assert result.returncode == 0, result.stderr
     assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_snakemakes_own_report_bundles_the_reports_and_tables(e2e_run, tmp_path):
+    bundle = tmp_path / "report.zip"
+    result = snakemake(f"--report={bundle}", workdir=e2e_run["workdir"],
+                       configfile=e2e_run["configfile"])
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    with zipfile.ZipFile(bundle) as archive:
+        names = {name.rsplit("/", 1)[-1] for name in archive.namelist()}
+        page = archive.read(next(n for n in archive.namelist() if n.endswith("/report.html")))
+    assert {"round1.html", "round2.html", "round3.html", "index.html", "summary.csv",
+            "summary_points.csv"} <= names
+    assert b"Study: e2e test" in page  # the workflow description, with the config's study
 
 
 def test_changing_one_k_list_plans_only_the_changed_cells(e2e_run, tmp_path):

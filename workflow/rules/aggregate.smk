@@ -8,9 +8,19 @@ rule summary:
         models=list(SUMMARY_MODELS.values()),
     output:
         parquet="results/summary.parquet",
-        csv="results/summary.csv",
+        csv=report(
+            "results/summary.csv",
+            caption="../report/summary.rst",
+            category="Tables",
+            labels={"table": "one row per measurement"},
+        ),
         points_parquet="results/summary_points.parquet",
-        points_csv="results/summary_points.csv",
+        points_csv=report(
+            "results/summary_points.csv",
+            caption="../report/summary.rst",
+            category="Tables",
+            labels={"table": "one row per load point"},
+        ),
     params:
         models=SUMMARY_MODELS,
         index=SUMMARY_INDEX,

@@ -7,7 +7,12 @@ rule report:
         points="results/summary_points.parquet",
         notebook=NOTEBOOKS / "{round}.ipynb",
     output:
-        html="reports/{round}.html",
+        html=report(
+            "reports/{round}.html",
+            caption="../report/round.rst",
+            category="Reports",
+            labels={"report": "{round}"},
+        ),
         executed="results/notebooks/{round}.ipynb",
     params:
         title=lambda wc: ROUND_TITLES[wc.round],
@@ -26,7 +31,12 @@ rule index:
         reports=[f"reports/{page}" for page in REPORTS.values()],
         summary="results/summary.parquet",
     output:
-        "reports/index.html",
+        report(
+            "reports/index.html",
+            caption="../report/index.rst",
+            category="Reports",
+            labels={"report": "index"},
+        ),
     params:
         cells=lambda wc: listed_cells(),
         reports=REPORTS,
