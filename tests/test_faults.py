@@ -8,6 +8,7 @@ sets come from the end-to-end run (copied into this module's own working directo
 import copy
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -152,7 +153,7 @@ def test_3_taken_port_is_retried_on_another(workdir):
 def test_4_server_killed_mid_point(workdir, base):
     config = copy.deepcopy(base)
     config["round1"]["concurrency"] = [1, 2]
-    config["workloads"]["spec_bench"]["num_prompts"] = 6  # every question of the set
+    config["workloads"]["spec_bench"]["num_prompts"] = 6  # a longer point, to kill it mid-way
     configfile = write_config(workdir / "f4.yaml", config)
     cell_id = cell_id_of(workdir, configfile)
     other = workdir / "results" / "cells" / "000000000000.jsonl"  # another cell's finished file
@@ -345,4 +346,53 @@ def test_11_failed_data_job_is_listed_with_its_cause(e2e_run, base, tmp_path):
     # no round has a measurement: each report says so in a sentence
     page = (workdir / "reports" / "round1.html").read_text()
     assert "No measurement of this run yet" in page
+    assert_no_server_left(workdir)
+
+
+# 12. a cell killed at its time limit resumes when Snakemake retries it -----------------------
+
+def test_12_a_cell_killed_at_its_limit_resumes_on_retry(workdir, base):
+    """SLURM ends a job at its time limit with SIGTERM; the profile retries failed jobs
+    (workflow/profiles/slurm: retries). The retry measures only the points the killed job had
+    not finished: those it had stay in the point cache, untouched."""
+    import psutil
+
+    config = copy.deepcopy(base)
+    config["round1"].update(methods=[], concurrency=[1, 2])
+    config["loadgen"]["repeats"] = 3
+    configfile = write_config(workdir / "f12.yaml", config)
+    cell_id = cell_id_of(workdir, configfile)
+    records = workdir / "results" / "cells" / f"{cell_id}.jsonl"
+    records.unlink(missing_ok=True)
+    points = workdir / "results" / "points" / cell_id
+    shutil.rmtree(points, ignore_errors=True)
+    log = workdir / "logs" / "cells" / f"{cell_id}.log"
+    log.unlink(missing_ok=True)
+    cmd = [SNAKEMAKE, "-s", str(REPO / "workflow" / "Snakefile"), "-d", str(workdir),
+           "--configfile", str(configfile), "--cores", "2", "--resources", "gpu=1",
+           "--retries", "1", f"results/cells/{cell_id}.jsonl"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, cwd=REPO)
+    deadline = time.monotonic() + 600
+    while not (points.is_dir() and any(points.iterdir())):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    job = [p for p in psutil.process_iter(["cmdline"])
+           if any("run_cell.py" in part for part in p.info["cmdline"] or [])]
+    assert len(job) == 1
+    job[0].send_signal(signal.SIGTERM)  # as SLURM at the job's time limit
+    job[0].wait(timeout=120)
+    kept = {p.name: p.stat().st_mtime_ns for p in points.iterdir()}
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-3000:]
+    assert "Trying to restart job" in out  # Snakemake's retry, not a clean first run
+    # the retry found the killed job's points and measured the others only
+    starts = re.findall(r"(\d+) of (\d+) points cached, measuring (\d+)", log.read_text())
+    assert len(starts) == 2 and starts[0] == ("0", "6", "6")
+    cached, total, measured = map(int, starts[1])
+    assert cached == len(kept) and 1 <= cached < total and measured == total - cached
+    assert {p.name: p.stat().st_mtime_ns for p in points.iterdir() if p.name in kept} == kept
+    assert len(list(points.iterdir())) == total
+    assert sorted((r["concurrency"], r["repeat"]) for r in map(json.loads, records.read_text()
+                  .splitlines())) == [(c, r) for c in (1, 2) for r in range(3)]
     assert_no_server_left(workdir)

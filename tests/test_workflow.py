@@ -2,6 +2,8 @@
 
 import re
 
+import yaml
+
 from workflow_helpers import REPO, SNAKEMAKE, job_counts, snakemake, with_left_out, write_config
 
 
@@ -99,13 +101,24 @@ def test_slurm_profile_plans_gpu_runtime_and_memory_per_cell(tmp_path):
                       .read_text(), flags=re.M)
     local = set(re.findall(r"\w+", block.group(1)))
     assert {"download_model", "fetch_source"} <= local and not {"model", "cell"} & local
-    gpus_by_target = {}
+    gpus_by_target, minutes_by_set = {}, {}
     for block in out.split("rule cell:")[1:]:
         target = re.search(r"resources/models/([\w.\-]+)", block).group(1)
+        prompts = re.search(r"data/processed/([\w.\-]+/[\w.\-]+)\.jsonl", block).group(1)
         resources = dict(re.findall(r"(\w+)=([^,\s]+)", block.split("resources:", 1)[1]
                                     .splitlines()[0]))
-        assert resources["runtime"] == "240" and resources["mem_mb"] == "64000"
+        assert resources["mem_mb"] == "64000"
         gpus_by_target.setdefault(target, set()).add(int(resources["gpu"]))
+        minutes_by_set.setdefault(prompts, []).append(int(resources["runtime"]))
+    # time limits from each cell's work (cells.runtime: auto), within the cap; a failed job is
+    # retried (a cell killed at its limit resumes from its points)
+    minutes = [m for ms in minutes_by_set.values() for m in ms]
+    assert len(set(minutes)) > 10 and max(minutes) <= 2880
+    assert (min(minutes_by_set["cnn_dm_highlights_news/out8k"])
+            > max(minutes_by_set["cnn_dm_highlights_news/out0.25k"]))
+    profile = yaml.safe_load((REPO / "workflow" / "profiles" / "slurm" / "config.yaml")
+                             .read_text())
+    assert profile["retries"] >= 1
     assert gpus_by_target["qwen2.5-72b-instruct"] == {4}
     assert gpus_by_target["qwen2.5-32b-instruct"] == {2}
     assert gpus_by_target["qwen2.5-7b-instruct"] == {1}

@@ -21,7 +21,7 @@ rule cell:
     threads: CELL_THREADS
     resources:
         gpu=lambda wc: grid.cell_gpus(CELLS[wc.cell_id].server_config),
-        runtime=config["cells"]["runtime"],
+        runtime=cell_runtime,
         mem_mb=config["cells"]["mem_mb"],
     conda:
         ENV
@@ -45,7 +45,7 @@ rule cell_group:
     threads: CELL_THREADS
     resources:
         gpu=group_gpus,
-        runtime=config["cells"]["runtime"],
+        runtime=group_runtime,
         mem_mb=config["cells"]["mem_mb"],
     conda:
         ENV
@@ -71,7 +71,7 @@ rule dynamic_k_cell:
     threads: CELL_THREADS
     resources:
         gpu=lambda wc: grid.cell_gpus(grid.server_config(config, wc.target)),
-        runtime=config["cells"]["runtime"],
+        runtime=dynamic_k_runtime,
         mem_mb=config["cells"]["mem_mb"],
     conda:
         ENV

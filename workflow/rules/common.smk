@@ -12,7 +12,7 @@ sys.path.insert(0, SRC)
 # scripts and notebooks run in child processes: let them import the library too
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
 
-from sdbench import checks, grid, hostcaps, lock, preflight, provenance, timing
+from sdbench import checks, grid, hostcaps, lock, preflight, provenance, runtimes, timing
 from sdbench.report import salvage
 from sdbench.config import DERIVED_KINDS, ROUNDS, validate_config
 from sdbench.data.builders import subsets_of
@@ -107,6 +107,20 @@ def group_inputs(wildcards):
 def group_gpus(wildcards):
     """A group's servers run side by side: the sum of their GPUs."""
     return sum(grid.cell_gpus(CELLS[i].server_config) for i in GROUPS[wildcards.group_id])
+
+
+def cell_runtime(wildcards, attempt):
+    """Minutes a cell job may run (cells.runtime; `auto`: from its work, more on a retry)."""
+    return runtimes.job_minutes(config, [CELLS[wildcards.cell_id]], attempt)
+
+
+def group_runtime(wildcards, attempt):
+    return runtimes.job_minutes(config, [CELLS[i] for i in GROUPS[wildcards.group_id]], attempt)
+
+
+def dynamic_k_runtime(wildcards, attempt):
+    spec = DYNAMIC_K[(wildcards.target, wildcards.workload, wildcards.speculator)]
+    return runtimes.job_minutes(config, [grid.dynamic_k_placeholder(config, spec)], attempt)
 
 
 def model_build_inputs(wildcards):

@@ -414,26 +414,40 @@ BUILDERS = {
 }
 
 
-def request_bound(definition: dict) -> int | None:
-    """The most tokens (prompt + output, in the dataset's tokenizer) a request of this subset
-    can need, from its definition alone; None where only the built file can tell (Spec-Bench
-    without max_prompt_tokens)."""
+def _longest(definition: dict) -> list[tuple[int | None, int]]:
+    """(prompt, output) token bounds of a subset's longest requests, per bucket, from its
+    definition alone (prompt None: Spec-Bench without max_prompt_tokens; ShareGPT: its prompt
+    + reply cap, counted as output, since its replies set the output)."""
     builder = definition["builder"]
     if builder == "spec_bench":
-        cap = definition.get("max_prompt_tokens")
-        return None if cap is None else cap + definition["max_output_tokens"]
+        return [(definition.get("max_prompt_tokens"), definition["max_output_tokens"])]
     if builder == "sharegpt":
-        return definition["filters"]["max_total_tokens"]
+        return [(0, definition["filters"]["max_total_tokens"])]
     if builder == "cnn_dm_highlights_news":
-        return definition["prompt_tokens_range"][1] + definition["bucket"]["output_tokens"]
+        return [(definition["prompt_tokens_range"][1], definition["bucket"]["output_tokens"])]
     buckets = definition["buckets"] if builder == "cnn_dm_mixed" else [definition["bucket"]]
     longest = []
     for bucket in buckets:
         prompt = bucket_bounds(definition, bucket)[1] - 1
         output = (math.ceil(definition["output_ratio"] * prompt)
                   if builder == "thucnews_polish" else bucket["output_tokens"])
-        longest.append(prompt + output)
-    return max(longest)
+        longest.append((prompt, output))
+    return longest
+
+
+def request_bound(definition: dict) -> int | None:
+    """The most tokens (prompt + output, in the dataset's tokenizer) a request of this subset
+    can need, from its definition alone; None where only the built file can tell (Spec-Bench
+    without max_prompt_tokens)."""
+    longest = _longest(definition)
+    if any(prompt is None for prompt, _ in longest):
+        return None
+    return max(prompt + output for prompt, output in longest)
+
+
+def output_bound(definition: dict) -> int:
+    """The most output tokens a request of this subset can ask for."""
+    return max(output for _, output in _longest(definition))
 
 
 # ---------------------------------------------------------------------------------- data cards
