@@ -635,10 +635,7 @@ def _num_prompts(cell: grid.Cell, load: dict, probe, fixed: int | None = None
     its baseline's count at the same point (`fixed`): a pair must send the same prompts, and a
     faster server would otherwise get more of them. With loadgen.prompts_per_concurrency a
     closed-loop point has that many per unit of concurrency, at most num_prompts."""
-    available = cell.workload["num_prompts"]
-    per = cell.workload["loadgen"].get("prompts_per_concurrency")
-    if per and load["mode"] == "concurrency":
-        available = min(available, per * load["concurrency"])
+    available = grid.point_prompts(cell, load)
     duration = cell.workload["loadgen"].get("duration_s")
     if duration is None:
         return available, {}

@@ -115,6 +115,17 @@ class Cell:
                       "group": tuple(data.get("group", ()))})
 
 
+def point_prompts(cell: Cell, load: dict) -> int:
+    """Prompts a point may send: the workload's num_prompts, and with
+    loadgen.prompts_per_concurrency at most that many per unit of concurrency at a closed-loop
+    point (loadgen.duration_s sends fewer where they last longer: `sdbench.cell`)."""
+    available = cell.workload["num_prompts"]
+    per = cell.workload["loadgen"].get("prompts_per_concurrency")
+    if per and load["mode"] == "concurrency":
+        available = min(available, per * load["concurrency"])
+    return available
+
+
 def model_dir(config: dict, name: str) -> str:
     """Directory the server loads model `name` from (built/downloaded by the models rule)."""
     source = config["models"][name]["source"]

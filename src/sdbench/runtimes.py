@@ -30,15 +30,6 @@ MARGIN = 1.5
 ASSEMBLE_MINUTES = 10
 
 
-def point_prompts(cell: grid.Cell, load: dict) -> int:
-    """The most prompts one point sends (loadgen.duration_s only ever sends fewer)."""
-    available = cell.workload["num_prompts"]
-    per = cell.workload["loadgen"].get("prompts_per_concurrency")
-    if per and load["mode"] == "concurrency":
-        available = min(available, per * load["concurrency"])
-    return available
-
-
 def request_tokens(cell: grid.Cell, card: dict | None = None) -> tuple[float, float]:
     """(prompt, output) tokens of a typical request of the cell's prompt set: the means of its
     data card, or without one the longest request its definition allows."""
@@ -64,7 +55,7 @@ def cell_seconds(config: dict, cell: grid.Cell, card: dict | None = None) -> flo
     seconds = instances * (config["server"]["startup_timeout_s"]
                            + settings.get("num_warmups", 0) * per_request)
     for load in cell.load_points():
-        prompts = point_prompts(cell, load)
+        prompts = grid.point_prompts(cell, load)
         if load["mode"] == "rate":
             point = prompts / load["request_rate"] + per_request
         else:
@@ -82,17 +73,15 @@ def read_card(cell: grid.Cell) -> dict | None:
         return None
 
 
-def job_minutes(config: dict, cells: list[grid.Cell], attempt: int = 1,
-                cards: bool = True) -> int:
+def job_minutes(config: dict, cells: list[grid.Cell], attempt: int = 1) -> int:
     """The `runtime` (minutes) of one job measuring `cells` (one cell, or a group's cells, whose
-    servers take the points in turn), on its `attempt`-th try; `cards`: read the prompt sets'
-    data cards where they are built."""
+    servers take the points in turn), on its `attempt`-th try; the prompt sets' data cards are
+    read where they are built."""
     fixed = config["cells"]["runtime"]
     if fixed != AUTO:
         return int(fixed)
     if len(cells) == 1 and cells[0].group:
         return ASSEMBLE_MINUTES * attempt
-    seconds = sum(cell_seconds(config, cell, read_card(cell) if cards else None)
-                  for cell in cells)
+    seconds = sum(cell_seconds(config, cell, read_card(cell)) for cell in cells)
     minutes = max(ASSEMBLE_MINUTES, math.ceil(seconds / 60)) * attempt
     return min(minutes, config["cells"]["max_runtime"])
