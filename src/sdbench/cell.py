@@ -480,10 +480,9 @@ def _measure_group(preps: list[Prepared], config: dict, log, group_id: str) -> N
                                  prep.context["verdict"])
             stack.callback(server.stop)
             prep.context.update(slots=view, interleaved_with=others, server=server)
-        # every server starts side by side (a start is mostly one core importing vLLM, or
-        # its own GPU), and no point is measured before all of them are up
-        for prep in preps:
-            prep.context["server"].launch()
+            # every server starts side by side (a start is mostly one core importing vLLM, or
+            # its own GPU), and no point is measured before all of them are up
+            server.launch()
         for prep in preps:
             prep.context["server"].start()
         runs = {}

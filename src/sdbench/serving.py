@@ -187,16 +187,14 @@ class VllmServer:
         ServerError otherwise. A no-op on a server that is up."""
         if self.alive() and self.startup_s is not None:
             return
-        launched = self.proc is not None
-        if not launched:
-            self.started_at = time.time()
-        started = self._launched if launched else time.monotonic()
+        if self.proc is None:
+            self.launch()
         for attempt in range(1, self.bind_attempts + 1):
-            if attempt > 1 or not launched:
+            if attempt > 1:
                 self._launch()
             try:
-                self._wait_ready(started)
-                self.startup_s = time.monotonic() - started
+                self._wait_ready(self._launched)
+                self.startup_s = time.monotonic() - self._launched
                 return
             except ServerError:
                 lost_race = (not self.alive() and attempt < self.bind_attempts

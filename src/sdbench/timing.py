@@ -64,13 +64,12 @@ def cell_split(root: str | Path = ".") -> dict[str, float]:
 def covered(spans) -> float:
     """Seconds covered by (start, length) spans, overlaps once; a span without a start counts
     in full."""
-    total, end = 0.0, float("-inf")
-    for start, length in sorted(spans, key=lambda span: (span[0] is not None, span[0] or 0.0)):
-        if start is None:
-            total += length
-        else:
-            total += max(0.0, start + length - max(start, end))
-            end = max(end, start + length)
+    spans = list(spans)
+    total = sum(length for start, length in spans if start is None)
+    end = float("-inf")
+    for start, length in sorted(s for s in spans if s[0] is not None):
+        total += max(0.0, start + length - max(start, end))
+        end = max(end, start + length)
     return total
 
 
