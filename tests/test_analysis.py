@@ -113,6 +113,21 @@ def test_switch_gain_picks_per_load_and_off_is_a_candidate():
     assert row["switch_speedup"] == pytest.approx((1.5 * 1.0) ** 0.5, abs=0.01)
 
 
+def test_settings_with_different_repeats_are_chosen_and_judged_on_the_repeats_all_have():
+    """A method's `repeats`: one setting measured 5 times, another 3 times. Both choices are
+    made on the 3 repeats both have (the extra repeats of one would otherwise leave the other
+    without a speedup there, and no level would be complete)."""
+    five = measurements([("ngram", 2, 1, 1.5), ("ngram", 2, 8, 0.7)], repeats=5)
+    three = measurements([("draft", 2, 1, 1.1), ("draft", 2, 8, 0.8)], repeats=3)
+    data = pd.concat([five, three], ignore_index=True)
+    row = switch_gain(data).iloc[0]
+    assert row["switch_choice"] == "c=1: ngram k=2, c=8: off"
+    assert row["evaluation"] == "held out: each of 3 repeats in turn" and row["levels"] == 2
+    best = best_settings(data).set_index("concurrency")
+    assert list(best["speculator"]) == ["ngram", "off"] and (best["repeats"] == 3).all()
+    assert not best[["heldout_mean", "heldout_ci_low", "heldout_ci_high"]].isna().any().any()
+
+
 def test_dynamic_k_is_compared_paired_with_the_best_static_k():
     static = measurements([("ngram", 2, 1, 1.3), ("ngram", 2, 8, 0.9),
                            ("ngram", 4, 1, 1.4), ("ngram", 4, 8, 0.7)])
@@ -125,6 +140,11 @@ def test_dynamic_k_is_compared_paired_with_the_best_static_k():
     assert rows.loc[8, "ratio_mean"] == pytest.approx(1.0 / 0.9, abs=0.01)
     assert rows.loc[8, "ratio_ci_low"] > 1 and rows.loc[8, "verdict"] == "dynamic K faster"
     assert "all" in rows.index and rows.loc["all", "repeats"] == 3
+    # a static k measured more often than the dynamic-K cell: paired on the repeats both have
+    more = measurements([("ngram", 2, 1, 1.3), ("ngram", 2, 8, 0.9)], repeats=5)
+    table = dynamic_k_comparison(pd.concat([more, dynamic]), "derived dynamic K")
+    rows = table.set_index("concurrency")
+    assert rows.loc["all", "repeats"] == 3 and not rows["ratio_mean"].isna().any()
 
 
 def test_derived_schedule_takes_the_best_k_per_load_and_0_where_none_pays():

@@ -8,6 +8,7 @@ real servers run in the end-to-end test, whose calibration pair is such a group)
 
 import dataclasses
 import json
+import shutil
 
 import pytest
 
@@ -240,5 +241,34 @@ def test_servers_started_anew_per_repeat_take_their_turns_too(group, demo_config
     servers = Servers()
     run(two, demo_config, servers, monkeypatch)
     repeats = [pid[-1] for cell, pid in servers.points() if cell == two[0].cell_id]
-    assert repeats == [0, 0, 2, 2, 1, 1]
+    assert two[0].repeats == 5 and repeats == [0, 0, 2, 2, 4, 4, 1, 1, 3, 3]
     assert [e[0] for e in servers.events].count("start") == 4  # 2 instances x 2 cells
+
+
+def test_a_cell_with_fewer_repeats_takes_its_turn_only_at_its_own_points(
+        group, demo_config, monkeypatch):
+    """A method's `repeats`: its baseline measures every repeat of the most repeated cell paired
+    with it; a cell with fewer repeats takes its turn at its own points only, and each cell's
+    points keep their order, with server instances too."""
+    base, pair = group
+    fewer = dataclasses.replace(pair, cell_id="f" * 12, repeats=1)
+    for instances_ in (1, 2):
+        shutil.rmtree("results", ignore_errors=True)  # repeats in instance 0 keep their keys
+        cells = [dataclasses.replace(c, workload={**c.workload, "loadgen": {
+            **c.workload["loadgen"], "server_instances": instances_}}) for c in
+            (base, pair, fewer)]
+        servers = Servers()
+        run(cells, demo_config, servers, monkeypatch)
+        points = servers.points()
+        for cell in cells:
+            own = [pid for c, pid in points if c == cell.cell_id]
+            plan = [cellmod.point_id(load, r) for r in range(cell.repeats)
+                    for load in cell.load_points()]
+            assert sorted(own) == sorted(plan)
+            assert own == [pid for instance in cellmod.instances(
+                cell, [(load, r) for r in range(cell.repeats) for load in cell.load_points()])
+                for pid in (cellmod.point_id(load, r) for load, r in instance)]
+        # the one-repeat cell measured beside the others at repeat 0, nowhere else
+        assert {pid[-1] for c, pid in points if c == fewer.cell_id} == {0}
+        assert len(points) == 2 * len(base.load_points()) * base.repeats + len(
+            fewer.load_points())

@@ -42,11 +42,16 @@ def speculative(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _cube(group: pd.DataFrame) -> pd.DataFrame:
     """Per-repeat speedups: rows "<speculator> k=<k>", columns (concurrency, repeat), with
-    "off" (speculation off: 1.0 at every level and repeat) as a candidate."""
+    "off" (speculation off: 1.0 at every level and repeat) as a candidate. Only the repeats
+    every setting has (a method's `repeats` may differ): settings are chosen and judged on the
+    same repeats."""
     table = group.assign(setting_label=[f"{s} k={int(k)}" for s, k in zip(
         group["speculator"], group["k"], strict=True)]).pivot_table(
         index="setting_label", columns=["concurrency", "repeat"], values="speedup",
         aggfunc="mean")
+    has = table.notna().T.groupby(level="repeat").any().T  # setting x repeat
+    common = has.columns[has.all(axis=0)]
+    table = table.loc[:, table.columns.get_level_values("repeat").isin(common)]
     table.loc[OFF] = 1.0
     return table
 

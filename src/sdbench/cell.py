@@ -490,10 +490,15 @@ def _measure_group(preps: list[Prepared], config: dict, log, group_id: str) -> N
             runs[prep.cell.cell_id] = (prep, stack.enter_context(contextlib.closing(
                 _measure(prep.cell, config, [prep.plan[p] for p in prep.missing],
                          prep.context))))
-        first = preps[0]  # every cell measures the same points (`run_group`)
+        # the baseline measures every point its cells do (`grid.with_baseline_repeats`); a
+        # cell with fewer repeats takes its turn only at its own points, in the same order
+        # (instances keep the plan's order, so a cell's points are a subsequence of these)
+        most = max(preps, key=lambda p: len(p.missing))
         points = [point_id(load, repeat) for instance in instances(
-            first.cell, [first.plan[p] for p in first.missing]) for load, repeat in instance]
-        order = interleaved_order(list(runs), points)
+            most.cell, [most.plan[p] for p in most.missing]) for load, repeat in instance]
+        own = {p.cell.cell_id: set(p.missing) for p in preps}
+        order = [(cell_id, pid) for cell_id, pid in interleaved_order(list(runs), points)
+                 if pid in own[cell_id]]
         left = {cell_id: len(prep.missing) for cell_id, (prep, _) in runs.items()}
         for cell_id, pid in order:
             prep, measuring = runs[cell_id]

@@ -357,19 +357,35 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
                         continue
                     label = speculator_name(method)
                     for k in method["k"]:
+                        method_repeats = method.get("repeats", repeats)
                         server = server_config(config, target, method["method"], k,
                                                method.get("draft"),
                                                {**method["options"], **extra}, args)
                         add(Cell(cell_id_of(server, workload), round_name, label, server,
-                                 workload, base_id, concurrency, repeats, name, **rates,
-                                 profile=method.get("profile"),
+                                 workload, base_id, concurrency, method_repeats, name,
+                                 **rates, profile=method.get("profile"),
                                  interleave=bool(method.get("interleave"))),
                             f"{round_name}.methods[{i}] (k={k}, target {target!r}, "
                             f"workload {workload_name!r}{at})")
     if round_name == "round1":
         for cell in offline_cells(config) + transformers_cells(config):
             add(cell, f"round1.{cell.engine}")
-    return list(cells.values())
+    return with_baseline_repeats(list(cells.values()),
+                                 dynamic_k_repeats(config) if round_name == "round1" else {})
+
+
+def with_baseline_repeats(cells: list[Cell], extra: dict[str, int] | None = None) -> list[Cell]:
+    """The cells with each baseline measured as often as the most repeated cell paired with it
+    (a method's `repeats`; `extra`: baseline id -> repeats of cells made later, the derived
+    dynamic-K cells), so that every repeat of every speculative cell has its baseline repeat.
+    A baseline nothing is paired with keeps its own."""
+    wanted = dict(extra or {})
+    for cell in cells:
+        if cell.baseline_cell_id is not None:
+            wanted[cell.baseline_cell_id] = max(cell.repeats,
+                                                wanted.get(cell.baseline_cell_id, 0))
+    return [replace(cell, repeats=wanted[cell.cell_id])
+            if cell.is_baseline and cell.cell_id in wanted else cell for cell in cells]
 
 
 def _engine_cells(config: dict, engine: str, section: dict, levels: tuple[int, ...],
@@ -399,7 +415,8 @@ def _engine_cells(config: dict, engine: str, section: dict, levels: tuple[int, .
                                            args, engine)
                     cells.append(Cell(cell_id_of(server, workload), "round1",
                                       speculator_name(method), server, workload, base_id,
-                                      levels, config["loadgen"]["repeats"]))
+                                      levels, method.get("repeats",
+                                                         config["loadgen"]["repeats"])))
     return cells
 
 
@@ -427,7 +444,10 @@ def _cells_and_rounds(config: dict) -> dict[str, tuple[Cell, list[str]]]:
     for round_name in ROUNDS:
         if config.get(round_name):
             for cell in round_cells(config, round_name):
-                found.setdefault(cell.cell_id, (cell, []))[1].append(round_name)
+                first, rounds = found.setdefault(cell.cell_id, (cell, []))
+                rounds.append(round_name)
+                if cell.repeats > first.repeats:  # a baseline two rounds pair differently
+                    found[cell.cell_id] = (replace(first, repeats=cell.repeats), rounds)
     return found
 
 
@@ -497,10 +517,21 @@ def dynamic_k_specs(config: dict) -> list[dict]:
     """The derived dynamic-K cells: one per round 1 target x listed workload x speculator."""
     methods = {speculator_name(m): m for m in config["round1"]["methods"]}
     return [{"target": target, "workload": workload, "speculator": entry["speculator"],
-             "method": methods[entry["speculator"]]}
+             "method": methods[entry["speculator"]],
+             "repeats": entry.get("repeats", config["loadgen"]["repeats"])}
             for entry in config["dynamic_k"]
             for target in method_targets(config["round1"], methods[entry["speculator"]])
             for workload in entry.get("workloads") or config["round1"]["workloads"]]
+
+
+def dynamic_k_repeats(config: dict) -> dict[str, int]:
+    """baseline cell id -> the most repeats of a derived dynamic-K cell paired with it."""
+    out: dict[str, int] = {}
+    for spec in dynamic_k_specs(config):
+        base = cell_id_of(server_config(config, spec["target"]),
+                          workload_spec(config, spec["workload"]))
+        out[base] = max(out.get(base, 0), spec["repeats"])
+    return out
 
 
 def dynamic_k_placeholder(config: dict, spec: dict) -> Cell:
@@ -510,7 +541,7 @@ def dynamic_k_placeholder(config: dict, spec: dict) -> Cell:
                            method["options"])
     return Cell("derived", "round3", f"{spec['speculator']}+dynamic-k", server,
                 workload_spec(config, spec["workload"]), None,
-                tuple(sorted(config["round1"]["concurrency"])), config["loadgen"]["repeats"])
+                tuple(sorted(config["round1"]["concurrency"])), spec["repeats"])
 
 
 def dynamic_k_output(target: str, workload: str, speculator: str) -> str:
@@ -529,7 +560,7 @@ def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]]) -> Cell:
     baseline = cell_id_of(server_config(config, spec["target"]), workload)
     return Cell(cell_id_of(server, workload), "round3", f"{spec['speculator']}+dynamic-k", server,
                 workload, baseline, tuple(sorted(config["round1"]["concurrency"])),
-                config["loadgen"]["repeats"])
+                spec["repeats"])
 
 
 def cells_by_id(config: dict) -> dict[str, Cell]:
