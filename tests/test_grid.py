@@ -54,6 +54,46 @@ def test_demo_grid_shape():
     # the demo's dynamic-K cell: the calibration pair's schedule on the deeper target
     assert [(s["target"], s["speculator"]) for s in grid.dynamic_k_specs(demo_config)] == [
         ("smollm2-135m-deep", "calibration")]
+    # the pair, and so its baseline, is measured 5 times (its gain at concurrency 1 is ~1.3x
+    # against a host noise of ~10 % per point); everything else, the dynamic-K cell included, 3
+    assert pair.repeats == base.repeats == 5
+    assert {c.repeats for c in cells if c.cell_id not in pair.group} == {3}
+    assert grid.dynamic_k_placeholder(demo_config, grid.dynamic_k_specs(demo_config)[0]
+                                      ).repeats == 3
+
+
+def test_a_method_s_repeats_and_its_baseline(demo_config_raw):
+    """A method's `repeats` applies to its cells only; their baseline is measured as often as
+    the most repeated cell paired with it (dynamic-K cells included), so that every speculative
+    repeat has its baseline repeat; the cell ids do not change."""
+    raw = copy.deepcopy(demo_config_raw)
+    before = {c.cell_id: c for c in cells_of(raw)}
+    methods = {m.get("name", m["method"]): m for m in raw["round1"]["methods"]}
+    methods["ngram"]["repeats"] = 1
+    methods["calibration"]["repeats"] = 4
+    raw["dynamic_k"] = [{"speculator": "calibration", "repeats": 6}]
+    config = validate_config(raw)
+    after = grid.cells_by_id(config)
+    assert set(after) == set(before)
+    r1 = {c.speculator: c for c in after.values() if c.round == "round1" and not c.is_baseline
+          and c.engine == grid.SERVE}
+    assert r1["ngram"].repeats == 1 and r1["calibration"].repeats == 4
+    assert r1["eagle-untrained-plumbing"].repeats == 3  # loadgen.repeats
+    # the small target's baseline: its most repeated pair (EAGLE, 3), not the n-gram's 1
+    assert after[r1["ngram"].baseline_cell_id].repeats == 3
+    # the deeper target's: the dynamic-K cell's 6, more than the pair's 4
+    spec = grid.dynamic_k_specs(config)[0]
+    assert grid.dynamic_k_placeholder(config, spec).repeats == 6
+    assert grid.dynamic_k_cell(config, spec, [[1, 1, 4], [2, 64, 0]]).repeats == 6
+    assert after[r1["calibration"].baseline_cell_id].repeats == 6
+    # a baseline whose every pair repeats once is measured once
+    for method in raw["round2"]["methods"]:
+        method["repeats"] = 1
+    r2 = [c for c in grid.all_cells(validate_config(raw)) if c.round == "round2"]
+    assert {c.repeats for c in r2 if c.engine == grid.SERVE} == {1}
+    with pytest.raises(ConfigError, match="repeats"):
+        methods["ngram"]["repeats"] = 0
+        validate_config(raw)
 
 
 def test_a_server_setting_gets_its_own_baseline(demo_config_raw):

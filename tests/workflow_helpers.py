@@ -70,12 +70,12 @@ def with_left_out(raw: dict) -> dict:
 
 def e2e_config(raw: dict) -> dict:
     """config/demo.yaml, shrunk so that the whole study runs in ~20 minutes on a 2-core CPU
-    without AVX-512: 4 prompts of at most 8 output tokens per point, 2 repeats, no warm-up
-    request, the mixed-length set without its 1k bucket, round 3 with one setting, and one
-    core per cell (the end-to-end run lets two cells run at once: the tests check what the
-    workflow records, not how fast the CPU is; a server start is mostly one core importing
-    vLLM). What the demo leaves out for time is added back: a Poisson request rate, vLLM's
-    offline engine and the Transformers reference in round 1 (`with_left_out`)."""
+    without AVX-512: 4 prompts of at most 8 output tokens per point, 2 repeats (every method's
+    too), no warm-up request, the mixed-length set without its 1k bucket, round 3 with one
+    setting, and one core per cell (the end-to-end run lets two cells run at once: the tests
+    check what the workflow records, not how fast the CPU is; a server start is mostly one
+    core importing vLLM). What the demo leaves out for time is added back: a Poisson request
+    rate, vLLM's offline engine and the Transformers reference in round 1 (`with_left_out`)."""
     config = with_left_out(raw)
     config["study"] = "e2e test"
     config["datasets"]["spec_bench"]["max_output_tokens"] = E2E_OUTPUT_TOKENS
@@ -100,6 +100,7 @@ def e2e_config(raw: dict) -> dict:
         config[round_name]["concurrency"] = [1, 2]
         for method in config[round_name]["methods"]:
             method["k"] = [2]
+            method.pop("repeats", None)  # 2 repeats everywhere (unit tests cover the others)
     config["round1"]["offline"].update(batch_sizes=[1, 2], k=[2])
     config["round1"]["transformers"]["k"] = [2]
     return config
