@@ -59,6 +59,42 @@ def test_round1_report_is_offline_html_without_code(tmp_path, repo):
     assert len(re.findall(r'<img[^>]+src="data:image/png;base64', page)) >= 3
     assert not re.search(r'<script[^>]+src="https?://', page)   # opens offline
     assert "import pandas" not in page and "plots.max_speedup_table" not in page  # no code
+    # tables a team can read: no row numbers, "–" where nothing applies, no raw NaN or long
+    # floats, and every table inside a box that scrolls instead of widening the page
+    tables = re.findall(r"<table.*?</table>", page, re.S)
+    assert len(tables) >= 5
+    assert page.count('class="sdbench-table" style="overflow-x: auto') == len(tables)
+    for table in tables:
+        assert not re.search(r"<th>\s*\d+\s*</th>", table)  # no 0, 1, 2 row index
+        assert not re.search(r">\s*(NaN|nan|&lt;NA&gt;|None)\s*<", table)
+        assert not re.search(r">\s*-?\d+\.\d{4,}\s*<", table)
+
+
+def test_report_cells_read_as_a_reader_wants_them():
+    import numpy as np
+    import pandas as pd
+
+    assert [plots.cell_text(v) for v in (None, np.nan, pd.NA, 5.357143, 0.454283, 12035.2,
+                                         6.0, 24, 123456, True, "ngram k=3")] == [
+        "–", "–", "–", "5.36", "0.454", "12,035", "6", "24", "123,456", "yes", "ngram k=3"]
+    table = pd.DataFrame({"speedup": [1.5, None]}, index=pd.Index(["a", "b"], name="method"))
+    html = plots.table_html(table)
+    # a meaningful index becomes a column; a row counter never shows
+    assert "<th>method</th>" in html and "<td>a</td>" in html and "<td>–</td>" in html
+    assert "<th>0</th>" not in plots.table_html(table.reset_index())
+
+
+def test_load_axes_tick_the_levels_measured():
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2)
+    plots.level_axis(ax1, [1, 2, 4, 24])
+    assert ax1.get_xscale() == "log"
+    assert [t.get_text() for t in ax1.get_xticklabels()] == ["1", "2", "4", "24"]
+    plots.level_axis(ax2, [2.0], scale_log2=False)  # one request rate: not a 1.9-2.1 axis
+    assert [t.get_text() for t in ax2.get_xticklabels()] == ["2"]
+    assert ax2.get_xlim() == (1.0, 3.0)
+    plt.close(fig)
 
 
 def test_index_lists_cells_with_status_and_problems(tmp_path, demo_config):

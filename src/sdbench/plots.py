@@ -36,6 +36,73 @@ METRIC_LABELS = {
 }
 
 
+def cell_text(value) -> str:
+    """One table cell as a reader wants it: "–" where nothing applies (None, NaN, <NA>), whole
+    numbers without decimals, large numbers with thousands separators and no decimals, others
+    with two decimals, small ones with three significant digits."""
+    if isinstance(value, (list, tuple, dict, np.ndarray)):
+        return str(value)
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return "–"
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (int, np.integer)):
+        return f"{value:,}" if abs(value) >= 10000 else str(value)
+    if isinstance(value, (float, np.floating)):
+        if float(value).is_integer() and abs(value) < 1e15:
+            return cell_text(int(value))
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3g}"
+    return str(value)
+
+
+def table_html(table: pd.DataFrame) -> str:
+    """A report table: no row numbers (a meaningful index becomes columns), every cell through
+    `cell_text`, and a wide table scrolls inside the page instead of widening it."""
+    shown = table if isinstance(table.index, pd.RangeIndex) else table.reset_index()
+    shown = shown.astype(object).apply(lambda column: column.map(cell_text))
+    return ('<div class="sdbench-table" style="overflow-x: auto; max-width: 100%;">'
+            + shown.to_html(index=False, border=0) + "</div>")
+
+
+def show_table(table: pd.DataFrame | None, empty: str | None = None) -> None:
+    """Display `table` in a report (`table_html`), or the Markdown `empty` when it has no rows
+    (nothing when `empty` is None)."""
+    from IPython.display import HTML, Markdown, display
+
+    if table is None or table.empty:
+        if empty:
+            display(Markdown(empty))
+        return
+    display(HTML(table_html(table)))
+
+
+def show_figure(fig: plt.Figure | None, empty: str | None = None) -> None:
+    """Display `fig` in a report and close it, or the Markdown `empty` when there is none."""
+    from IPython.display import Markdown, display
+
+    if fig is None:
+        if empty:
+            display(Markdown(empty))
+        return
+    display(fig)
+    plt.close(fig)
+
+
+def level_axis(ax, levels, scale_log2: bool = True) -> None:
+    """The reports' one convention for a load axis: ticks at the levels measured, labelled as
+    they are (1, 2, 4, 24: no 1.2 or 1.900-2.100), concurrency on a log2 scale."""
+    levels = sorted({float(x) for x in levels})
+    if scale_log2 and levels and levels[0] > 0:
+        ax.set_xscale("log", base=2)
+    if len(levels) == 1:  # one level: a little room either side, not a 0.2-wide axis
+        ax.set_xlim(levels[0] / 2 if scale_log2 else levels[0] - 1,
+                    levels[0] * 2 if scale_log2 else levels[0] + 1)
+    ax.set_xticks(levels, [cell_text(x) for x in levels])
+    ax.minorticks_off()
+
+
 def setting_label(frame: pd.DataFrame) -> pd.Series:
     k = frame["k"].astype("Int64").astype(str)
     return np.where(frame["method"] == "vanilla", "vanilla", frame["speculator"] + " k=" + k)
@@ -260,11 +327,8 @@ def latency_plot(frame: pd.DataFrame, metric: str) -> plt.Figure | None:
                        kind="line", marker="o", height=3.4, aspect=1.2,
                        facet_kws={"sharey": False})
     grid.set_axis_labels("concurrency", METRIC_LABELS[metric])
-    levels = sorted(ok["concurrency"].unique())
     for ax in grid.axes.flat:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(levels, [str(c) for c in levels])
-        ax.minorticks_off()
+        level_axis(ax, ok["concurrency"].unique())
     grid.figure.suptitle(METRIC_LABELS[metric] + " vs concurrency", y=1.03, fontsize=11)
     return grid.figure
 
@@ -501,6 +565,7 @@ def speedup_lines(points: pd.DataFrame, x: str, metric: str = "speedup") -> plt.
             ax.errorbar(line[x].astype(float), mean, yerr=[low, high], marker="o", capsize=3,
                         label=setting)
         ax.axhline(1.0, color="grey", lw=1, ls="--")
+        level_axis(ax, part[x].astype(float).unique(), scale_log2=x != "request_rate")
         ax.set_title(panel, fontsize=10)
         ax.set_xlabel({"request_rate": "request rate (req/s, Poisson)",
                        "concurrency": "concurrency"}.get(x, x))
