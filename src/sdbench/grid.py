@@ -524,12 +524,18 @@ def dynamic_k_specs(config: dict) -> list[dict]:
             for workload in entry.get("workloads") or config["round1"]["workloads"]]
 
 
+def dynamic_k_baseline(config: dict, spec: dict) -> str:
+    """The vanilla cell a derived dynamic-K cell is paired with: round 1's for its target
+    and workload."""
+    return cell_id_of(server_config(config, spec["target"]),
+                      workload_spec(config, spec["workload"]))
+
+
 def dynamic_k_repeats(config: dict) -> dict[str, int]:
     """baseline cell id -> the most repeats of a derived dynamic-K cell paired with it."""
     out: dict[str, int] = {}
     for spec in dynamic_k_specs(config):
-        base = cell_id_of(server_config(config, spec["target"]),
-                          workload_spec(config, spec["workload"]))
+        base = dynamic_k_baseline(config, spec)
         out[base] = max(out.get(base, 0), spec["repeats"])
     return out
 
@@ -557,10 +563,9 @@ def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]]) -> Cell:
     server = server_config(config, spec["target"], method["method"], k, method.get("draft"),
                            options)
     workload = workload_spec(config, spec["workload"])
-    baseline = cell_id_of(server_config(config, spec["target"]), workload)
     return Cell(cell_id_of(server, workload), "round3", f"{spec['speculator']}+dynamic-k", server,
-                workload, baseline, tuple(sorted(config["round1"]["concurrency"])),
-                spec["repeats"])
+                workload, dynamic_k_baseline(config, spec),
+                tuple(sorted(config["round1"]["concurrency"])), spec["repeats"])
 
 
 def cells_by_id(config: dict) -> dict[str, Cell]:
