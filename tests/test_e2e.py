@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -321,6 +322,36 @@ def test_reports_are_rendered(e2e_run, host):
                     "By length bucket", "Per-position acceptance", "draft-len-512"):
         assert section in page3, section
     assert "No mixed-length workload" not in page3 and "data:image/png;base64" in page3
+
+
+def test_reports_read_only_the_summary_stage_s_tables(e2e_run, tmp_path, monkeypatch, repo):
+    """Every file a report reads is an input of its rule: rendered from a copy of the summary
+    stage's tables in an empty directory (no records, per-request detail, prompt sets or
+    cards beside them), each round's report says what the run's own says."""
+    from sdbench.report import render_report
+    from sdbench.summary import SummaryTables
+
+    workdir = e2e_run["workdir"]
+    tables = SummaryTables()
+    copied = {}
+    for name, path in tables.as_dict().items():
+        copied[name] = str(tmp_path / "tables" / Path(path).name)
+        Path(copied[name]).parent.mkdir(exist_ok=True)
+        Path(copied[name]).write_bytes((workdir / path).read_bytes())
+    monkeypatch.chdir(tmp_path)
+    for name in ("round1", "round2", "round3"):
+        render_report(repo / "workflow" / "notebooks" / f"{name}.ipynb", f"{name}.ipynb",
+                      f"{name}.html", SummaryTables(**copied), "e2e test", title=name)
+        ours, theirs = (text_of(Path(f"{name}.html")),
+                        text_of(workdir / "reports" / f"{name}.html"))
+        assert ours == theirs, name
+        assert "card missing" not in ours
+
+
+def text_of(page) -> str:
+    """A report's visible text (no head, markup or images)."""
+    html = re.sub(r"<(head|style|script)[^>]*>.*?</\1>", " ", page.read_text(), flags=re.S)
+    return " ".join(re.sub(r"<[^>]+>", " ", html).split())
 
 
 def test_quantized_targets_serve_text_close_to_full_precision(e2e_run, host):

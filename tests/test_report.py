@@ -5,9 +5,10 @@ from pathlib import Path
 import pytest
 
 from sdbench import plots
-from sdbench.aggregate import aggregate_points, apply_index, summarize, write_summary
+from sdbench.aggregate import aggregate_points, apply_index, summarize
 from sdbench.files import write_jsonl
 from sdbench.report import render_report, write_index
+from sdbench.summary import SummaryTables, write_frames
 
 from helpers import record
 
@@ -27,18 +28,21 @@ def synthetic_summary(tmp_path):
     write_jsonl(tmp_path / "cells.jsonl", rows)
     frame = apply_index(summarize([tmp_path / "cells.jsonl"]), None)
     points = aggregate_points(frame)
-    write_summary(frame, tmp_path / "summary.parquet", tmp_path / "summary.csv")
-    write_summary(points, tmp_path / "points.parquet", tmp_path / "points.csv")
+    write_frames(tables_in(tmp_path), frame, points, root=tmp_path)
     return frame, points
 
 
+def tables_in(root) -> SummaryTables:
+    """The summary stage's tables under root."""
+    return SummaryTables(**{name: str(root / Path(path).name)
+                            for name, path in SummaryTables().as_dict().items()})
+
+
 def render_round1(tmp_path, repo) -> str:
-    """The round 1 report of the summary in tmp_path, as HTML."""
+    """The round 1 report of the summary tables in tmp_path, as HTML."""
     html_out = tmp_path / "round1.html"
     render_report(repo / "workflow" / "notebooks" / "round1.ipynb", tmp_path / "executed.ipynb",
-                  html_out, {"summary_path": str(tmp_path / "summary.parquet"),
-                             "points_path": str(tmp_path / "points.parquet"),
-                             "study": "unit test"}, title="Round 1 — unit test")
+                  html_out, tables_in(tmp_path), "unit test", title="Round 1 — unit test")
     return html_out.read_text()
 
 
@@ -226,8 +230,7 @@ def test_a_round_with_nothing_valid_gets_a_page_that_says_why(tmp_path, repo):
              for c in (1, 4) for r in (0, 1)]
     write_jsonl(tmp_path / "cells.jsonl", rows)
     frame = apply_index(summarize([tmp_path / "cells.jsonl"]), None)
-    write_summary(frame, tmp_path / "summary.parquet", tmp_path / "summary.csv")
-    write_summary(aggregate_points(frame), tmp_path / "points.parquet", tmp_path / "p.csv")
+    write_frames(tables_in(tmp_path), frame, aggregate_points(frame), root=tmp_path)
     assert (frame["status"] == "unsupported").all() and frame["speedup"].isna().all()
     page = render_round1(tmp_path, repo)
     assert "No valid measurement in this round: 2 cells: unsupported here" in page
@@ -259,6 +262,11 @@ def test_salvage_writes_every_page_and_the_index_whatever_fails(tmp_path, demo_c
     index = (tmp_path / "reports" / "index.html").read_text()
     assert "prompt set spec_bench/all" in index and "needed 4, found 1" in index
     assert "logs/data/spec_bench/all.log" in index
+    # dated back: older than any input, so a rerun renders the real pages (also when every cell
+    # finished and only the summary failed: an existing page would count as done)
+    for page in ["index.html", *reports.values()]:
+        assert (tmp_path / "reports" / page).stat().st_mtime < log.stat().st_mtime
+        assert (tmp_path / "reports" / page).stat().st_mtime < 86400
 
 
 def test_a_cell_job_that_died_before_recording_why_is_failed_with_its_log(tmp_path,

@@ -9,6 +9,8 @@ import pandas as pd
 import pytest
 
 from sdbench import round_plots
+from sdbench.lossless import read_all_details
+from sdbench.summary import bucket_speedups
 
 
 def test_buckets_sort_by_size():
@@ -68,7 +70,8 @@ def test_settings_are_ranked_by_throughput_not_by_speedups_over_other_baselines(
 
 def one_point(method, k, dataset):
     """The summary row of one speculative point (cell "spec", its baseline "base") at c=1."""
-    return pd.DataFrame([{"cell_id": "spec", "baseline_cell_id": "base", "method": method,
+    return pd.DataFrame([{"round": "round3", "engine": "serve", "load": "concurrency",
+                          "cell_id": "spec", "baseline_cell_id": "base", "method": method,
                           "speculator": method, "k": k, "setting": "default", "target": "t",
                           "workload": dataset, "dataset": dataset, "subset": "all",
                           "concurrency": 1, "repeat": 0, "status": "ok"}])
@@ -84,6 +87,10 @@ def write_requests(root, cell_id, latencies):
                              "output_lens": [11] * n, "errors": [""] * n}) + "\n")
 
 
+def details(root):
+    return read_all_details([root / "results" / "cells" / f"{c}.jsonl" for c in ("base", "spec")])
+
+
 def test_mixed_workload_is_split_by_bucket(tmp_path):
     prompts = tmp_path / "data" / "processed" / "mixed" / "all.jsonl"
     prompts.parent.mkdir(parents=True)
@@ -93,10 +100,12 @@ def test_mixed_workload_is_split_by_bucket(tmp_path):
     write_requests(tmp_path, "base", [1.0, 1.0, 2.0, 2.0])
     write_requests(tmp_path, "spec", [0.5, 0.5, 2.5, 2.5])  # faster short, slower long
     frame = one_point("draft", 2, "mixed")
-    data = round_plots.bucket_speedups(frame, tmp_path).set_index("bucket")
+    raw = bucket_speedups(frame, details(tmp_path), tmp_path)
+    data = raw.set_index("bucket")
     assert data.loc["0.25k", "tpot_speedup"] == pytest.approx(2.0)
     assert data.loc["1k", "tpot_speedup"] == pytest.approx(0.8)
-    table = round_plots.bucket_speedup_table(frame, tmp_path)
+    assert (data["round"] == "round3").all() and (data["cell_id"] == "spec").all()
+    table = round_plots.bucket_speedup_table(raw)
     assert list(table.columns) == ["0.25k", "1k"]
     assert table.iloc[0]["1k"] == "0.80×"
     assert np.isfinite(data["tpot_speedup"]).all()
@@ -113,9 +122,9 @@ def test_spec_bench_sent_in_order_is_split_by_task_group_and_a_shuffled_set_is_n
     write_requests(tmp_path, "base", [1.0, 1.0, 1.0, 1.0])
     write_requests(tmp_path, "spec", [0.5, 1.25, 0.5, 1.25])  # copying pays, answering not
     frame = one_point("ngram", 3, "spec_bench")
-    data = round_plots.bucket_speedups(frame, tmp_path)
+    data = bucket_speedups(frame, details(tmp_path), tmp_path)
     if not ordered:  # the load generator shuffled the prompts: no request maps to a group
-        assert data.empty and round_plots.bucket_speedup_table(frame, tmp_path).empty
+        assert data.empty and round_plots.bucket_speedup_table(data).empty
         return
     data = data.set_index("bucket")
     assert data.loc["summarization", "tpot_speedup"] == pytest.approx(2.0)

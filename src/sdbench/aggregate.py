@@ -29,7 +29,7 @@ import pandas as pd
 
 from .analysis import verdict
 from .files import atomic_path, read_jsonl
-from .grid import prefix_caching, requests_output
+from .grid import prefix_caching
 
 # a point: closed-loop concurrency (batch size for offline / Transformers cells) or open-loop
 # request rate (concurrency empty)
@@ -359,20 +359,19 @@ DERIVED_SETTING = "derived dynamic K"
 
 def build_summary(record_files: list[str | Path], partial_files: list[str | Path],
                   max_failure_share: float, model_dirs: dict[str, str],
-                  index: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                  index: dict | None = None,
+                  details: dict[str, dict] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per measurement with speedups and the lossless check, one row per point with
     intervals). model_dirs: target -> checkpoint folder (its tokenizer counts tokens for the
-    lossless check); a cell's per-request detail sits beside its records file. index: see
-    `apply_index`."""
+    lossless check); a cell's per-request detail sits beside its records file (`details`:
+    read from there when not given). index: see `apply_index`."""
     from transformers import AutoTokenizer
 
-    from .lossless import lossless_columns, read_details
+    from .lossless import lossless_columns, read_all_details
 
     frame = summarize(record_files, partial_files, max_failure_share)
-    details: dict[str, dict] = {}
-    for path in record_files:
-        if requests_output(path).exists():
-            details.update(read_details(requests_output(path)))
+    if details is None:
+        details = read_all_details(record_files)
     encoders = {}
     for target in frame["target"].unique():
         tokenizer = AutoTokenizer.from_pretrained(model_dirs[target])

@@ -8,6 +8,7 @@ target, server arguments and workload, without speculation.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -566,6 +567,23 @@ def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]]) -> Cell:
     return Cell(cell_id_of(server, workload), "round3", f"{spec['speculator']}+dynamic-k", server,
                 workload, dynamic_k_baseline(config, spec),
                 tuple(sorted(config["round1"]["concurrency"])), spec["repeats"])
+
+
+def dynamic_k_schedule_path(target: str, workload: str, speculator: str) -> str:
+    """The derived schedule (its own job, from round 1's records) the dynamic-K cell measures."""
+    return f"{DERIVED_DIR}/{target}/{workload}/{speculator}.schedule.json"
+
+
+def read_dynamic_k_cell(config: dict, spec: dict, schedule_file: str | Path) -> Cell:
+    """The dynamic-K cell of a derived schedule file; the file must be the one for this spec
+    under this config (the cell id it names is the one the config gives now)."""
+    entry = json.loads(Path(schedule_file).read_text())
+    cell = dynamic_k_cell(config, spec, entry["schedule"])
+    if entry.get("cell_id") != cell.cell_id:
+        raise ValueError(f"{schedule_file}: cell_id {entry.get('cell_id')!r} is not the cell "
+                         f"this config makes of its schedule ({cell.cell_id}); derive it again "
+                         "(delete the file)")
+    return cell
 
 
 def cells_by_id(config: dict) -> dict[str, Cell]:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .grid import requests_output
 from .loadgen import with_latencies
 
 
@@ -43,6 +44,16 @@ def read_details(path: str | Path) -> dict[str, dict[tuple, dict]]:
                              detail.get("repeat", 0))
             out.setdefault(detail["cell_id"], {})[point] = with_latencies(detail)
     return out
+
+
+def read_all_details(record_files) -> dict[str, dict[tuple, dict]]:
+    """The per-request detail beside each of these records files, where there is one (an
+    unfinished cell has none)."""
+    details: dict[str, dict] = {}
+    for path in record_files:
+        if requests_output(path).exists():
+            details.update(read_details(requests_output(path)))
+    return details
 
 
 def compare(texts: list[str], reference: list[str], encode: Callable[[str], list[int]]) -> dict:

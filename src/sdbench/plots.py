@@ -6,6 +6,7 @@ Metric definitions live here once; every report notebook calls these functions.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -21,7 +22,6 @@ from .analysis import (
     speculative,
     switch_gain,
 )
-from .grid import card_path
 
 sns.set_theme(style="whitegrid", context="notebook")
 
@@ -88,6 +88,76 @@ def show_figure(fig: plt.Figure | None, empty: str | None = None) -> None:
         return
     display(fig)
     plt.close(fig)
+
+
+@dataclass(frozen=True)
+class RoundData:
+    """What a round's report reads, from the summary stage's tables (`summary.SummaryTables`).
+
+    summary: every measurement of the study; all_frame / all_points: this round's measurements
+    and points, every engine and load (round 1's points with the dynamic-K cells derived from
+    it); frame / points: of those, the vLLM server's closed-loop ones (most sections);
+    buckets: the per-bucket TPOT speedups of `frame`; schedules: cell id -> the dynamic-K
+    schedule it measured; cards: workload -> data card (None where it is missing)."""
+
+    summary: pd.DataFrame
+    all_frame: pd.DataFrame
+    all_points: pd.DataFrame
+    frame: pd.DataFrame
+    points: pd.DataFrame
+    buckets: pd.DataFrame
+    schedules: dict[str, list]
+    cards: dict[str, dict | None]
+
+
+def load_round(round_name: str, summary: str, points: str, buckets: str, schedules: str,
+               cards: str) -> RoundData:
+    """One round's tables (the arguments: the summary stage's files, as the report rule and
+    the notebooks' parameters name them)."""
+    measurements = pd.read_parquet(summary)
+    all_frame = measurements[measurements["round"] == round_name]
+    every_point = pd.read_parquet(points)
+    in_round = every_point["round"] == round_name
+    if round_name == "round1":  # and the dynamic-K cells derived from it
+        from .aggregate import DERIVED_SETTING
+
+        in_round |= every_point["setting"] == DERIVED_SETTING
+    all_points = every_point[in_round]
+    per_bucket = pd.read_parquet(buckets)
+    per_bucket = select(per_bucket[per_bucket["round"] == round_name], load="concurrency")
+    frame = select(all_frame, load="concurrency")
+    derived = json.loads(Path(schedules).read_text())
+    sets = json.loads(Path(cards).read_text())
+    return RoundData(summary=measurements, all_frame=all_frame, all_points=all_points,
+                     frame=frame, points=select(all_points, load="concurrency"),
+                     buckets=per_bucket,
+                     schedules={cell: entry["schedule"] for cell, entry in derived.items()},
+                     cards=data_cards(all_frame, sets))
+
+
+def round_header(data: RoundData, study: str) -> str:
+    """The report's first line (Markdown): cells, points, measurements, repeats, targets and
+    workloads of the round."""
+    frame, points = data.all_frame, data.all_points
+    repeats = sorted({int(n) for n in points["repeats"].dropna()}) if "repeats" in points else []
+    return (f"**Study:** {study} — {frame['cell_id'].nunique()} cells, {len(points)} points, "
+            f"{len(frame)} measurements ({measurement_counts(frame)}), "
+            f"{' or '.join(map(str, repeats)) or '–'} repeat(s) per point. "
+            f"**Targets:** {', '.join(sorted(frame['target'].unique()))}. "
+            f"**Workloads:** {', '.join(sorted(frame['workload'].unique()))}.")
+
+
+def show_problems(frame: pd.DataFrame) -> None:
+    """The problem table of these measurements, and the pairs not compared (with why)."""
+    from IPython.display import Markdown, display
+
+    show_table(problem_table(frame), empty="All measurements completed without failures.")
+    table = pair_issue_table(frame)
+    if not table.empty:
+        display(Markdown("**Pairs not compared** (the baseline point exists but differs in "
+                         "device, vLLM build, dtype, prompt count or prefix-cache state: no "
+                         "speedup):"))
+    show_table(table)
 
 
 def level_axis(ax, levels, scale_log2: bool = True) -> None:
@@ -471,13 +541,11 @@ def provenance_table(frame: pd.DataFrame) -> pd.DataFrame:
     return values.value_counts().rename("records").reset_index()
 
 
-def data_cards(frame: pd.DataFrame, root: str | Path = ".") -> dict[str, dict]:
-    """The data cards of the prompt sets the records used, by workload name."""
-    cards = {}
-    for (workload, dataset, subset), _ in frame.groupby(["workload", "dataset", "subset"]):
-        path = Path(root) / card_path(dataset, subset)
-        cards[workload] = json.loads(path.read_text()) if path.exists() else None
-    return cards
+def data_cards(frame: pd.DataFrame, cards: dict[str, dict | None]) -> dict[str, dict | None]:
+    """The data cards of the prompt sets the records used, by workload name (cards: the
+    summary's, "dataset/subset" -> card)."""
+    return {workload: cards.get(f"{dataset}/{subset}")
+            for (workload, dataset, subset), _ in frame.groupby(["workload", "dataset", "subset"])}
 
 
 def data_cards_table(cards: dict[str, dict]) -> pd.DataFrame:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +19,7 @@ from .files import atomic_path, atomic_write_text, read_jsonl
 from .grid import Cell
 from .hostcaps import UNSUPPORTED
 from .logcause import first_line, job_cause
+from .summary import SummaryTables, write_tables
 
 OFFLINE_TEMPLATE = REPO_ROOT / "workflow" / "notebooks" / "templates" / "offline.html.j2"
 
@@ -96,13 +98,14 @@ def write_note_report(executed: str | Path, html_out: str | Path, title: str,
 
 
 def render_report(notebook: str | Path, executed: str | Path, html_out: str | Path,
-                  parameters: dict, title: str) -> None:
-    """The round's report; a round without a valid measurement gets a page that says so."""
-    empty = round_without_data(parameters["summary_path"], Path(notebook).stem)
+                  tables: SummaryTables, study: str, title: str) -> None:
+    """The round's report from the summary stage's tables (the only files it reads); a round
+    without a valid measurement gets a page that says so."""
+    empty = round_without_data(tables.summary, Path(notebook).stem)
     if empty is not None:
         write_note_report(executed, html_out, title, empty)
         return
-    execute_notebook(notebook, executed, parameters)
+    execute_notebook(notebook, executed, {**tables.notebook_parameters(), "study": study})
     notebook_to_html(executed, html_out, title)
 
 
@@ -290,28 +293,27 @@ def problem_points(frame) -> list[dict]:
 
 def salvage(config: dict, cells: list[tuple[Cell, str]], reports: dict[str, str],
             model_dirs: dict[str, str], index: dict | None = None,
+            schedules: list[str] = (),
             notebooks: Path = REPO_ROOT / "workflow" / "notebooks") -> None:
     """After a run with failed jobs: every round's report from the points measured (finished
     and unfinished cells), a page saying so for a round without any, and an index that lists
-    every failed job, cell and point with its reason; never raises.
+    every failed job, cell and point with its reason; never raises. The same summary stage and
+    reports as the rules', on tables named `*.incomplete.*`.
 
     cells: (cell, records file); reports: title -> page; model_dirs: target -> checkpoint
-    (lossless check); index: rounds and settings of the cells (aggregate.apply_index)."""
-    from .aggregate import build_summary, write_summary
-
+    (lossless check); index: rounds and settings of the cells (aggregate.apply_index);
+    schedules: the dynamic-K schedule files (those that exist are read)."""
     points: list[dict] = []
+    tables = SummaryTables.of_run(incomplete=True)
     try:
         complete = [o for _, o in cells if Path(o).exists()]
         partial = [f"{o}.partial" for _, o in cells if Path(f"{o}.partial").exists()]
         summary = None
         if complete or partial:
-            frame, per_point = build_summary(complete, partial,
-                                             config["loadgen"]["max_failure_share"], model_dirs,
-                                             index)
-            summary = "results/summary.incomplete.parquet"
-            write_summary(frame, summary, "results/summary.incomplete.csv")
-            write_summary(per_point, "results/summary_points.incomplete.parquet",
-                          "results/summary_points.incomplete.csv")
+            frame, _ = write_tables(tables, complete, partial,
+                                    config["loadgen"]["max_failure_share"], model_dirs, index,
+                                    [s for s in schedules if Path(s).exists()])
+            summary = tables.summary
             points = problem_points(frame)
     except Exception as exc:  # the reports below still say what happened
         summary = None
@@ -327,9 +329,7 @@ def salvage(config: dict, cells: list[tuple[Cell, str]], reports: dict[str, str]
                                   "(see the index for the failed jobs and why).")
             else:
                 render_report(notebooks / f"{name}.ipynb", executed, f"reports/{page}",
-                              {"summary_path": summary,
-                               "points_path": "results/summary_points.incomplete.parquet",
-                               "study": config["study"]}, title=heading)
+                              tables, config["study"], title=heading)
         except Exception as exc:
             print(f"sdbench: the {name} report of the failed run could not be rendered: "
                   f"{first_line(str(exc))}", file=sys.stderr)
@@ -346,3 +346,18 @@ def salvage(config: dict, cells: list[tuple[Cell, str]], reports: dict[str, str]
         print("sdbench: reports of the incomplete run: reports/index.html", file=sys.stderr)
     except Exception as exc:  # the run's own error is what matters; report this one briefly
         print(f"sdbench: could not write the index of the failed run: {exc}", file=sys.stderr)
+    date_back(["reports/index.html", *(f"reports/{page}" for page in reports.values())])
+
+
+SALVAGED_MTIME = 1  # 1970-01-01: older than any input
+
+
+def date_back(pages: list[str]) -> None:
+    """Date the salvaged pages back to 1970: Snakemake then finds them older than their inputs
+    and a rerun renders the real ones, also when every cell finished and only the summary or a
+    report failed (an existing page would otherwise count as done)."""
+    for page in pages:
+        try:
+            os.utime(page, (SALVAGED_MTIME, SALVAGED_MTIME))
+        except OSError as exc:  # not written: nothing to date back
+            print(f"sdbench: {page}: {exc}", file=sys.stderr)

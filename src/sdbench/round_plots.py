@@ -1,12 +1,11 @@
 """Tables and figures of the Round 2 (context and target) and Round 3 (server parameters)
 reports. Speedups are the summary's (paired with no speculation on the same target, server
-arguments, workload and concurrency); this module only arranges them."""
+arguments, workload and concurrency); this module only arranges them, and reads no file."""
 
 from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -14,8 +13,6 @@ import pandas as pd
 import seaborn as sns
 
 from .analysis import speculative
-from .grid import card_path, cell_output, processed_path, requests_output
-from .lossless import point_of, read_details
 from .plots import METRIC_LABELS, speedup_text, stat_text, with_interval
 
 
@@ -251,72 +248,11 @@ def per_position_plot(frame: pd.DataFrame) -> plt.Figure | None:
     return fig
 
 
-def _buckets(dataset: str, subset: str, root: Path) -> list[str | None]:
-    """Each prompt's bucket (length bucket of the mixed set, task group of Spec-Bench), in the
-    order the prompts are sent; none where the load generator shuffles them (its card says
-    so): a request cannot be mapped to its prompt by position then."""
-    path, card = root / processed_path(dataset, subset), root / card_path(dataset, subset)
-    if not path.exists() or not card.exists() or not json.loads(card.read_text()).get("ordered"):
-        return []
-    return [(row.get("bucket") or row.get("task")) for row in
-            (json.loads(line) for line in path.read_text().splitlines() if line)]
-
-
-def _tpot_by_bucket(detail: dict, buckets: list) -> dict[str, float]:
-    """Mean time per output token (after the first) of the requests of each bucket; requests
-    are in prompt-file order (the workload is sent unshuffled)."""
-    per: dict[str, list[float]] = {}
-    for i, (latency, ttft, out_len, err) in enumerate(zip(
-            detail["latencies"], detail["ttfts"], detail["output_lens"], detail["errors"],
-            strict=True)):
-        if err or out_len is None or out_len < 2 or i >= len(buckets) or buckets[i] is None:
-            continue
-        per.setdefault(buckets[i], []).append((latency - ttft) / (out_len - 1))
-    return {b: float(np.mean(v)) for b, v in per.items()}
-
-
-def bucket_speedups(frame: pd.DataFrame, root: str | Path = ".") -> pd.DataFrame:
-    """Round 3, split by length bucket: TPOT speedup (baseline TPOT ÷ TPOT) per bucket of a
-    mixed-length workload, paired by repeat, from the per-request detail."""
-    root = Path(root)
-    spec = frame[(frame["method"] != "vanilla") & (frame["status"] == "ok")]
-    rows = []
-    cache: dict[str, dict] = {}
-
-    def detail(cell_id):
-        if cell_id not in cache:
-            path = root / requests_output(cell_output(cell_id))
-            cache[cell_id] = read_details(path).get(cell_id, {}) if path.exists() else {}
-        return cache[cell_id]
-
-    sets: dict[tuple, list] = {}  # each prompt file and card read once, not once per row
-    for _, row in spec.iterrows():
-        key = (row["dataset"], row["subset"])
-        if key not in sets:
-            sets[key] = _buckets(*key, root)
-        buckets = sets[key]
-        if not any(buckets):
-            continue
-        point = point_of(row["concurrency"], row.get("request_rate"), row["repeat"])
-        mine, base = detail(row["cell_id"]).get(point), detail(
-            row["baseline_cell_id"]).get(point)
-        if mine is None or base is None:
-            continue
-        ours, theirs = _tpot_by_bucket(mine, buckets), _tpot_by_bucket(base, buckets)
-        for bucket in ours:
-            if bucket in theirs and ours[bucket] > 0:
-                rows.append({"setting": row["setting"], "speculator": row["speculator"],
-                             "k": row["k"], "target": row["target"],
-                             "workload": row["workload"], "concurrency": row["concurrency"],
-                             "repeat": row["repeat"], "bucket": bucket,
-                             "tpot_speedup": theirs[bucket] / ours[bucket]})
-    return pd.DataFrame(rows)
-
-
-def bucket_speedup_table(frame: pd.DataFrame, root: str | Path = ".") -> pd.DataFrame:
+def bucket_speedup_table(data: pd.DataFrame) -> pd.DataFrame:
+    """Per-bucket TPOT speedups (the summary's bucket table, `summary.bucket_speedups`): mean
+    and 95 % interval over repeats, a column per bucket."""
     from .aggregate import mean_interval
 
-    data = bucket_speedups(frame, root)
     if data.empty:
         return data
     rows = []

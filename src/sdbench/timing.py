@@ -17,7 +17,8 @@ from .files import read_jsonl
 BENCHMARKS_DIR = "benchmarks"
 # rule -> the part of the run it belongs to
 PARTS = {"fetch_source": "data", "prompts": "data", "model": "models", "cell": "cells",
-         "cell_group": "cells", "dynamic_k_cell": "cells", "summary": "summary and reports",
+         "cell_group": "cells", "dynamic_k_cell": "cells",
+         "dynamic_k_schedule": "summary and reports", "summary": "summary and reports",
          "report": "summary and reports", "index": "summary and reports"}
 
 

@@ -1,26 +1,29 @@
-# Every cell's records -> one row per measurement (speedups, lossless check) and one row per
-# point (means and 95 % intervals over repeats).
+# The summary stage: every cell's records -> one row per measurement (speedups, lossless check),
+# one row per point (means and 95 % intervals over repeats), and the other tables the reports
+# read (per-bucket speedups, dynamic-K schedules, data cards): a report reads nothing else.
 
 
 rule summary:
     input:
-        records=all_cell_records(),
-        models=list(SUMMARY_MODELS.values()),
+        unpack(summary_inputs),
     output:
-        parquet="results/summary.parquet",
+        summary=SUMMARY.summary,
         csv=report(
-            "results/summary.csv",
+            SUMMARY.summary_csv,
             caption="../report/summary.rst",
             category="Tables",
             labels={"table": "one row per measurement"},
         ),
-        points_parquet="results/summary_points.parquet",
+        points=SUMMARY.points,
         points_csv=report(
-            "results/summary_points.csv",
+            SUMMARY.points_csv,
             caption="../report/summary.rst",
             category="Tables",
             labels={"table": "one row per load point"},
         ),
+        buckets=SUMMARY.buckets,
+        schedules=SUMMARY.schedules,
+        cards=SUMMARY.cards,
     params:
         models=SUMMARY_MODELS,
         index=SUMMARY_INDEX,

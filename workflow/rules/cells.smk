@@ -53,13 +53,36 @@ rule cell_group:
         "../scripts/run_group.py"
 
 
+# A dynamic-K schedule is derived from round 1's records of its method and baseline (its own
+# job: the summary reads the schedule, the dynamic-K cell measures it).
+rule dynamic_k_schedule:
+    input:
+        unpack(dynamic_k_round1),
+    output:
+        schedule=grid.dynamic_k_schedule_path("{target}", "{workload}", "{speculator}"),
+    params:
+        spec=lambda wc: DYNAMIC_K[(wc.target, wc.workload, wc.speculator)],
+        # the vanilla cell it pairs with: its server and workload make the derived cell's id
+        baseline=lambda wc: grid.dynamic_k_baseline(
+            config, DYNAMIC_K[(wc.target, wc.workload, wc.speculator)]
+        ),
+    log:
+        "logs/derived/{target}/{workload}/{speculator}.schedule.log",
+    benchmark:
+        timing.benchmark_file("dynamic_k_schedule", "{target}/{workload}/{speculator}")
+    conda:
+        ENV
+    script:
+        "../scripts/derive_schedule.py"
+
+
 rule dynamic_k_cell:
     input:
         unpack(dynamic_k_inputs),
     output:
-        records="results/derived/{target}/{workload}/{speculator}.jsonl",
-        requests="results/derived/{target}/{workload}/{speculator}.requests.jsonl.gz",
-        schedule="results/derived/{target}/{workload}/{speculator}.schedule.json",
+        records=grid.dynamic_k_output("{target}", "{workload}", "{speculator}"),
+        requests=str(grid.requests_output(grid.dynamic_k_output("{target}", "{workload}",
+                                                                "{speculator}"))),
     params:
         spec=lambda wc: DYNAMIC_K[(wc.target, wc.workload, wc.speculator)],
         vllm=VLLM_BUILD,

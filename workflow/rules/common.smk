@@ -14,6 +14,7 @@ os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PY
 
 from sdbench import checks, grid, hostcaps, lock, preflight, provenance, runtimes, timing
 from sdbench.report import salvage
+from sdbench.summary import SummaryTables, prompt_sets
 from sdbench.config import DERIVED_KINDS, ROUNDS, validate_config
 from sdbench.data.builders import subsets_of
 from sdbench.data.sources import fingerprint, local_files, manifest_path, raw_path
@@ -154,7 +155,7 @@ def listed_cells():
 
 def salvage_reports():
     """After a run with failed jobs: reports from what was measured, failures listed."""
-    salvage(config, listed_cells(), REPORTS, SUMMARY_MODELS, SUMMARY_INDEX)
+    salvage(config, listed_cells(), REPORTS, SUMMARY_MODELS, SUMMARY_INDEX, all_schedules())
 
 
 ROUND_TITLES = {
@@ -186,22 +187,29 @@ def all_cell_records():
     ]
 
 
+def dynamic_k_round1(wildcards):
+    """Round 1 records of the method and its baseline on that target and workload (what its
+    schedule is derived from)."""
+    return {
+        "round1": [
+            grid.cell_output(c.cell_id)
+            for c in CELLS.values()
+            if c.round == "round1"
+            and c.server_config["target"]["name"] == wildcards.target
+            and c.workload["name"] == wildcards.workload
+            and c.speculator in ("vanilla", wildcards.speculator)
+            and c.engine == grid.SERVE
+        ]
+    }
+
+
 def dynamic_k_inputs(wildcards):
-    """Round 1 records of the method and its baseline on that target and workload, the prompts
-    and the models the derived cell serves."""
-    spec = DYNAMIC_K[(wildcards.target, wildcards.workload, wildcards.speculator)]
-    round1 = [
-        c
-        for c in CELLS.values()
-        if c.round == "round1"
-        and c.server_config["target"]["name"] == wildcards.target
-        and c.workload["name"] == wildcards.workload
-        and c.speculator in ("vanilla", wildcards.speculator)
-        and c.engine == grid.SERVE
-    ]
+    """The derived schedule, the prompts and the models the derived cell serves."""
+    key = (wildcards.target, wildcards.workload, wildcards.speculator)
+    spec = DYNAMIC_K[key]
     inputs = {
-        "round1": [grid.cell_output(c.cell_id) for c in round1],
-        "prompts": round1[0].workload["path"],
+        "schedule": grid.dynamic_k_schedule_path(*key),
+        "prompts": grid.workload_spec(config, wildcards.workload)["path"],
         "target": model_input(wildcards.target),
     }
     if spec["method"].get("draft"):
@@ -209,7 +217,28 @@ def dynamic_k_inputs(wildcards):
     return inputs
 
 
+def all_schedules():
+    """Every derived dynamic-K schedule file (the summary's schedules table)."""
+    return [grid.dynamic_k_schedule_path(*key) for key in DYNAMIC_K]
+
+
+def summary_inputs(wildcards):
+    """Everything the summary stage reads: records with their per-request detail, the prompt
+    sets and cards sent (per-bucket speedups, data cards), the schedules, the tokenizers."""
+    records = all_cell_records()
+    cells = [*CELLS.values(), *(grid.dynamic_k_placeholder(config, s) for s in DYNAMIC_K.values())]
+    return {
+        "records": records,
+        "requests": [str(grid.requests_output(r)) for r in records],
+        "prompt_sets": prompt_sets(c.workload for c in cells),
+        "schedules": all_schedules(),
+        "models": list(SUMMARY_MODELS.values()),
+    }
+
+
 # checkpoint folders of the targets (their tokenizers serve the lossless check), and the rounds
 # and settings of every cell (the summary's columns): computed once per parse
 SUMMARY_MODELS = {t: model_input(t) for t in grid.round_targets(config)}
 SUMMARY_INDEX = grid.summary_index(config)
+# the summary stage's tables (the reports read these and nothing else)
+SUMMARY = SummaryTables()

@@ -3,8 +3,8 @@
 
 rule report:
     input:
-        summary="results/summary.parquet",
-        points="results/summary_points.parquet",
+        # the summary stage's tables: the only files a report reads
+        **SUMMARY.as_dict(),
         notebook=NOTEBOOKS / "{round}.ipynb",
     output:
         html=report(
@@ -29,7 +29,9 @@ rule report:
 rule index:
     input:
         reports=[f"reports/{page}" for page in REPORTS.values()],
-        summary="results/summary.parquet",
+        summary=SUMMARY.summary,
+        # each cell's status is read from its records file
+        records=all_cell_records(),
     output:
         report(
             "reports/index.html",

@@ -1,20 +1,11 @@
-"""Derive a num_speculative_tokens_per_batch_size schedule from round 1 and measure it."""
+"""Measure the cell of a derived dynamic-K schedule (its own rule derives the schedule)."""
 
-from sdbench.aggregate import aggregate_points, summarize
-from sdbench.analysis import derive_schedule
 from sdbench.cell import run_cell
-from sdbench.files import atomic_write_json
-from sdbench.grid import dynamic_k_cell
+from sdbench.grid import read_dynamic_k_cell
 from sdbench.script_log import to_log
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 with to_log(sm.log.cell):
-    spec = sm.params.spec
-    points = aggregate_points(summarize(sm.input.round1, [],
-                                        sm.config["loadgen"]["max_failure_share"]))
-    schedule = derive_schedule(points, spec["target"], spec["workload"], spec["speculator"])
-    cell = dynamic_k_cell(sm.config, spec, schedule)
-    print(f"derived schedule for {spec['speculator']} on {spec['target']}/{spec['workload']}: "
-          f"{schedule} -> cell {cell.cell_id}")
-    atomic_write_json(sm.output.schedule, {**spec, "schedule": schedule, "cell_id": cell.cell_id})
+    cell = read_dynamic_k_cell(sm.config, sm.params.spec, sm.input.schedule)
+    print(f"measuring the schedule of {sm.input.schedule}: cell {cell.cell_id}")
     run_cell(cell, sm.config, sm.output.records, server_log=sm.log.server)

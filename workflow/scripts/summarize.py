@@ -1,15 +1,15 @@
-"""Aggregate every cell's records: per measurement (speedups paired by repeat, lossless check)
-and per point (means and 95 % intervals over repeats)."""
+"""The summary stage: per measurement (speedups paired by repeat, lossless check), per point
+(means and 95 % intervals over repeats), per-bucket speedups, dynamic-K schedules and data
+cards: every table the reports read."""
 
-from sdbench.aggregate import build_summary, write_summary
 from sdbench.script_log import to_log
+from sdbench.summary import SummaryTables, write_tables
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 with to_log(sm.log[0]):
-    frame, points = build_summary(sm.input.records, [],
-                                  sm.config["loadgen"]["max_failure_share"], sm.params.models,
-                                  sm.params.index)
-    write_summary(frame, sm.output.parquet, sm.output.csv)
-    write_summary(points, sm.output.points_parquet, sm.output.points_csv)
+    tables = SummaryTables(**{name: sm.output[name] for name in SummaryTables().as_dict()})
+    frame, points = write_tables(tables, sm.input.records, [],
+                                 sm.config["loadgen"]["max_failure_share"], sm.params.models,
+                                 sm.params.index, sm.input.schedules)
     print(f"{len(frame)} measurements, {len(points)} points, "
           f"{int(frame['paired'].sum())} measurements with a speedup")

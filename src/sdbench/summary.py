@@ -1,0 +1,177 @@
+"""The summary stage: every table the reports read, from the cells' files, in one place.
+
+The summary rule and the salvage of a failed run both call `write_tables`; a report reads only
+these tables (`SummaryTables`), so every file behind a report is an input of the summary rule
+and Snakemake knows when a report is stale:
+
+  measurements  one row per measurement: speedups paired by repeat, the lossless check
+  points        one row per point: means and 95 % intervals over repeats
+  buckets       per-bucket TPOT speedups of prompt sets sent in order (task group of
+                Spec-Bench, length bucket of the mixed set), from the per-request detail
+  schedules     the derived dynamic-K schedules, by the cell that measured them
+  cards         the data cards of the prompt sets the cells sent
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .aggregate import build_summary, write_summary
+from .files import atomic_path, atomic_write_json
+from .grid import card_path, processed_path
+from .lossless import point_of, read_all_details
+
+# a row per (measurement, bucket); round, engine and load select a report's rows, as in the
+# measurements table
+BUCKET_COLUMNS = ["round", "cell_id", "engine", "load", "setting", "speculator", "k", "target",
+                  "workload", "concurrency", "repeat", "bucket", "tpot_speedup"]
+
+
+@dataclass(frozen=True)
+class SummaryTables:
+    """Where the summary stage writes its tables (the notebooks' parameters by these names)."""
+
+    summary: str = "results/summary.parquet"
+    points: str = "results/summary_points.parquet"
+    buckets: str = "results/summary_buckets.parquet"
+    schedules: str = "results/summary_schedules.json"
+    cards: str = "results/summary_cards.json"
+
+    @classmethod
+    def of_run(cls, incomplete: bool = False) -> SummaryTables:
+        """The tables of a run; those of a salvaged (failed) run sit beside them."""
+        if not incomplete:
+            return cls()
+        return cls(**{f.name: _incomplete(f.default) for f in fields(cls)})
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    def notebook_parameters(self) -> dict[str, str]:
+        """The report notebooks' parameters: summary_path, points_path, ..."""
+        return {f"{name}_path": str(path) for name, path in asdict(self).items()}
+
+    @property
+    def summary_csv(self) -> str:
+        return str(Path(self.summary).with_suffix(".csv"))
+
+    @property
+    def points_csv(self) -> str:
+        return str(Path(self.points).with_suffix(".csv"))
+
+
+def _incomplete(path: str) -> str:
+    stem, dot, suffix = path.rpartition(".")
+    return f"{stem}.incomplete{dot}{suffix}"
+
+
+def prompt_sets(workloads) -> list[str]:
+    """The processed prompt files and data cards of these workloads (summary inputs)."""
+    keys = sorted({(w["dataset"], w["subset"]) for w in workloads})
+    return [path for key in keys for path in (processed_path(*key), card_path(*key))]
+
+
+def write_tables(tables: SummaryTables, record_files: list[str | Path],
+                 partial_files: list[str | Path], max_failure_share: float,
+                 model_dirs: dict[str, str], index: dict | None = None,
+                 schedule_files: list[str | Path] = (), root: str | Path = ".") -> tuple:
+    """Write every table; returns (measurements, points). Record files without a per-request
+    sidecar (an unfinished cell's) are summarised without per-bucket speedups."""
+    details = read_all_details(record_files)
+    frame, points = build_summary(record_files, partial_files, max_failure_share, model_dirs,
+                                  index, details)
+    write_frames(tables, frame, points, details, schedule_files, root)
+    return frame, points
+
+
+def write_frames(tables: SummaryTables, frame: pd.DataFrame, points: pd.DataFrame,
+                 details: dict[str, dict] | None = None, schedule_files=(),
+                 root: str | Path = ".") -> None:
+    """Write the tables of a summarised run (`aggregate.build_summary`'s frames; details: the
+    per-request detail, cell id -> point -> detail)."""
+    write_summary(frame, tables.summary, tables.summary_csv)
+    write_summary(points, tables.points, tables.points_csv)
+    buckets = bucket_speedups(frame, details or {}, root)
+    with atomic_path(tables.buckets) as tmp:
+        buckets.to_parquet(tmp, index=False)
+    atomic_write_json(tables.schedules, read_schedules(schedule_files))
+    atomic_write_json(tables.cards, read_cards(frame, root))
+
+
+def read_schedules(schedule_files) -> dict[str, dict]:
+    """cell id -> {target, workload, speculator, schedule} of each derived dynamic-K cell."""
+    out = {}
+    for path in schedule_files:
+        entry = json.loads(Path(path).read_text())
+        out[entry["cell_id"]] = {key: entry[key] for key in
+                                 ("target", "workload", "speculator", "schedule")}
+    return out
+
+
+def read_cards(frame: pd.DataFrame, root: str | Path = ".") -> dict[str, dict | None]:
+    """"dataset/subset" -> the data card of each prompt set the records sent (None if the
+    card is missing: the report says so)."""
+    cards = {}
+    for dataset, subset in sorted(set(zip(frame["dataset"], frame["subset"], strict=True))):
+        path = Path(root) / card_path(dataset, subset)
+        cards[f"{dataset}/{subset}"] = json.loads(path.read_text()) if path.exists() else None
+    return cards
+
+
+def _buckets(dataset: str, subset: str, root: Path) -> list[str | None]:
+    """Each prompt's bucket (length bucket of the mixed set, task group of Spec-Bench), in the
+    order the prompts are sent; none where the load generator shuffles them (its card says
+    so): a request cannot be mapped to its prompt by position then."""
+    path, card = root / processed_path(dataset, subset), root / card_path(dataset, subset)
+    if not path.exists() or not card.exists() or not json.loads(card.read_text()).get("ordered"):
+        return []
+    return [(row.get("bucket") or row.get("task")) for row in
+            (json.loads(line) for line in path.read_text().splitlines() if line)]
+
+
+def _tpot_by_bucket(detail: dict, buckets: list) -> dict[str, float]:
+    """Mean time per output token (after the first) of the requests of each bucket; requests
+    are in prompt-file order (the workload is sent unshuffled)."""
+    per: dict[str, list[float]] = {}
+    for i, (latency, ttft, out_len, err) in enumerate(zip(
+            detail["latencies"], detail["ttfts"], detail["output_lens"], detail["errors"],
+            strict=True)):
+        if err or out_len is None or out_len < 2 or i >= len(buckets) or buckets[i] is None:
+            continue
+        per.setdefault(buckets[i], []).append((latency - ttft) / (out_len - 1))
+    return {b: float(np.mean(v)) for b, v in per.items()}
+
+
+def bucket_speedups(frame: pd.DataFrame, details: dict[str, dict],
+                    root: str | Path = ".") -> pd.DataFrame:
+    """TPOT speedup (baseline TPOT ÷ TPOT) per bucket of a prompt set sent in order, paired by
+    repeat, from the per-request detail (`details`: cell id -> point -> detail). vLLM server
+    points only: the offline engine and Transformers time no first token."""
+    root = Path(root)
+    spec = frame[(frame["method"] != "vanilla") & (frame["status"] == "ok")
+                 & (frame["engine"] == "serve")]
+    rows = []
+    sets: dict[tuple, list] = {}  # each prompt file and card read once, not once per row
+    for _, row in spec.iterrows():
+        key = (row["dataset"], row["subset"])
+        if key not in sets:
+            sets[key] = _buckets(*key, root)
+        buckets = sets[key]
+        if not any(buckets):
+            continue
+        point = point_of(row["concurrency"], row.get("request_rate"), row["repeat"])
+        mine = details.get(row["cell_id"], {}).get(point)
+        base = details.get(row["baseline_cell_id"], {}).get(point)
+        if mine is None or base is None:
+            continue
+        ours, theirs = _tpot_by_bucket(mine, buckets), _tpot_by_bucket(base, buckets)
+        for bucket in ours:
+            if bucket in theirs and ours[bucket] > 0:
+                rows.append({**{c: row.get(c) for c in BUCKET_COLUMNS[:-2]},
+                             "bucket": bucket, "tpot_speedup": theirs[bucket] / ours[bucket]})
+    return pd.DataFrame(rows, columns=BUCKET_COLUMNS)
