@@ -433,12 +433,12 @@ def test_changing_one_k_list_plans_only_the_changed_cells(e2e_run, tmp_path):
     result = snakemake("-n", workdir=e2e_run["workdir"], configfile=changed)
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout + result.stderr)
-    # (the Transformers reference keeps its own k), and the dynamic-K cell (its schedule is
-    # derived from the calibration pair's cells)
+    # (the Transformers reference keeps its own k), and the dynamic-K schedule and its cell
+    # (the schedule is derived from the calibration pair's cells)
     # the new cell is measured in turn with its baseline, and with it the group's other cells
     # (their pairs stay seconds apart): one group job, then each of the three cells' records
-    assert counts == {"all": 1, "cell_group": 1, "cell": 3, "dynamic_k_cell": 1, "summary": 1,
-                      "report": 3, "index": 1}
+    assert counts == {"all": 1, "cell_group": 1, "cell": 3, "dynamic_k_schedule": 1,
+                      "dynamic_k_cell": 1, "summary": 1, "report": 3, "index": 1}
 
 
 def test_prompt_sets_count_tokens_with_the_target_tokenizer(e2e_run):
