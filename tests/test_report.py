@@ -2,6 +2,7 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from sdbench import plots
@@ -86,6 +87,35 @@ def test_report_cells_read_as_a_reader_wants_them():
     # a meaningful index becomes a column; a row counter never shows
     assert "<th>method</th>" in html and "<td>a</td>" in html and "<td>–</td>" in html
     assert "<th>0</th>" not in plots.table_html(table.reset_index())
+
+
+def test_the_points_table_shows_shares_as_percentages_and_leaves_out_what_never_applies(
+        tmp_path):
+    frame, points = synthetic_summary(tmp_path)
+    table = plots.points_table(points)
+    spec = table[table["method"] == "ngram"]
+    # the acceptance rate (60 %) and the efficiency (speedup ÷ acceptance length, a share)
+    assert set(spec["acceptance"]) == {"60 %"}
+    assert all(text.endswith(" %") for text in spec["efficiency"])
+    assert set(table.loc[table["method"] == "vanilla", "efficiency"]) == {"–"}
+    # nothing applies to any point (one round, no pair issue, no energy on a CPU): left out
+    for absent in ("round", "pair issue", "mJ / output token", "repeats ok", "acceptance %"):
+        assert absent not in table, absent
+    assert set(table["status (repeats ok)"]) == {"ok (2/2)"}
+    two_rounds = plots.points_table(pd.concat([points, points.assign(round="round3")]))
+    assert "round" in two_rounds
+
+
+def test_latency_lines_are_one_per_target_and_setting(tmp_path):
+    """Two targets' runs without speculation are two lines, not one averaged "vanilla"."""
+    frame, _ = synthetic_summary(tmp_path)
+    other = frame.assign(target="t2", mean_tpot_ms=frame["mean_tpot_ms"] * 3)
+    fig = plots.latency_plot(pd.concat([frame, other]), "mean_tpot_ms")
+    labels = {text.get_text() for text in fig.legends[0].get_texts()}
+    assert {"t: vanilla", "t2: vanilla", "t: ngram k=2", "t2: ngram k=4"} <= labels
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
 
 
 def test_load_axes_tick_the_levels_measured():

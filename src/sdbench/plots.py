@@ -178,6 +178,13 @@ def setting_label(frame: pd.DataFrame) -> pd.Series:
     return np.where(frame["method"] == "vanilla", "vanilla", frame["speculator"] + " k=" + k)
 
 
+def percent_text(value, scale: float = 1.0) -> str:
+    """A share as a percentage ('45 %'; `scale` 100 for a fraction), "–" where none applies."""
+    if value is None or pd.isna(value):
+        return "–"
+    return f"{value * scale:.0f} %"
+
+
 def with_interval(mean: float, low: float, high: float, unit: str = "×") -> str:
     """'1.23× [1.10, 1.35]'; without brackets when there is no interval (one repeat)."""
     if pd.isna(mean):
@@ -392,7 +399,10 @@ def latency_plot(frame: pd.DataFrame, metric: str) -> plt.Figure | None:
     ok = frame[frame["status"] == "ok"]
     if ok.empty or metric not in ok:
         return None
-    ok = ok.assign(setting=setting_label(ok))
+    setting = setting_label(ok)
+    if ok["target"].nunique() > 1:  # each target's own line: two targets' vanilla are not one
+        setting = ok["target"] + ": " + setting
+    ok = ok.assign(setting=setting)
     grid = sns.relplot(data=ok, x="concurrency", y=metric, hue="setting", col="workload",
                        kind="line", marker="o", height=3.4, aspect=1.2,
                        facet_kws={"sharey": False})
@@ -468,15 +478,16 @@ def measurement_counts(frame: pd.DataFrame) -> str:
 
 
 def points_table(points: pd.DataFrame) -> pd.DataFrame:
-    """Every point: repeats, status, throughput and speedups with 95 % intervals, efficiency."""
+    """Every point: status and repeats, throughput and speedups with 95 % intervals, acceptance
+    and efficiency. Columns where nothing applies to any point (no pair issue, no energy on a
+    CPU) are left out, and the round too where the points are of one."""
     out = pd.DataFrame({
         "round": points["round"], "setting": points.get("setting"),
         "target": points["target"], "workload": points["workload"],
         "method": points["speculator"], "k": points["k"].astype("Int64"),
         "concurrency": points["concurrency"],
-        "repeats ok": [f"{a}/{b}" for a, b in zip(points["repeats_ok"], points["repeats"],
-                                                  strict=True)],
-        "status": points["status"],
+        "status (repeats ok)": [f"{status} ({a}/{b})" for status, a, b in zip(
+            points["status"], points["repeats_ok"], points["repeats"], strict=True)],
         "total tok/s": [with_interval(m, lo, hi, "") for m, lo, hi in zip(
             points["total_token_throughput_mean"], points["total_token_throughput_ci_low"],
             points["total_token_throughput_ci_high"], strict=True)],
@@ -489,13 +500,19 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
         "TPOT speedup": [with_interval(m, lo, hi) for m, lo, hi in zip(
             points["tpot_speedup_mean"], points["tpot_speedup_ci_low"],
             points["tpot_speedup_ci_high"], strict=True)],
-        "acceptance %": points.get("spec_decode_acceptance_rate_mean"),
+        "acceptance": points.get("spec_decode_acceptance_rate_mean",
+                                 pd.Series(np.nan, index=points.index)).map(percent_text),
         "acceptance length": points.get("spec_decode_acceptance_length_mean"),
-        "efficiency": points.get("efficiency"),
+        "efficiency": points.get("efficiency", pd.Series(np.nan, index=points.index)).map(
+            lambda v: percent_text(v, 100)),
         "mJ / output token": (points["energy_per_output_token_j_mean"] * 1000
                               if "energy_per_output_token_j_mean" in points else np.nan),
-        "cell": points["cell_id"]})
-    return out.reset_index(drop=True)
+        "cell": points["cell_id"]}).reset_index(drop=True)
+    shown = out.astype(object).apply(lambda column: column.map(cell_text))
+    empty = [c for c in out if (shown[c] == "–").all()]
+    if out["round"].nunique() <= 1:
+        empty.append("round")
+    return out.drop(columns=empty)
 
 
 def _drift_text(row) -> str:
@@ -660,7 +677,7 @@ def engine_table(points: pd.DataFrame, reference: pd.DataFrame | None = None) ->
         "k": spec["k"].astype("Int64"), "batch size": spec["concurrency"].astype("Int64"),
         "speedup": [speedup_text(r) for _, r in spec.iterrows()],
         "acceptance length": spec["spec_decode_acceptance_length_mean"].round(2),
-        "acceptance %": spec["spec_decode_acceptance_rate_mean"].round(1),
+        "acceptance": spec["spec_decode_acceptance_rate_mean"].map(percent_text),
         "output tok/s": spec["output_throughput_mean"].round(1)})
     if reference is not None:
         out["vLLM server speedup (c = batch size)"] = [

@@ -13,7 +13,7 @@ import pandas as pd
 import seaborn as sns
 
 from .analysis import speculative
-from .plots import METRIC_LABELS, speedup_text, stat_text, with_interval
+from .plots import METRIC_LABELS, percent_text, speedup_text, stat_text, with_interval
 
 
 def bucket_order(names) -> list[str]:
@@ -140,9 +140,9 @@ def quantized_vs_full_table(points: pd.DataFrame) -> pd.DataFrame:
                 "method": f"{row['speculator']} k={int(row['k'])}",
                 "speedup (quantized)": speedup_text(row),
                 "speedup (full precision)": speedup_text(twin.iloc[0]) if len(twin) else "–",
-                "acceptance % (quantized / full)": (
-                    f"{row.get('spec_decode_acceptance_rate_mean', np.nan):.0f} / "
-                    f"{twin['spec_decode_acceptance_rate_mean'].iloc[0]:.0f}"
+                "acceptance (quantized / full)": (
+                    f"{percent_text(row.get('spec_decode_acceptance_rate_mean'))} / "
+                    f"{percent_text(twin['spec_decode_acceptance_rate_mean'].iloc[0])}"
                     if len(twin) else "–")})
     return pd.DataFrame(rows)
 
