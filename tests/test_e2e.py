@@ -58,6 +58,18 @@ def test_no_vllm_process_is_left(e2e_run):
     assert server_processes(e2e_run["workdir"]) == []
 
 
+def test_the_record_schema_validates_every_record_the_run_writes(e2e_run):
+    from sdbench.records import SCHEMA_ID, read_records
+
+    results = e2e_run["workdir"] / "results"
+    files = [*sorted((results / "cells").glob("*.jsonl")),
+             *sorted((results / "derived").rglob("*.jsonl"))]
+    records = [r for path in files for r in read_records(path)]  # raises on an invalid one
+    assert len(files) == 22 and len(records) > 22
+    assert {r["schema"] for r in records} == {SCHEMA_ID}
+    assert {r["engine"] for r in records} == {"serve", "offline", "transformers"}
+
+
 def test_records_carry_metrics_and_provenance(e2e_run, host):
     files = sorted((e2e_run["workdir"] / "results" / "cells").glob("*.jsonl"))
     # round 1 on Spec-Bench: server cells vanilla, ngram, the EAGLE head (k=2) on the target,
@@ -328,8 +340,8 @@ def test_reports_read_only_the_summary_stage_s_tables(e2e_run, tmp_path, monkeyp
     """Every file a report reads is an input of its rule: rendered from a copy of the summary
     stage's tables in an empty directory (no records, per-request detail, prompt sets or
     cards beside them), each round's report says what the run's own says."""
+    from sdbench.layout import SummaryTables
     from sdbench.report import render_report
-    from sdbench.summary import SummaryTables
 
     workdir = e2e_run["workdir"]
     tables = SummaryTables()
@@ -362,7 +374,7 @@ def test_quantized_targets_serve_text_close_to_full_precision(e2e_run, host):
     broken checkpoint would share none, or the same with all)."""
     import re
 
-    from sdbench.lossless import read_details
+    from sdbench.records import read_details
 
     def similarity(a, b):
         a, b = set(re.findall(r"\w+", a.lower())), set(re.findall(r"\w+", b.lower()))

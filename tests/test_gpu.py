@@ -9,6 +9,7 @@ import pytest
 
 from sdbench import gpumon, grid, loadgen, slots, validation
 from sdbench.config import load_config
+from sdbench.records import with_latencies
 
 from workflow_helpers import REPO
 
@@ -168,9 +169,9 @@ def test_the_measured_window_is_the_load_generators_own():
 def test_latencies_are_derived_where_vllm_does_not_save_them():
     # vLLM 0.26's detail has ttfts and itls but no latencies
     detail = {"ttfts": [0.1, 0.0], "itls": [[0.01, 0.02], []]}
-    assert loadgen.with_latencies(detail)["latencies"] == pytest.approx([0.13, 0.0])
+    assert with_latencies(detail)["latencies"] == pytest.approx([0.13, 0.0])
     kept = {"ttfts": [0.1], "itls": [[0.5]], "latencies": [9.0]}
-    assert loadgen.with_latencies(kept)["latencies"] == [9.0]
+    assert with_latencies(kept)["latencies"] == [9.0]
     _, split = loadgen.split_result({"ttfts": [0.2], "itls": [[0.1]], "duration": 1.0})
     assert split["latencies"] == pytest.approx([0.3])
 

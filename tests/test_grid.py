@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sdbench import grid
+from sdbench import grid, layout
 from sdbench.config import ConfigError, validate_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -201,5 +201,5 @@ def test_cell_roundtrip_and_model_paths(demo_config):
     assert grid.Cell.from_dict(cell.to_dict()) == cell
     assert grid.cell_models(cell) == ["smollm2-135m", "smollm2-135m-6l"]
     assert grid.model_dir(demo_config, "smollm2-135m") == "resources/models/smollm2-135m"
-    assert cell.workload["path"] == grid.processed_path(cell.workload["dataset"],
+    assert cell.workload["path"] == layout.processed_path(cell.workload["dataset"],
                                                         cell.workload["subset"])

@@ -13,9 +13,10 @@ import shutil
 import pytest
 
 from sdbench import cell as cellmod
-from sdbench import grid, hostcaps, slots
+from sdbench import grid, hostcaps, layout, slots
 from sdbench.config import ConfigError, validate_config
 from sdbench.files import append_jsonl, read_jsonl
+from sdbench.records import LoadPoint
 
 
 def test_the_calibration_pair_is_measured_with_its_baseline(demo_config, demo_config_raw):
@@ -82,7 +83,7 @@ class Servers:
             self.events.append(("start", cell.cell_id))
             try:
                 for load, repeat in instance:
-                    pid = cellmod.point_id(load, repeat)
+                    pid = LoadPoint.of_load(load, repeat).order
                     if sum(e[0] == "point" for e in self.events) == self.fail_at:
                         raise KeyboardInterrupt
                     self.events.append(("point", cell.cell_id, pid))
@@ -137,7 +138,7 @@ def group(demo_config, tmp_path, monkeypatch):
 def run(members, config, servers, monkeypatch):
     monkeypatch.setattr(cellmod, "_measure", servers.measure)
     monkeypatch.setattr(cellmod, "cell_server", servers.server)
-    return cellmod.run_group(members, config, grid.group_output(members[0].cell_id))
+    return cellmod.run_group(members, config, layout.group_output(members[0].cell_id))
 
 
 def test_a_group_takes_the_points_in_turn_and_its_cells_write_from_the_cache(
@@ -145,7 +146,8 @@ def test_a_group_takes_the_points_in_turn_and_its_cells_write_from_the_cache(
     base, pair = group
     servers = Servers()
     manifest = run(group, demo_config, servers, monkeypatch)
-    plan = [cellmod.point_id(load, r) for r in range(base.repeats) for load in base.load_points()]
+    plan = [LoadPoint.of_load(load, r).order for r in range(base.repeats)
+            for load in base.load_points()]
     # both servers launched together and up before the first point; each point once per
     # cell, in turn
     assert servers.events[:6] == [("launch", base.cell_id), ("launch", pair.cell_id),
@@ -159,7 +161,7 @@ def test_a_group_takes_the_points_in_turn_and_its_cells_write_from_the_cache(
             for c in manifest["cells"]}
     for cell_id, i in last.items():
         assert servers.events[i + 1] == ("stop", cell_id)
-    assert json.loads((tmp_path / grid.group_output(base.cell_id)).read_text())["cells"] == [
+    assert json.loads((tmp_path / layout.group_output(base.cell_id)).read_text())["cells"] == [
         base.cell_id, pair.cell_id]
     assert not list((tmp_path / "results" / "cells").glob("*.partial"))
 
@@ -169,7 +171,7 @@ def test_a_group_takes_the_points_in_turn_and_its_cells_write_from_the_cache(
 
     monkeypatch.setattr(cellmod, "_measure", no_server)
     for cell, other in ((base, pair), (pair, base)):
-        records = cellmod.run_cell(cell, demo_config, grid.cell_output(cell.cell_id),
+        records = cellmod.run_cell(cell, demo_config, layout.cell_output(cell.cell_id),
                                    server_log=tmp_path / "s.log")
         assert [(r["concurrency"], r["repeat"]) for r in records] == sorted(
             (c, r) for c in cell.concurrency for r in range(cell.repeats))
@@ -183,11 +185,11 @@ def test_a_stopped_group_keeps_its_points_and_measures_again_only_what_is_missin
         run(group, demo_config, Servers(fail_at=5), monkeypatch)
     # both servers stopped; each cell says why it is not done; no finished output
     for cell in group:
-        output = tmp_path / grid.cell_output(cell.cell_id)
+        output = tmp_path / layout.cell_output(cell.cell_id)
         assert not output.exists()
-        error = json.loads(cellmod.error_output(output).read_text())
+        error = json.loads(layout.error_output(output).read_text())
         assert error["group"] == base.cell_id and error["error"].startswith("KeyboardInterrupt")
-    assert not (tmp_path / grid.group_output(base.cell_id)).exists()
+    assert not (tmp_path / layout.group_output(base.cell_id)).exists()
     cached = {c.cell_id: len(list((tmp_path / "results/points" / c.cell_id).iterdir()))
               for c in group}
     # 5 points measured before the stop: c=1 and c=24 of repeat 0 for both, c=1 of repeat 1
@@ -196,24 +198,25 @@ def test_a_stopped_group_keeps_its_points_and_measures_again_only_what_is_missin
 
     # each cell's records so far: one per point measured, none twice
     partial = {c.cell_id: [(r["concurrency"], r["repeat"]) for r in read_jsonl(
-        tmp_path / f"{grid.cell_output(c.cell_id)}.partial")] for c in group}
+        tmp_path / f"{layout.cell_output(c.cell_id)}.partial")] for c in group}
     assert partial == {base.cell_id: [(1, 0), (24, 0)],
                        pair.cell_id: [(1, 0), (24, 0), (1, 1)]}
 
     # a grouped cell's own job does not measure alone
     with pytest.raises(cellmod.CellError, match="run their group job first"):
-        cellmod.run_cell(pair, demo_config, grid.cell_output(pair.cell_id),
+        cellmod.run_cell(pair, demo_config, layout.cell_output(pair.cell_id),
                          server_log=tmp_path / "s.log")
 
     servers = Servers()
     run(group, demo_config, servers, monkeypatch)
-    plan = [cellmod.point_id(load, r) for r in range(base.repeats) for load in base.load_points()]
+    plan = [LoadPoint.of_load(load, r).order for r in range(base.repeats)
+            for load in base.load_points()]
     # the points both cells have are kept; the one only the calibration cell has is measured
     # again with its partner, and every later point for both
     assert {pid for _, pid in servers.points()} == set(plan[2:])
     assert len(servers.points()) == 2 * len(plan[2:])
     for cell in group:
-        assert not cellmod.error_output(grid.cell_output(cell.cell_id)).exists()
+        assert not layout.error_output(layout.cell_output(cell.cell_id)).exists()
         assert len(list((tmp_path / "results/points" / cell.cell_id).iterdir())) == len(plan)
 
 
@@ -228,7 +231,7 @@ def test_a_group_stopped_again_keeps_one_record_per_point(group, demo_config, tm
         run(group, demo_config, Servers(fail_at=2), monkeypatch)
     for cell in group:
         points = [(r["concurrency"], r["repeat"]) for r in read_jsonl(
-            tmp_path / f"{grid.cell_output(cell.cell_id)}.partial")]
+            tmp_path / f"{layout.cell_output(cell.cell_id)}.partial")]
         assert len(points) == len(set(points)) and (1, 1) in points
 
 
@@ -262,12 +265,12 @@ def test_a_cell_with_fewer_repeats_takes_its_turn_only_at_its_own_points(
         points = servers.points()
         for cell in cells:
             own = [pid for c, pid in points if c == cell.cell_id]
-            plan = [cellmod.point_id(load, r) for r in range(cell.repeats)
+            plan = [LoadPoint.of_load(load, r).order for r in range(cell.repeats)
                     for load in cell.load_points()]
             assert sorted(own) == sorted(plan)
             assert own == [pid for instance in cellmod.instances(
                 cell, [(load, r) for r in range(cell.repeats) for load in cell.load_points()])
-                for pid in (cellmod.point_id(load, r) for load, r in instance)]
+                for pid in (LoadPoint.of_load(load, r).order for load, r in instance)]
         # the one-repeat cell measured beside the others at repeat 0, nowhere else
         assert {pid[-1] for c, pid in points if c == fewer.cell_id} == {0}
         assert len(points) == 2 * len(base.load_points()) * base.repeats + len(

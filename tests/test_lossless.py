@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from sdbench.aggregate import add_speedups, records_frame
-from sdbench.lossless import compare, lossless_columns, read_details
+from sdbench.lossless import compare, lossless_columns
+from sdbench.records import read_details
 
 from helpers import record
 

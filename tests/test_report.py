@@ -5,11 +5,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sdbench import plots
+from sdbench import layout, plots
 from sdbench.aggregate import aggregate_points, apply_index, summarize
 from sdbench.files import write_jsonl
+from sdbench.layout import SummaryTables
 from sdbench.report import render_report, write_index
-from sdbench.summary import SummaryTables, write_frames
+from sdbench.summary import write_frames
 
 from helpers import record
 
@@ -135,8 +136,10 @@ def test_index_lists_cells_with_status_and_problems(tmp_path, demo_config):
     from sdbench import grid
 
     cells = grid.all_cells(demo_config)
-    (tmp_path / f"{cells[0].cell_id}.jsonl").write_text("{}\n")
+    write_jsonl(tmp_path / f"{cells[0].cell_id}.jsonl", [record(cells[0].cell_id, "vanilla", 1,
+                                                                  100.0)])
     (tmp_path / f"{cells[1].cell_id}.jsonl.partial").write_text("{}\n")
+    (tmp_path / f"{cells[3].cell_id}.jsonl").write_text("{}\n")  # not a record: damaged
     (tmp_path / f"{cells[2].cell_id}.error.json").write_text(json.dumps(
         {"error": "ServerError: vLLM server exited with code 1 during start-up"}))
     out = tmp_path / "index.html"
@@ -148,8 +151,9 @@ def test_index_lists_cells_with_status_and_problems(tmp_path, demo_config):
     assert '<a href="round1.html">Round 1</a>' in page
     cells_table = page.split("<h2>Cells")[1]
     assert cells_table.count("<tr>") == len(cells) + 1
-    assert f"1 done, 1 failed, 1 interrupted, {len(cells) - 3} not run" in page
+    assert f"1 done, 2 failed, 1 interrupted, {len(cells) - 4} not run" in page
     problems = page.split("<h2>Problems</h2>")[1].split("<h2>")[0]
+    assert "its records cannot be read" in problems and "cell_id" in problems
     assert "exited with code 1 during start-up" in problems
     assert "3 of 8 requests failed" in problems and "concurrency 4" in problems
     assert cells[1].cell_id in problems  # the interrupted one
@@ -283,7 +287,7 @@ def test_salvage_writes_every_page_and_the_index_whatever_fails(tmp_path, demo_c
     log.parent.mkdir(parents=True)
     log.write_text("Traceback (most recent call last):\nValueError: bucket 0.25k: needed 4, "
                    "found 1\n")
-    cells = [(c, grid.cell_output(c.cell_id)) for c in grid.all_cells(demo_config)]
+    cells = [(c, layout.cell_output(c.cell_id)) for c in grid.all_cells(demo_config)]
     reports = {"Round 1": "round1.html", "Round 2": "round2.html"}
     salvage(demo_config, cells, reports, {})
     for page in reports.values():
@@ -302,11 +306,12 @@ def test_salvage_writes_every_page_and_the_index_whatever_fails(tmp_path, demo_c
 def test_a_cell_job_that_died_before_recording_why_is_failed_with_its_log(tmp_path,
                                                                          demo_config):
     from sdbench import grid
-    from sdbench.report import cell_log, cell_status
+    from sdbench.layout import cell_log
+    from sdbench.report import cell_status
 
     cell = grid.all_cells(demo_config)[0]
-    output = tmp_path / grid.cell_output(cell.cell_id)
-    assert cell_log(output) == tmp_path / grid.CELL_LOG.format(cell_id=cell.cell_id)
+    output = tmp_path / layout.cell_output(cell.cell_id)
+    assert cell_log(output) == tmp_path / layout.CELL_LOG.format(cell_id=cell.cell_id)
     assert cell_log(tmp_path / "results/derived/t/w/ngram.jsonl") == \
         tmp_path / "logs/derived/t/w/ngram.log"
     assert cell_status(output) == ("not run", "")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from sdbench import grid, runtimes
+from sdbench import grid, layout, runtimes
 from sdbench.data.builders import output_bound, request_bound
 
 
@@ -57,7 +57,7 @@ def test_the_data_card_means_replace_the_bounds(config, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cell = served(config)
     bound = runtimes.cell_seconds(config, cell, runtimes.read_card(cell))
-    card = tmp_path / grid.card_path(cell.workload["dataset"], cell.workload["subset"])
+    card = tmp_path / layout.card_path(cell.workload["dataset"], cell.workload["subset"])
     card.parent.mkdir(parents=True)
     card.write_text(json.dumps({"prompt_tokens": {"mean": 10.0},
                                 "output_tokens": {"mean": 4.0}}))

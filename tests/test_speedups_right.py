@@ -15,6 +15,7 @@ from sdbench import engines, grid, loadgen, models
 from sdbench.aggregate import add_speedups, aggregate_points, records_frame
 from sdbench.config import validate_config
 from sdbench.files import write_jsonl
+from sdbench.records import LoadPoint
 from sdbench.serving import format_server_args
 
 from helpers import record
@@ -86,8 +87,8 @@ def test_duration_bounded_pairs_send_the_baselines_prompt_counts(demo_config_raw
                 "load": closed}]
     write_jsonl(tmp_path / "base.jsonl", records)
     counts = cellmod.baseline_counts(spec, tmp_path / "base.jsonl")
-    assert counts == {cellmod.point_id(closed, 0): 3}
-    n, info = cellmod._num_prompts(spec, closed, fast, counts[cellmod.point_id(closed, 0)])
+    assert counts == {LoadPoint.of_load(closed, 0).order: 3}
+    n, info = cellmod._num_prompts(spec, closed, fast, counts[LoadPoint.of_load(closed, 0).order])
     assert n == 3 and info["prompts_from"] == base.cell_id
     assert cellmod.baseline_counts(base) == {}  # a baseline probes its own server
 

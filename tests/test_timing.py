@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from sdbench import timing
+from sdbench import layout, timing
 
 
 def _bench(root, rule, name, seconds):
-    path = root / timing.benchmark_file(rule, name)
+    path = root / layout.benchmark_file(rule, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("s\th:m:s\tmax_rss\n" + f"{seconds}\t0:00:00\t1\n")
 

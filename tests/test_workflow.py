@@ -163,7 +163,7 @@ def test_duration_bounded_speculative_cells_wait_for_their_baseline(tmp_path):
     asking for it alone plans the baseline cell first; without it, the cell alone."""
     import yaml
 
-    from sdbench import grid
+    from sdbench import grid, layout
     from sdbench.config import validate_config
 
     raw = with_left_out(yaml.safe_load((REPO / "config" / "demo.yaml").read_text()))
@@ -176,7 +176,7 @@ def test_duration_bounded_speculative_cells_wait_for_their_baseline(tmp_path):
         config = validate_config(yaml.safe_load(configfile.read_text()))
         spec = next(c for c in grid.round_cells(config, "round1")
                     if not c.is_baseline and c.engine == grid.SERVE)
-        result = snakemake("-n", grid.cell_output(spec.cell_id), workdir=tmp_path / "w",
+        result = snakemake("-n", layout.cell_output(spec.cell_id), workdir=tmp_path / "w",
                            configfile=configfile, timeout=300)
         assert result.returncode == 0, result.stderr + result.stdout
         assert job_counts(result.stdout + result.stderr)["cell"] == cells

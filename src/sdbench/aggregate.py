@@ -28,8 +28,9 @@ import numpy as np
 import pandas as pd
 
 from .analysis import verdict
-from .files import atomic_path, read_jsonl
+from .files import atomic_path
 from .grid import prefix_caching
+from .records import read_records
 
 # a point: closed-loop concurrency (batch size for offline / Transformers cells) or open-loop
 # request rate (concurrency empty)
@@ -203,7 +204,7 @@ def summarize(cell_files: list[str | Path], partial_files: list[str | Path] = ()
     invalid marks follow that threshold."""
     records = [{**record, "_complete": complete}
                for files, complete in ((cell_files, True), (partial_files, False))
-               for path in files for record in read_jsonl(path)]
+               for path in files for record in read_records(path)]
     if not records:
         raise ValueError("no records in the cell files given")
     frame = records_frame(records)

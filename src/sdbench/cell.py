@@ -34,23 +34,33 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import checks, engines, gpumon, grid, hostcaps, loadgen, models, profiling, provenance, slots
+from . import (
+    checks,
+    engines,
+    gpumon,
+    grid,
+    hostcaps,
+    layout,
+    loadgen,
+    models,
+    profiling,
+    provenance,
+    slots,
+)
 from .config import REPO_ROOT, VANILLA, ConfigError, load_config
 from .files import (
     append_jsonl,
     atomic_path,
     atomic_write_json,
-    read_jsonl,
     sha256_file,
     write_jsonl,
 )
-from .grid import requests_output
 from .hostcaps import UNSUPPORTED
 from .ids import short_hash
+from .layout import error_output, partial_output, point_cache, requests_output
 from .logcause import error_cause, first_line
+from .records import LoadPoint, Record, read_records
 from .serving import ServerError, VllmServer, log_tail, server_command
-
-RECORD_SCHEMA = "sdbench.record/1"
 
 
 class CellError(RuntimeError):
@@ -73,12 +83,6 @@ def write_error(path: Path, cell: grid.Cell, message: str, server_log: str | Pat
     atomic_write_json(path, {"cell_id": cell.cell_id, "label": cell.label,
                              "error": first_line(message), "detail": message,
                              "server_log": str(server_log), **extra, "at": _now()})
-
-
-def error_output(output: str | Path) -> Path:
-    """Written when a cell fails: why, for the index and the reports (removed on success)."""
-    output = Path(output)
-    return output.with_name(output.name.removesuffix(".jsonl") + ".error.json")
 
 
 def speculative_config(cell: grid.Cell, config: dict) -> dict | None:
@@ -159,17 +163,6 @@ def run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
         raise
 
 
-POINTS_DIR = "results/points"
-
-
-def point_id(load: dict, repeat: int) -> tuple:
-    """A point's place in its cell, sortable: closed-loop levels (concurrency, or batch size
-    offline) first, then open-loop request rates."""
-    if load["mode"] == "rate":
-        return ("q", float(load["request_rate"]), repeat)
-    return ("c", int(load["concurrency"]), repeat)
-
-
 def repeat_seed(cell: grid.Cell, repeat: int) -> int:
     """Each repeat its own seed (prompt order, arrival times, sampling), so that the interval
     over repeats covers them."""
@@ -222,7 +215,8 @@ def point_key(cell: grid.Cell, load: dict, repeat: int, facts: dict) -> str:
 
 
 def point_path(cell_id: str, load: dict, repeat: int, key: str) -> Path:
-    return Path(POINTS_DIR) / cell_id / f"{grid.level_name(load)}-r{repeat}-{key}.json.gz"
+    name = LoadPoint.of_load(load, repeat).name
+    return point_cache(cell_id) / f"{name}-r{repeat}-{key}.json.gz"
 
 
 def read_point(path: Path) -> dict | None:
@@ -258,7 +252,7 @@ class Prepared:
 def _prepare(cell: grid.Cell, config: dict, output: str | Path, *, server_log: str | Path,
              log=None, baseline_records: str | Path | None = None) -> Prepared:
     output = Path(output)
-    partial = output.with_name(output.name + ".partial")
+    partial = partial_output(output)
     partial.unlink(missing_ok=True)
 
     min_tokens = check_workload(cell)
@@ -273,7 +267,7 @@ def _prepare(cell: grid.Cell, config: dict, output: str | Path, *, server_log: s
     prompts_sha256 = sha256_file(cell.workload["path"])
 
     # repeats interleaved: every load point once, then again
-    plan = {point_id(load, r): (load, r) for r in range(cell.repeats)
+    plan = {LoadPoint.of_load(load, r).order: (load, r) for r in range(cell.repeats)
             for load in cell.load_points()}
     facts = point_facts(cell, config, prompts_sha256, min_tokens, environment,
                         verdict["dtype"]["resolved"])
@@ -334,8 +328,9 @@ def _not_done(prep: Prepared) -> str | None:
     if not not_done:
         return None
     return (f"cell {cell.cell_id} ({cell.label}): {len(not_done)} of {len(prep.plan)} points "
-            "not valid (" + "; ".join(f"{_point_label(r['load'], r['repeat'])}: {r['error']}"
-                                      for r in not_done)
+            "not valid (" + "; ".join(
+                f"{LoadPoint.of_load(r['load'], r['repeat']).label}: {r['error']}"
+                for r in not_done)
             + "); the cell is not done: a rerun measures these points again (the valid ones "
             f"are cached). Records so far: {prep.context['partial']}")
 
@@ -360,8 +355,8 @@ def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
         raise CellError(
             f"cell {cell.cell_id} ({cell.label}) is measured in turn with the cells "
             f"{', '.join(i for i in cell.group if i != cell.cell_id)} (`interleave`), and "
-            f"{len(prep.missing)} of its points are not in {POINTS_DIR}/{cell.cell_id}/: run "
-            f"their group job first ({grid.group_output(cell.group[0])}; without Snakemake: "
+            f"{len(prep.missing)} of its points are not in {point_cache(cell.cell_id)}/: run "
+            f"their group job first ({layout.group_output(cell.group[0])}; without Snakemake: "
             f"python -m sdbench.cell --group {cell.group[0]})")
     elif prep.missing:
         checks.check_cell_tools(cell, source=f"cell {cell.cell_id}")
@@ -422,12 +417,12 @@ def run_group(cells: list[grid.Cell], config: dict, manifest: str | Path, *,
     the cache. On failure each cell not done gets its error file, as in `run_cell`."""
     log = log or sys.stderr
     group_id = cells[0].cell_id
-    server_logs = server_logs or {c.cell_id: grid.GROUP_SERVER_LOG.format(
+    server_logs = server_logs or {c.cell_id: layout.GROUP_SERVER_LOG.format(
         group_id=group_id, cell_id=c.cell_id) for c in cells}
     preps: list[Prepared] = []
     try:
         for cell in cells:
-            preps.append(_prepare(cell, config, grid.cell_output(cell.cell_id),
+            preps.append(_prepare(cell, config, layout.cell_output(cell.cell_id),
                                   server_log=server_logs[cell.cell_id], log=log))
         measured = [p for p in preps if not p.context["verdict"]["reason"]]
         again = {pid for p in measured for pid in p.missing}
@@ -449,7 +444,7 @@ def run_group(cells: list[grid.Cell], config: dict, manifest: str | Path, *,
         done = {p.cell.cell_id for p in preps if _complete(p)}
         for cell in cells:
             if cell.cell_id not in done:
-                write_error(error_output(grid.cell_output(cell.cell_id)), cell, message,
+                write_error(error_output(layout.cell_output(cell.cell_id)), cell, message,
                             server_logs[cell.cell_id], group=group_id)
         raise
     for prep in preps:
@@ -457,7 +452,8 @@ def run_group(cells: list[grid.Cell], config: dict, manifest: str | Path, *,
         error_output(prep.output).unlink(missing_ok=True)
     summary = {"group": group_id, "cells": [c.cell_id for c in cells],
                "labels": {c.cell_id: c.label for c in cells},
-               "measured": {p.cell.cell_id: [_point_label(*p.plan[pid]) for pid in p.missing]
+               "measured": {p.cell.cell_id: [LoadPoint.of_load(*p.plan[pid]).label
+                                             for pid in p.missing]
                             for p in preps if p.missing},
                "server_logs": {k: str(v) for k, v in server_logs.items()}, "at": _now()}
     atomic_write_json(manifest, summary)
@@ -494,7 +490,7 @@ def _measure_group(preps: list[Prepared], config: dict, log, group_id: str) -> N
         # cell with fewer repeats takes its turn only at its own points, in the same order
         # (instances keep the plan's order, so a cell's points are a subsequence of these)
         most = max(preps, key=lambda p: len(p.missing))
-        points = [point_id(load, repeat) for instance in instances(
+        points = [LoadPoint.of_load(load, repeat).order for instance in instances(
             most.cell, [most.plan[p] for p in most.missing]) for load, repeat in instance]
         own = {p.cell.cell_id: set(p.missing) for p in preps}
         order = [(cell_id, pid) for cell_id, pid in interleaved_order(list(runs), points)
@@ -584,35 +580,16 @@ def _model_cards(cell: grid.Cell, config: dict) -> dict:
 def _record(cell: grid.Cell, load: dict, repeat: int, metrics: dict, status: str, reason: str,
             server: dict, loadgen_info: dict, context: dict, model_cards: dict,
             started: str, finished: str | None = None) -> dict:
-    return {
-        "schema": RECORD_SCHEMA,
-        "cell_id": cell.cell_id,
-        "round": cell.round,
-        "speculator": cell.speculator,
-        "baseline_cell_id": cell.baseline_cell_id,
-        "server_config": cell.server_config,
-        "workload": cell.workload,
-        "engine": cell.engine,
-        "load": load,
-        "concurrency": load.get("concurrency"),
-        "request_rate": load.get("request_rate"),
-        "repeat": repeat,
-        "status": status,
-        "error": reason or None,
-        "metrics": metrics,
-        "server": server,
-        "loadgen": loadgen_info,
-        "provenance": {**context["environment"], "models": model_cards,
-                       "dataset": {"path": cell.workload["path"],
-                                   "sha256": context["prompts_sha256"]},
-                       "started_at": started, "finished_at": finished or _now()},
-    }
-
-
-def _point_label(load: dict, repeat: int) -> str:
-    level = (f"rate {load['request_rate']:g}/s" if load["mode"] == "rate"
-             else f"{load['mode']} {load['concurrency']}")
-    return f"{level}, repeat {repeat}"
+    return Record(
+        cell_id=cell.cell_id, round=cell.round, speculator=cell.speculator,
+        baseline_cell_id=cell.baseline_cell_id, server_config=cell.server_config,
+        workload=cell.workload, engine=cell.engine, load=load, repeat=repeat, status=status,
+        error=reason or None, metrics=metrics, server=server, loadgen=loadgen_info,
+        provenance={**context["environment"], "models": model_cards,
+                    "dataset": {"path": cell.workload["path"],
+                                "sha256": context["prompts_sha256"]},
+                    "started_at": started, "finished_at": finished or _now()},
+    ).to_dict()
 
 
 def _report_point(cell: grid.Cell, load: dict, repeat: int, status: str, reason: str,
@@ -620,10 +597,11 @@ def _report_point(cell: grid.Cell, load: dict, repeat: int, status: str, reason:
     """Stop the cell at a failed point (CellError), else log the point's line."""
     if status == "failed":
         first, _, rest = reason.partition("\n")
-        raise CellError(f"cell {cell.cell_id} ({cell.label}), {_point_label(load, repeat)}: "
+        raise CellError(f"cell {cell.cell_id} ({cell.label}), "
+                        f"{LoadPoint.of_load(load, repeat).label}: "
                         f"{first}; later points were not attempted (log: {server_log})"
                         + (f"\n{rest}" if rest else ""))
-    print(f"[sdbench] cell {cell.cell_id} {_point_label(load, repeat)}: {status}"
+    print(f"[sdbench] cell {cell.cell_id} {LoadPoint.of_load(load, repeat).label}: {status}"
           f"{' (' + reason + ')' if reason else ''}, "
           f"{metrics.get('output_throughput') or float('nan'):.1f} output tok/s "
           f"({metrics.get('total_token_throughput') or float('nan'):.1f} total), "
@@ -662,16 +640,16 @@ def baseline_counts(cell: grid.Cell, baseline_records: str | Path | None = None
     cells send the same); empty when the counts are not duration-bounded."""
     if not grid.sends_baseline_counts(cell):
         return {}
-    path = Path(baseline_records or grid.cell_output(cell.baseline_cell_id))
+    path = Path(baseline_records or layout.cell_output(cell.baseline_cell_id))
     if not path.is_file():
         raise CellError(f"cell {cell.cell_id} ({cell.label}): with loadgen.duration_s each "
                         f"point sends as many prompts as its baseline cell "
                         f"{cell.baseline_cell_id} sent there, and {path} does not exist: run "
                         "the baseline cell first")
     counts = {}
-    for record in read_jsonl(path):
+    for record in read_records(path):
         if record["status"] == "ok":
-            counts[point_id(record["load"], record["repeat"])] = int(
+            counts[LoadPoint.of_load(record["load"], record["repeat"]).order] = int(
                 (record.get("loadgen") or {}).get("num_prompts")
                 or record["metrics"]["completed"] + record["metrics"]["failed"])
     return counts
@@ -727,7 +705,8 @@ def _measure_instance(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]
             started, log_offset = _now(), _log_size(server_log)
             try:
                 num_prompts, extra = _num_prompts(
-                    cell, load, probe, context["baseline_counts"].get(point_id(load, repeat)))
+                    cell, load, probe,
+                    context["baseline_counts"].get(LoadPoint.of_load(load, repeat).order))
                 argv = point_argv(cell, config, server, load, context["min_tokens"],
                                   num_prompts, repeat, served_before)
             except Exception as exc:  # a probe against a dead endpoint
@@ -768,7 +747,7 @@ def _measure_instance(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]
                              context, model_cards, started)
             append_jsonl(context["partial"], record)
             _report_point(cell, load, repeat, status, reason, metrics, server_log, log)
-            yield point_id(load, repeat), {"record": record, "detail": detail}
+            yield LoadPoint.of_load(load, repeat).order, {"record": record, "detail": detail}
 
 
 def _log_size(path: str | Path) -> int:
@@ -840,8 +819,8 @@ def _measure_engine(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]],
             if not path.exists():
                 cause = error_cause(server_log, since=log_offset) or "no error in its log"
                 raise CellError(f"cell {cell.cell_id} ({cell.label}), "
-                                f"{_point_label(load, repeat)}: the {cell.engine} run exited "
-                                f"with code {code} before finishing it: {cause} (log: "
+                                f"{LoadPoint.of_load(load, repeat).label}: the {cell.engine} "
+                                f"run exited with code {code} before finishing it: {cause} (log: "
                                 f"{server_log})\nLast lines of {server_log}:\n"
                                 f"{log_tail(server_log, 15)}")
             result = json.loads(path.read_text())
@@ -862,7 +841,7 @@ def _measure_engine(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]],
                              context, model_cards, start, end)
             append_jsonl(context["partial"], record)
             _report_point(cell, load, repeat, status, reason, metrics, server_log, log)
-            yield point_id(load, repeat), {"record": record, "detail": detail}
+            yield LoadPoint.of_load(load, repeat).order, {"record": record, "detail": detail}
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
 
@@ -894,16 +873,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no {'group' if args.group else 'cell'} {wanted!r} in {args.config} "
                      "(use --list)")
     cell = cells[wanted]
-    output = args.output or grid.cell_output(wanted)
-    server_log = args.server_log or grid.SERVER_LOG.format(cell_id=wanted)
+    output = args.output or layout.cell_output(wanted)
+    server_log = args.server_log or layout.SERVER_LOG.format(cell_id=wanted)
     try:
         checks.check_installed(config, source=args.config)
         if cell.group:
-            run_group([cells[i] for i in cell.group], config, grid.group_output(cell.group[0]))
+            run_group([cells[i] for i in cell.group], config, layout.group_output(cell.group[0]))
         if args.cell:
             run_cell(cell, config, output, server_log=server_log)
         else:
-            output = grid.group_output(cell.group[0])
+            output = layout.group_output(cell.group[0])
     except (CellError, ServerError, ConfigError, profiling.ProfileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from . import grid
+from . import grid, layout
 from .config import ROUNDS, VANILLA, ConfigError
 from .data.builders import request_bound
 from .files import atomic_write_json, read_jsonl
@@ -226,7 +226,7 @@ def workload_need(workload: dict, root: str | Path = ".") -> tuple[int, str] | N
     """(the most tokens one request of the workload needs: prompt + output, and what says so):
     its built prompt set's card when there is one of the current definition, else the
     definition's bound."""
-    card = Path(root) / grid.card_path(workload["dataset"], workload["subset"])
+    card = Path(root) / layout.card_path(workload["dataset"], workload["subset"])
     if card.is_file():
         facts = json.loads(card.read_text(encoding="utf-8"))
         prompt, output = facts.get("prompt_tokens") or {}, facts.get("output_tokens") or {}

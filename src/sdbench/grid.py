@@ -24,19 +24,8 @@ from .config import (
 )
 from .data.builders import BUCKETED, sent_in_order
 from .ids import short_hash
+from .layout import model_folder, processed_path
 
-MODELS_DIR = "resources/models"
-PROCESSED_DIR = "data/processed"
-CELLS_DIR = "results/cells"
-GROUPS_DIR = "results/groups"
-# job logs (the rules' `log:` patterns; the index reads them to say why a job failed)
-FETCH_LOG = "logs/data/fetch_{source}_{file}.log"
-SUBSET_LOG = "logs/data/{dataset}/{subset}.log"
-MODEL_LOG = "logs/models/{model}.log"
-CELL_LOG = "logs/cells/{cell_id}.log"
-GROUP_LOG = "logs/groups/{group_id}.log"
-GROUP_SERVER_LOG = "logs/groups/{group_id}/{cell_id}.server.log"
-SERVER_LOG = "logs/cells/{cell_id}.server.log"
 DEFAULT_SETTING = "default"
 # how a cell measures: a vLLM server + vLLM's load generator (the default, not in the server
 # config so that such cells keep their ids), vLLM's offline engine, or Transformers at batch 1
@@ -45,13 +34,6 @@ SERVE, OFFLINE, TRANSFORMERS = "serve", "offline", "transformers"
 
 def engine_of(server: dict) -> str:
     return server.get("engine", SERVE)
-
-
-def level_name(load: dict) -> str:
-    """A load point in file names: c<concurrency or batch size> or rate<requests per s>."""
-    if load["mode"] == "rate":
-        return f"rate{load['request_rate']:g}"
-    return f"c{load['concurrency']}"
 
 
 @dataclass(frozen=True)
@@ -132,7 +114,7 @@ def model_dir(config: dict, name: str) -> str:
     source = config["models"][name]["source"]
     if source["kind"] == "path":
         return source["path"]
-    return f"{MODELS_DIR}/{name}"
+    return model_folder(name)
 
 
 # source keys that change no checkpoint (kept out of the model's identity and of the rule's
@@ -153,14 +135,6 @@ def model_identity(config: dict, name: str) -> dict:
         # a derived model changes when the model it is made from changes
         identity["base"] = model_identity(config, model["source"]["model"])
     return identity
-
-
-def processed_path(dataset: str, subset: str) -> str:
-    return f"{PROCESSED_DIR}/{dataset}/{subset}.jsonl"
-
-
-def card_path(dataset: str, subset: str) -> str:
-    return f"{PROCESSED_DIR}/{dataset}/{subset}.card.json"
 
 
 def tokenizer_spec(config: dict, dataset: str) -> dict:
@@ -476,11 +450,6 @@ def interleave_groups(cells: list[Cell]) -> dict[str, list[str]]:
     return groups
 
 
-def group_output(group_id: str) -> str:
-    """The manifest a group job writes once every point of its cells is in the point cache."""
-    return f"{GROUPS_DIR}/{group_id}.json"
-
-
 def cell_rounds(config: dict) -> dict[str, list[str]]:
     """cell id -> the rounds that use it (reports of each round show it)."""
     return {cell_id: rounds for cell_id, (_, rounds) in _cells_and_rounds(config).items()}
@@ -509,9 +478,6 @@ def summary_index(config: dict) -> dict:
                       for cell_id, (cell, rounds) in _cells_and_rounds(config).items()},
             "targets": {t: {"full_precision": full_precision(config, t)}
                         for t in round_targets(config)}}
-
-
-DERIVED_DIR = "results/derived"
 
 
 def dynamic_k_specs(config: dict) -> list[dict]:
@@ -551,10 +517,6 @@ def dynamic_k_placeholder(config: dict, spec: dict) -> Cell:
                 tuple(sorted(config["round1"]["concurrency"])), spec["repeats"])
 
 
-def dynamic_k_output(target: str, workload: str, speculator: str) -> str:
-    return f"{DERIVED_DIR}/{target}/{workload}/{speculator}.jsonl"
-
-
 def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]]) -> Cell:
     """The cell that measures a derived num_speculative_tokens_per_batch_size schedule (Round
     3), paired with the same vanilla cell as round 1's."""
@@ -567,11 +529,6 @@ def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]]) -> Cell:
     return Cell(cell_id_of(server, workload), "round3", f"{spec['speculator']}+dynamic-k", server,
                 workload, dynamic_k_baseline(config, spec),
                 tuple(sorted(config["round1"]["concurrency"])), spec["repeats"])
-
-
-def dynamic_k_schedule_path(target: str, workload: str, speculator: str) -> str:
-    """The derived schedule (its own job, from round 1's records) the dynamic-K cell measures."""
-    return f"{DERIVED_DIR}/{target}/{workload}/{speculator}.schedule.json"
 
 
 def read_dynamic_k_cell(config: dict, spec: dict, schedule_file: str | Path) -> Cell:
@@ -588,16 +545,6 @@ def read_dynamic_k_cell(config: dict, spec: dict, schedule_file: str | Path) -> 
 
 def cells_by_id(config: dict) -> dict[str, Cell]:
     return {cell.cell_id: cell for cell in all_cells(config)}
-
-
-def cell_output(cell_id: str) -> str:
-    return f"{CELLS_DIR}/{cell_id}.jsonl"
-
-
-def requests_output(output: str | Path) -> Path:
-    """Sidecar with the per-request detail (texts, latencies) of every point of a cell."""
-    output = Path(output)
-    return output.with_name(output.name.removesuffix(".jsonl") + ".requests.jsonl.gz")
 
 
 def cell_models(cell: Cell) -> list[str]:

@@ -15,6 +15,8 @@ import math
 import threading
 from typing import Any
 
+from .records import with_latencies
+
 # Per-request lists in the load generator's result (kept as detail, not in the summary)
 DETAIL_FIELDS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times",
                  "queue_times", "generated_texts", "errors")
@@ -93,17 +95,6 @@ def run_point(argv: list[str], log: io.TextIOBase | None = None) -> dict[str, An
     sink = log if log is not None else io.StringIO()
     with contextlib.redirect_stdout(sink):
         return serve.main(args)
-
-
-def with_latencies(detail: dict[str, list]) -> dict[str, list]:
-    """The detail with per-request end-to-end `latencies`: vLLM 0.26 does not save them (0.32
-    does), so they are derived as time to first token + the inter-token gaps (the time the last
-    token arrived), 0 for failed requests as vLLM itself writes."""
-    if "latencies" in detail or "ttfts" not in detail or "itls" not in detail:
-        return detail
-    return {**detail, "latencies": [ttft + sum(itl or []) if ttft else 0.0
-                                    for ttft, itl in zip(detail["ttfts"], detail["itls"],
-                                                         strict=True)]}
 
 
 def split_result(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list]]:

@@ -15,35 +15,13 @@ reported; at concurrency 1 they are flagged (`lossless_flag`).
 
 from __future__ import annotations
 
-import gzip
-import json
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .grid import requests_output
-from .loadgen import with_latencies
-
-
-def point_of(concurrency, request_rate, repeat) -> tuple:
-    """(concurrency or None, request rate or None, repeat): one point, from a detail line or
-    a summary row (where an empty level is NA)."""
-    return (None if pd.isna(concurrency) else int(concurrency),
-            None if request_rate is None or pd.isna(request_rate) else float(request_rate),
-            int(repeat))
-
-
-def read_details(path: str | Path) -> dict[str, dict[tuple, dict]]:
-    """Per-request detail of a cell file: {cell_id: {point_of(...): detail}}."""
-    out: dict[str, dict] = {}
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        for detail in map(json.loads, fh):
-            point = point_of(detail["concurrency"], detail.get("request_rate"),
-                             detail.get("repeat", 0))
-            out.setdefault(detail["cell_id"], {})[point] = with_latencies(detail)
-    return out
+from .layout import requests_output
+from .records import LoadPoint, read_details
 
 
 def read_all_details(record_files) -> dict[str, dict[tuple, dict]]:
@@ -84,7 +62,7 @@ def lossless_columns(frame: pd.DataFrame, details: dict[str, dict],
     for row in frame.itertuples():
         out = {"cell_id": row.cell_id, "concurrency": row.concurrency,
                "request_rate": row.request_rate, "repeat": row.repeat}
-        point = point_of(row.concurrency, row.request_rate, row.repeat)
+        point = LoadPoint.of(row.concurrency, row.request_rate, row.repeat).key
         base = details.get(row.baseline_cell_id) if isinstance(row.baseline_cell_id, str) else None
         mine = details.get(row.cell_id, {}).get(point)
         ref = base.get(point) if base else None

@@ -17,9 +17,9 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from .grid import level_name
+from .layout import profile_dir
+from .records import LoadPoint
 
-PROFILES_DIR = "results/profiles"
 NSYS_TRACE = "cuda,nvtx,osrt"
 
 
@@ -55,7 +55,7 @@ class NsysSession:
         self.out_dir = Path(out_dir)
 
     def report(self, load: dict, repeat: int) -> Path:
-        return self.out_dir / f"{level_name(load)}-r{repeat}.nsys-rep"
+        return self.out_dir / f"{LoadPoint.of_load(load, repeat).name}-r{repeat}.nsys-rep"
 
     def _run(self, *args: str) -> None:
         result = subprocess.run([nsys_executable(), *args, f"--session={self.session}"],
@@ -77,4 +77,4 @@ class NsysSession:
 
 def nsys_session(cell, server) -> NsysSession:
     """The capture helper of a cell whose server was wrapped with `wrap_command`."""
-    return NsysSession(session_name(cell.cell_id), Path(PROFILES_DIR) / cell.cell_id)
+    return NsysSession(session_name(cell.cell_id), profile_dir(cell.cell_id))

@@ -13,13 +13,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import grid, lock
+from . import grid, layout, lock
 from .config import REPO_ROOT
-from .files import atomic_path, atomic_write_text, read_jsonl
+from .files import atomic_path, atomic_write_text
 from .grid import Cell
 from .hostcaps import UNSUPPORTED
+from .layout import SummaryTables, cell_log, error_output, partial_output
 from .logcause import first_line, job_cause
-from .summary import SummaryTables, write_tables
+from .records import LoadPoint, RecordError, read_records
+from .summary import write_tables
 
 OFFLINE_TEMPLATE = REPO_ROOT / "workflow" / "notebooks" / "templates" / "offline.html.j2"
 
@@ -113,11 +115,12 @@ def cell_status(cell_output: str | Path) -> tuple[str, str]:
     """(status, detail) of a cell from its files: done, unsupported here (with the reason),
     failed (with the error and its logs), interrupted (points measured, no error recorded), or
     not run."""
-    from .cell import error_output
-
     output = Path(cell_output)
     if output.exists():
-        records = list(read_jsonl(output))
+        try:
+            records = read_records(output)
+        except (OSError, RecordError) as exc:  # the index still lists the cell, with why
+            return "failed", f"its records cannot be read: {first_line(str(exc))}"
         unsupported = [r for r in records if r.get("status") == UNSUPPORTED]
         if records and len(unsupported) == len(records):
             return "unsupported here", unsupported[0]["error"]
@@ -132,24 +135,13 @@ def cell_status(cell_output: str | Path) -> tuple[str, str]:
         logs = (f" (logs: {server_log.removesuffix('.server.log')}.log, {server_log})"
                 if server_log else "")
         return "failed", first_line(info["error"]) + logs
-    if output.with_name(output.name + ".partial").exists():
+    if partial_output(output).exists():
         return "interrupted", "some points measured, the cell did not finish"
     log = cell_log(output)
     cause = job_cause(log) if log.is_file() else None
     if cause is not None:  # the job failed before the cell could record why
         return "failed", f"{cause} (log: {log})"
     return "not run", ""
-
-
-def cell_log(output: str | Path) -> Path:
-    """A cell job's log, beside its records under logs/ (results/cells/<id>.jsonl ->
-    logs/cells/<id>.log; derived cells alike)."""
-    output = Path(output)
-    parts = output.parts
-    if "results" in parts:
-        index = parts.index("results")
-        output = Path(*parts[:index], "logs", *parts[index + 1:])
-    return output.with_name(output.name.removesuffix(".jsonl") + ".log")
 
 
 def failed_jobs(config: dict, root: str | Path = ".") -> list[dict]:
@@ -164,16 +156,16 @@ def failed_jobs(config: dict, root: str | Path = ".") -> list[dict]:
     for name in sorted(used):
         raw = raw_path(name, config["sources"][name])
         candidates.append((f"fetch source {name!r}", raw,
-                           grid.FETCH_LOG.format(source=name, file=Path(raw).name)))
+                           layout.FETCH_LOG.format(source=name, file=Path(raw).name)))
     for dataset, definition in config["datasets"].items():
         for subset in subsets_of(definition):
             candidates.append((f"prompt set {dataset}/{subset}",
-                               grid.processed_path(dataset, subset),
-                               grid.SUBSET_LOG.format(dataset=dataset, subset=subset)))
+                               layout.processed_path(dataset, subset),
+                               layout.SUBSET_LOG.format(dataset=dataset, subset=subset)))
     for name, model in config["models"].items():
         if model["source"]["kind"] != "path":
             candidates.append((f"model {name!r}", grid.model_dir(config, name),
-                               grid.MODEL_LOG.format(model=name)))
+                               layout.MODEL_LOG.format(model=name)))
     failed = []
     for job, output, log in candidates:
         if not (root / output).exists() and (root / log).is_file():
@@ -283,9 +275,7 @@ def problem_points(frame) -> list[dict]:
     bad = frame[~frame["status"].isin(["ok", UNSUPPORTED])].drop_duplicates(
         ["cell_id", "concurrency", "request_rate", "repeat"])
     return [{"cell_id": r.cell_id, "status": r.status, "error": r.error,
-             "level": (f"request rate {r.request_rate:g}/s" if pd.isna(r.concurrency)
-                       else f"{'batch size' if r.engine != 'serve' else 'concurrency'} "
-                            f"{int(r.concurrency)}"),
+             "level": LoadPoint.of(r.concurrency, r.request_rate, r.repeat, r.engine).level,
              "label": f"{r.speculator}{'' if pd.isna(r.k) else f' k={int(r.k)}'} | "
                       f"{r.target} | {r.workload}"}
             for r in bad.itertuples()]
@@ -307,7 +297,7 @@ def salvage(config: dict, cells: list[tuple[Cell, str]], reports: dict[str, str]
     tables = SummaryTables.of_run(incomplete=True)
     try:
         complete = [o for _, o in cells if Path(o).exists()]
-        partial = [f"{o}.partial" for _, o in cells if Path(f"{o}.partial").exists()]
+        partial = [partial_output(o) for _, o in cells if partial_output(o).exists()]
         summary = None
         if complete or partial:
             frame, _ = write_tables(tables, complete, partial,
@@ -321,32 +311,32 @@ def salvage(config: dict, cells: list[tuple[Cell, str]], reports: dict[str, str]
     for title, page in reports.items():
         name = page.removesuffix(".html")
         heading = f"{title} (incomplete run) — {config['study']}"
-        executed = f"results/notebooks/{name}.incomplete.ipynb"
+        executed = layout.executed_notebook(f"{name}.incomplete")
         try:
             if summary is None:
-                write_note_report(executed, f"reports/{page}", heading,
+                write_note_report(executed, layout.report_page(page), heading,
                                   "No measurement of this run yet: no cell finished a point "
                                   "(see the index for the failed jobs and why).")
             else:
-                render_report(notebooks / f"{name}.ipynb", executed, f"reports/{page}",
+                render_report(notebooks / f"{name}.ipynb", executed, layout.report_page(page),
                               tables, config["study"], title=heading)
         except Exception as exc:
             print(f"sdbench: the {name} report of the failed run could not be rendered: "
                   f"{first_line(str(exc))}", file=sys.stderr)
             try:
-                write_note_report(executed, f"reports/{page}", heading,
+                write_note_report(executed, layout.report_page(page), heading,
                                   f"This report could not be rendered: {first_line(str(exc))} "
-                                  f"(log: logs/reports/{name}.log)")
+                                  f"(log: {layout.REPORT_LOG.format(round=name)})")
             except Exception as again:
                 print(f"sdbench: not even a note page for {name}: {again}", file=sys.stderr)
     try:
-        write_index(config["study"], reports, cells, "reports/index.html", points,
+        write_index(config["study"], reports, cells, layout.report_page("index.html"), points,
                     note=" This run had failed jobs: the reports show what was measured.",
                     jobs=failed_jobs(config), unpinned=lock.unpinned(config))
         print("sdbench: reports of the incomplete run: reports/index.html", file=sys.stderr)
     except Exception as exc:  # the run's own error is what matters; report this one briefly
         print(f"sdbench: could not write the index of the failed run: {exc}", file=sys.stderr)
-    date_back(["reports/index.html", *(f"reports/{page}" for page in reports.values())])
+    date_back([layout.report_page(page) for page in ("index.html", *reports.values())])
 
 
 SALVAGED_MTIME = 1  # 1970-01-01: older than any input

@@ -18,7 +18,7 @@ import json
 import math
 from pathlib import Path
 
-from . import grid
+from . import grid, layout
 from .data.builders import output_bound, request_bound
 
 AUTO = "auto"
@@ -66,7 +66,7 @@ def cell_seconds(config: dict, cell: grid.Cell, card: dict | None = None) -> flo
 
 def read_card(cell: grid.Cell) -> dict | None:
     """The data card of the cell's prompt set (None before it is built)."""
-    path = Path(grid.card_path(cell.workload["dataset"], cell.workload["subset"]))
+    path = Path(layout.card_path(cell.workload["dataset"], cell.workload["subset"]))
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):

@@ -15,7 +15,6 @@ and Snakemake knows when a report is stale:
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -23,51 +22,14 @@ import pandas as pd
 
 from .aggregate import build_summary, write_summary
 from .files import atomic_path, atomic_write_json
-from .grid import card_path, processed_path
-from .lossless import point_of, read_all_details
+from .layout import SummaryTables, card_path, processed_path
+from .lossless import read_all_details
+from .records import LoadPoint
 
 # a row per (measurement, bucket); round, engine and load select a report's rows, as in the
 # measurements table
 BUCKET_COLUMNS = ["round", "cell_id", "engine", "load", "setting", "speculator", "k", "target",
                   "workload", "concurrency", "repeat", "bucket", "tpot_speedup"]
-
-
-@dataclass(frozen=True)
-class SummaryTables:
-    """Where the summary stage writes its tables (the notebooks' parameters by these names)."""
-
-    summary: str = "results/summary.parquet"
-    points: str = "results/summary_points.parquet"
-    buckets: str = "results/summary_buckets.parquet"
-    schedules: str = "results/summary_schedules.json"
-    cards: str = "results/summary_cards.json"
-
-    @classmethod
-    def of_run(cls, incomplete: bool = False) -> SummaryTables:
-        """The tables of a run; those of a salvaged (failed) run sit beside them."""
-        if not incomplete:
-            return cls()
-        return cls(**{f.name: _incomplete(f.default) for f in fields(cls)})
-
-    def as_dict(self) -> dict[str, str]:
-        return asdict(self)
-
-    def notebook_parameters(self) -> dict[str, str]:
-        """The report notebooks' parameters: summary_path, points_path, ..."""
-        return {f"{name}_path": str(path) for name, path in asdict(self).items()}
-
-    @property
-    def summary_csv(self) -> str:
-        return str(Path(self.summary).with_suffix(".csv"))
-
-    @property
-    def points_csv(self) -> str:
-        return str(Path(self.points).with_suffix(".csv"))
-
-
-def _incomplete(path: str) -> str:
-    stem, dot, suffix = path.rpartition(".")
-    return f"{stem}.incomplete{dot}{suffix}"
 
 
 def prompt_sets(workloads) -> list[str]:
@@ -164,7 +126,7 @@ def bucket_speedups(frame: pd.DataFrame, details: dict[str, dict],
         buckets = sets[key]
         if not any(buckets):
             continue
-        point = point_of(row["concurrency"], row.get("request_rate"), row["repeat"])
+        point = LoadPoint.of(row["concurrency"], row.get("request_rate"), row["repeat"]).key
         mine = details.get(row["cell_id"], {}).get(point)
         base = details.get(row["baseline_cell_id"], {}).get(point)
         if mine is None or base is None:

@@ -13,18 +13,13 @@ from datetime import datetime
 from pathlib import Path
 
 from .files import read_jsonl
+from .layout import BENCHMARKS_DIR, CELLS_DIR, DERIVED_DIR
 
-BENCHMARKS_DIR = "benchmarks"
 # rule -> the part of the run it belongs to
 PARTS = {"fetch_source": "data", "prompts": "data", "model": "models", "cell": "cells",
          "cell_group": "cells", "dynamic_k_cell": "cells",
          "dynamic_k_schedule": "summary and reports", "summary": "summary and reports",
          "report": "summary and reports", "index": "summary and reports"}
-
-
-def benchmark_file(rule: str, name: str) -> str:
-    """The benchmark file of one job of `rule` (Snakemake writes its wall time there)."""
-    return f"{BENCHMARKS_DIR}/{rule}/{name}.tsv"
 
 
 def _seconds(path: Path) -> float:
@@ -43,8 +38,8 @@ def cell_split(root: str | Path = ".") -> dict[str, float]:
     point from the load generator's start to its end, warm-up requests included) and of that
     the timed requests alone."""
     root = Path(root)
-    files = [*sorted((root / "results" / "cells").glob("*.jsonl")),
-             *sorted((root / "results" / "derived").rglob("*.jsonl"))]
+    files = [*sorted((root / CELLS_DIR).glob("*.jsonl")),
+             *sorted((root / DERIVED_DIR).rglob("*.jsonl"))]
     startup: dict[tuple, tuple[float | None, float]] = {}
     measuring = timed = 0.0
     for path in files:

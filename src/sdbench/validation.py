@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from . import cell as cellmod
-from . import grid, loadgen, provenance, slots
+from . import grid, layout, loadgen, provenance, slots
 from .config import REPO_ROOT, load_config
 from .files import atomic_write_json
 
@@ -70,7 +70,7 @@ def _cell(config_path: str, cell_id: str) -> tuple[dict, grid.Cell]:
 
 def overhead(args) -> dict:
     config, cell = _cell(args.config, args.cell)
-    cached = Path(cellmod.POINTS_DIR) / cell.cell_id
+    cached = Path(layout.POINTS_DIR) / cell.cell_id
     if cached.exists():  # measure every point again: keep the cache aside, do not lose it
         shutil.move(str(cached), f"{cached}.before-validation-{int(time.time())}")
     output = Path(args.workdir) / f"{cell.cell_id}.jsonl"
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True)
     parser.add_argument("--cell", required=True)
     parser.add_argument("--out", required=True, help="JSON file for the numbers")
-    parser.add_argument("--workdir", default="results/validation")
+    parser.add_argument("--workdir", default=layout.VALIDATION_DIR)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--extrapolate", type=int, nargs="*", default=[480, 1024],

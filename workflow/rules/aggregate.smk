@@ -28,9 +28,9 @@ rule summary:
         models=SUMMARY_MODELS,
         index=SUMMARY_INDEX,
     log:
-        "logs/summary.log",
+        layout.SUMMARY_LOG,
     benchmark:
-        timing.benchmark_file("summary", "summary")
+        layout.benchmark_file("summary", "summary")
     conda:
         ENV
     script:

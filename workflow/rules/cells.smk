@@ -7,17 +7,17 @@ rule cell:
     input:
         unpack(cell_inputs),
     output:
-        records="results/cells/{cell_id}.jsonl",
-        requests="results/cells/{cell_id}.requests.jsonl.gz",
+        records=layout.cell_output("{cell_id}"),
+        requests=str(layout.requests_output(layout.cell_output("{cell_id}"))),
     params:
         cell=lambda wc: CELLS[wc.cell_id].to_dict(),
         vllm=VLLM_BUILD,
         host=lambda wc: HOST_PLAN[wc.cell_id],
     log:
-        cell=grid.CELL_LOG,
-        server=grid.SERVER_LOG,
+        cell=layout.CELL_LOG,
+        server=layout.SERVER_LOG,
     benchmark:
-        timing.benchmark_file("cell", "{cell_id}")
+        layout.benchmark_file("cell", "{cell_id}")
     threads: CELL_THREADS
     resources:
         gpu=lambda wc: grid.cell_gpus(CELLS[wc.cell_id].server_config),
@@ -33,15 +33,15 @@ rule cell_group:
     input:
         unpack(group_inputs),
     output:
-        manifest="results/groups/{group_id}.json",
+        manifest=layout.group_output("{group_id}"),
     params:
         cells=lambda wc: [CELLS[i].to_dict() for i in GROUPS[wc.group_id]],
         vllm=VLLM_BUILD,
         host=lambda wc: [HOST_PLAN[i] for i in GROUPS[wc.group_id]],
     log:
-        grid.GROUP_LOG,
+        layout.GROUP_LOG,
     benchmark:
-        timing.benchmark_file("cell_group", "{group_id}")
+        layout.benchmark_file("cell_group", "{group_id}")
     threads: CELL_THREADS
     resources:
         gpu=group_gpus,
@@ -59,7 +59,7 @@ rule dynamic_k_schedule:
     input:
         unpack(dynamic_k_round1),
     output:
-        schedule=grid.dynamic_k_schedule_path("{target}", "{workload}", "{speculator}"),
+        schedule=layout.dynamic_k_schedule_path("{target}", "{workload}", "{speculator}"),
     params:
         spec=lambda wc: DYNAMIC_K[(wc.target, wc.workload, wc.speculator)],
         # the vanilla cell it pairs with: its server and workload make the derived cell's id
@@ -67,9 +67,9 @@ rule dynamic_k_schedule:
             config, DYNAMIC_K[(wc.target, wc.workload, wc.speculator)]
         ),
     log:
-        "logs/derived/{target}/{workload}/{speculator}.schedule.log",
+        layout.SCHEDULE_LOG,
     benchmark:
-        timing.benchmark_file("dynamic_k_schedule", "{target}/{workload}/{speculator}")
+        layout.benchmark_file("dynamic_k_schedule", "{target}/{workload}/{speculator}")
     conda:
         ENV
     script:
@@ -80,17 +80,17 @@ rule dynamic_k_cell:
     input:
         unpack(dynamic_k_inputs),
     output:
-        records=grid.dynamic_k_output("{target}", "{workload}", "{speculator}"),
-        requests=str(grid.requests_output(grid.dynamic_k_output("{target}", "{workload}",
+        records=layout.dynamic_k_output("{target}", "{workload}", "{speculator}"),
+        requests=str(layout.requests_output(layout.dynamic_k_output("{target}", "{workload}",
                                                                 "{speculator}"))),
     params:
         spec=lambda wc: DYNAMIC_K[(wc.target, wc.workload, wc.speculator)],
         vllm=VLLM_BUILD,
     log:
-        cell="logs/derived/{target}/{workload}/{speculator}.log",
-        server="logs/derived/{target}/{workload}/{speculator}.server.log",
+        cell=layout.DERIVED_LOG,
+        server=layout.DERIVED_SERVER_LOG,
     benchmark:
-        timing.benchmark_file("dynamic_k_cell", "{target}/{workload}/{speculator}")
+        layout.benchmark_file("dynamic_k_cell", "{target}/{workload}/{speculator}")
     threads: CELL_THREADS
     resources:
         gpu=lambda wc: grid.cell_gpus(grid.server_config(config, wc.target)),

@@ -12,9 +12,10 @@ sys.path.insert(0, SRC)
 # scripts and notebooks run in child processes: let them import the library too
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
 
-from sdbench import checks, grid, hostcaps, lock, preflight, provenance, runtimes, timing
+from sdbench import checks, grid, hostcaps, layout, lock, preflight, provenance, runtimes
 from sdbench.report import salvage
-from sdbench.summary import SummaryTables, prompt_sets
+from sdbench.layout import SummaryTables
+from sdbench.summary import prompt_sets
 from sdbench.config import DERIVED_KINDS, ROUNDS, validate_config
 from sdbench.data.builders import subsets_of
 from sdbench.data.sources import fingerprint, local_files, manifest_path, raw_path
@@ -88,9 +89,9 @@ def cell_inputs(wildcards):
     for role, name in zip(("target", "draft"), grid.cell_models(cell)):
         inputs[role] = model_input(name)
     if grid.sends_baseline_counts(cell):
-        inputs["baseline"] = grid.cell_output(cell.baseline_cell_id)
+        inputs["baseline"] = layout.cell_output(cell.baseline_cell_id)
     if cell.group:  # its points are measured by its group's job
-        inputs["group"] = grid.group_output(cell.group[0])
+        inputs["group"] = layout.group_output(cell.group[0])
     return inputs
 
 
@@ -147,8 +148,8 @@ def preflight_check():
 
 def listed_cells():
     """(cell, records file) of every cell, the derived ones included, for the index."""
-    return [(cell, grid.cell_output(cell.cell_id)) for cell in CELLS.values()] + [
-        (grid.dynamic_k_placeholder(config, spec), grid.dynamic_k_output(*key))
+    return [(cell, layout.cell_output(cell.cell_id)) for cell in CELLS.values()] + [
+        (grid.dynamic_k_placeholder(config, spec), layout.dynamic_k_output(*key))
         for key, spec in DYNAMIC_K.items()
     ]
 
@@ -176,14 +177,14 @@ def all_prompt_sets():
         for name, dataset in config["datasets"].items()
         for subset in subsets_of(dataset)
         if dataset["builder"] != "spec_bench" or subset == "all" or (name, subset) in used
-        for path in (grid.processed_path(name, subset), grid.card_path(name, subset))
+        for path in (layout.processed_path(name, subset), layout.card_path(name, subset))
     ]
 
 
 def all_cell_records():
     """Every cell's records: the grid's, then the derived dynamic-K cells'."""
-    return [grid.cell_output(cell_id) for cell_id in CELLS] + [
-        grid.dynamic_k_output(*key) for key in DYNAMIC_K
+    return [layout.cell_output(cell_id) for cell_id in CELLS] + [
+        layout.dynamic_k_output(*key) for key in DYNAMIC_K
     ]
 
 
@@ -192,7 +193,7 @@ def dynamic_k_round1(wildcards):
     schedule is derived from)."""
     return {
         "round1": [
-            grid.cell_output(c.cell_id)
+            layout.cell_output(c.cell_id)
             for c in CELLS.values()
             if c.round == "round1"
             and c.server_config["target"]["name"] == wildcards.target
@@ -208,7 +209,7 @@ def dynamic_k_inputs(wildcards):
     key = (wildcards.target, wildcards.workload, wildcards.speculator)
     spec = DYNAMIC_K[key]
     inputs = {
-        "schedule": grid.dynamic_k_schedule_path(*key),
+        "schedule": layout.dynamic_k_schedule_path(*key),
         "prompts": grid.workload_spec(config, wildcards.workload)["path"],
         "target": model_input(wildcards.target),
     }
@@ -219,7 +220,7 @@ def dynamic_k_inputs(wildcards):
 
 def all_schedules():
     """Every derived dynamic-K schedule file (the summary's schedules table)."""
-    return [grid.dynamic_k_schedule_path(*key) for key in DYNAMIC_K]
+    return [layout.dynamic_k_schedule_path(*key) for key in DYNAMIC_K]
 
 
 def summary_inputs(wildcards):
@@ -229,7 +230,7 @@ def summary_inputs(wildcards):
     cells = [*CELLS.values(), *(grid.dynamic_k_placeholder(config, s) for s in DYNAMIC_K.values())]
     return {
         "records": records,
-        "requests": [str(grid.requests_output(r)) for r in records],
+        "requests": [str(layout.requests_output(r)) for r in records],
         "prompt_sets": prompt_sets(c.workload for c in cells),
         "schedules": all_schedules(),
         "models": list(SUMMARY_MODELS.values()),

@@ -8,15 +8,15 @@ rule fetch_source:
     input:
         lambda wc: local_files(config["sources"][wc.source]),
     output:
-        raw="data/raw/{source}/{file}",
-        manifest="data/raw/{source}/{file}.manifest.json",
+        raw=layout.raw_file("{source}", "{file}"),
+        manifest=layout.manifest_of(layout.raw_file("{source}", "{file}")),
     params:
         spec=lambda wc: config["sources"][wc.source],
         local=lambda wc: fingerprint(config["sources"][wc.source]),
     log:
-        grid.FETCH_LOG,
+        layout.FETCH_LOG,
     benchmark:
-        timing.benchmark_file("fetch_source", "{source}/{file}")
+        layout.benchmark_file("fetch_source", "{source}/{file}")
     wildcard_constraints:
         file=r"[^/]+\.(jsonl|json|parquet|zip)",
     conda:
@@ -29,14 +29,14 @@ rule prompts:
     input:
         unpack(prompt_inputs),
     output:
-        records="data/processed/{dataset}/{subset}.jsonl",
-        card="data/processed/{dataset}/{subset}.card.json",
+        records=layout.processed_path("{dataset}", "{subset}"),
+        card=layout.card_path("{dataset}", "{subset}"),
     params:
         definition=lambda wc: grid.subset_definition(config, wc.dataset, wc.subset),
     log:
-        grid.SUBSET_LOG,
+        layout.SUBSET_LOG,
     benchmark:
-        timing.benchmark_file("prompts", "{dataset}/{subset}")
+        layout.benchmark_file("prompts", "{dataset}/{subset}")
     conda:
         ENV
     script:

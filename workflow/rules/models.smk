@@ -6,13 +6,13 @@
 
 rule download_model:
     output:
-        directory("resources/models/{model}"),
+        directory(layout.model_folder("{model}")),
     params:
         source=lambda wc: grid.model_source(config, wc.model),
     log:
-        grid.MODEL_LOG,
+        layout.MODEL_LOG,
     benchmark:
-        timing.benchmark_file("model", "{model}")
+        layout.benchmark_file("model", "{model}")
     wildcard_constraints:
         model=names_regex(HUB_MODELS),
     conda:
@@ -25,13 +25,13 @@ rule model:
     input:
         unpack(model_build_inputs),
     output:
-        directory("resources/models/{model}"),
+        directory(layout.model_folder("{model}")),
     params:
         source=lambda wc: grid.model_source(config, wc.model),
     log:
-        grid.MODEL_LOG,
+        layout.MODEL_LOG,
     benchmark:
-        timing.benchmark_file("model", "{model}")
+        layout.benchmark_file("model", "{model}")
     wildcard_constraints:
         model=names_regex(BUILT_MODELS),
     conda:

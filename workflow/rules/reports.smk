@@ -8,18 +8,18 @@ rule report:
         notebook=NOTEBOOKS / "{round}.ipynb",
     output:
         html=report(
-            "reports/{round}.html",
+            layout.report_page("{round}.html"),
             caption="../report/round.rst",
             category="Reports",
             labels={"report": "{round}"},
         ),
-        executed="results/notebooks/{round}.ipynb",
+        executed=layout.executed_notebook("{round}"),
     params:
         title=lambda wc: ROUND_TITLES[wc.round],
     log:
-        "logs/reports/{round}.log",
+        layout.REPORT_LOG,
     benchmark:
-        timing.benchmark_file("report", "{round}")
+        layout.benchmark_file("report", "{round}")
     conda:
         ENV
     script:
@@ -28,13 +28,13 @@ rule report:
 
 rule index:
     input:
-        reports=[f"reports/{page}" for page in REPORTS.values()],
+        reports=[layout.report_page(page) for page in REPORTS.values()],
         summary=SUMMARY.summary,
         # each cell's status is read from its records file
         records=all_cell_records(),
     output:
         report(
-            "reports/index.html",
+            layout.report_page("index.html"),
             caption="../report/index.rst",
             category="Reports",
             labels={"report": "index"},
@@ -43,9 +43,9 @@ rule index:
         cells=lambda wc: listed_cells(),
         reports=REPORTS,
     log:
-        "logs/reports/index.log",
+        layout.INDEX_LOG,
     benchmark:
-        timing.benchmark_file("index", "index")
+        layout.benchmark_file("index", "index")
     conda:
         ENV
     script:

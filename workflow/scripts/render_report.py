@@ -1,8 +1,8 @@
 """Execute a report notebook with papermill and export it to offline HTML with nbconvert."""
 
+from sdbench.layout import SummaryTables
 from sdbench.report import render_report
 from sdbench.script_log import to_log
-from sdbench.summary import SummaryTables
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 with to_log(sm.log[0]):

@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from ..files import atomic_path, atomic_write_json, sha256_file
+from ..layout import manifest_of, raw_file
 from . import fixtures
 from .builders import SPEC_BENCH_GROUPS
 from .raw import (
@@ -33,7 +34,6 @@ from .raw import (
     read_rows,
 )
 
-RAW_DIR = "data/raw"
 SOURCES = ("spec_bench", "cnn_dailymail", "sharegpt", "thucnews")
 # the raw copy's name: this stem, and the suffix of the file it is made from (default below)
 RAW_STEMS = {"spec_bench": "question", "cnn_dailymail": "articles", "sharegpt": "sharegpt",
@@ -70,11 +70,11 @@ def raw_name(source: str, spec: dict) -> str:
 
 
 def raw_path(source: str, spec: dict) -> str:
-    return f"{RAW_DIR}/{source}/{raw_name(source, spec)}"
+    return raw_file(source, raw_name(source, spec))
 
 
 def manifest_path(source: str, spec: dict) -> str:
-    return f"{raw_path(source, spec)}.manifest.json"
+    return manifest_of(raw_path(source, spec))
 
 
 def local_files(spec: dict) -> list[str]:
