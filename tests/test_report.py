@@ -88,6 +88,11 @@ def test_report_cells_read_as_a_reader_wants_them():
     # a meaningful index becomes a column; a row counter never shows
     assert "<th>method</th>" in html and "<td>a</td>" in html and "<td>–</td>" in html
     assert "<th>0</th>" not in plots.table_html(table.reset_index())
+    # a pivot's column name heads no empty column of its own
+    pivot = pd.DataFrame({"0.25k": [1.5]}, index=pd.Index(["ngram"], name="method"))
+    pivot.columns.name = "bucket"
+    assert "<th>bucket</th>" not in plots.table_html(pivot)
+    assert "<th>method</th>" in plots.table_html(pivot)
 
 
 def test_the_points_table_shows_shares_as_percentages_and_leaves_out_what_never_applies(
@@ -100,7 +105,8 @@ def test_the_points_table_shows_shares_as_percentages_and_leaves_out_what_never_
     assert all(text.endswith(" %") for text in spec["efficiency"])
     assert set(table.loc[table["method"] == "vanilla", "efficiency"]) == {"–"}
     # nothing applies to any point (one round, no pair issue, no energy on a CPU): left out
-    for absent in ("round", "pair issue", "mJ / output token", "repeats ok", "acceptance %"):
+    for absent in ("round", "pair issue", "mJ / output token", "repeats ok", "acceptance %",
+                   "interval covers"):
         assert absent not in table, absent
     assert set(table["status (repeats ok)"]) == {"ok (2/2)"}
     two_rounds = plots.points_table(pd.concat([points, points.assign(round="round3")]))

@@ -62,6 +62,8 @@ def table_html(table: pd.DataFrame) -> str:
     `cell_text`, and a wide table scrolls inside the page instead of widening it."""
     shown = table if isinstance(table.index, pd.RangeIndex) else table.reset_index()
     shown = shown.astype(object).apply(lambda column: column.map(cell_text))
+    # the columns' own name (a pivot's "bucket") would head a column of its own, over nothing
+    shown.columns.name = None
     return ('<div class="sdbench-table" style="overflow-x: auto; max-width: 100%;">'
             + shown.to_html(index=False, border=0) + "</div>")
 
@@ -480,7 +482,8 @@ def measurement_counts(frame: pd.DataFrame) -> str:
 def points_table(points: pd.DataFrame) -> pd.DataFrame:
     """Every point: status and repeats, throughput and speedups with 95 % intervals, acceptance
     and efficiency. Columns where nothing applies to any point (no pair issue, no energy on a
-    CPU) are left out, and the round too where the points are of one."""
+    CPU) are left out, and the round too where the points are of one; what each interval
+    covers is said once above the report (`speedup_note`), not in every row."""
     out = pd.DataFrame({
         "round": points["round"], "setting": points.get("setting"),
         "target": points["target"], "workload": points["workload"],
@@ -495,7 +498,6 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
         "verdict": points.get("verdict"),
         "total-token speedup": [stat_text(r, "total_speedup") for _, r in points.iterrows()],
         "output drift": [_drift_text(r) for _, r in points.iterrows()],
-        "interval covers": points.get("interval_covers"),
         "pair issue": points.get("pair_issues"),
         "TPOT speedup": [with_interval(m, lo, hi) for m, lo, hi in zip(
             points["tpot_speedup_mean"], points["tpot_speedup_ci_low"],
