@@ -140,3 +140,7 @@ def test_acceptance_by_bucket_plots_one_target(tmp_path):
                            for s in ("0.25k", "1k")])
     fig = round_plots.acceptance_by_bucket_plot(points)
     assert fig is not None and len(fig.axes) == 2
+    # axes from the metric's floor: not a 4.9-5.1 axis around equal points
+    rate, length = fig.axes
+    assert rate.get_ylim()[0] == 0 and rate.get_ylim()[1] >= 5.0
+    assert length.get_ylim()[0] == 1 and length.get_ylim()[1] >= 1.1

@@ -71,6 +71,9 @@ def bucket_heatmaps(points: pd.DataFrame) -> plt.Figure | None:
     return fig
 
 
+ACCEPTANCE_FLOOR = {"spec_decode_acceptance_rate": 0.0, "spec_decode_acceptance_length": 1.0}
+
+
 def acceptance_by_bucket_plot(points: pd.DataFrame) -> plt.Figure | None:
     """Acceptance rate and mean acceptance length against the context-length bucket."""
     spec = speculative(points)
@@ -94,6 +97,10 @@ def acceptance_by_bucket_plot(points: pd.DataFrame) -> plt.Figure | None:
             ax.set_title(task, fontsize=10)
             ax.set_ylabel(METRIC_LABELS[metric])
             ax.set_xlabel("bucket")
+            # from the metric's floor (0 %; 1 token per step, no draft accepted), not a
+            # 1.90-2.10 axis around a single point
+            ax.set_ylim(bottom=ACCEPTANCE_FLOOR[metric],
+                        top=max(ax.get_ylim()[1], ACCEPTANCE_FLOOR[metric] + 1))
             if ax.get_legend() is not None and (i, j) != (0, len(tasks) - 1):
                 ax.get_legend().remove()
     fig.suptitle("Acceptance vs context length (all concurrency levels pooled)", fontsize=11)
