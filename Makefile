@@ -18,7 +18,7 @@ demo: setup
 	@start=$$(date +%s); \
 	$(BIN)/snakemake --cores $(CORES) --resources gpu=1 --configfile config/demo.yaml; \
 	status=$$?; echo ""; \
-	$(BIN)/python -m sdbench.timing --wall-s $$(( $$(date +%s) - start )); \
+	$(BIN)/python -m sdbench.report.timing --wall-s $$(( $$(date +%s) - start )); \
 	echo ""; echo "Reports: $(CURDIR)/reports/index.html"; exit $$status
 
 test: setup

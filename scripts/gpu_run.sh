@@ -29,15 +29,15 @@ validate() {
   "$PYTHON" -m snakemake data/processed/spec_bench/all.jsonl resources/models/smollm2-135m \
     --cores all --configfile $cfg > logs/gpu-validation.snakemake.log 2>&1 || { stamp "data/model build failed"; return 1; }
   local cells spec base
-  cells=$("$PYTHON" -m sdbench.cell --config $cfg --list)
+  cells=$("$PYTHON" -m sdbench.measure.cell --config $cfg --list)
   spec=$(awk '/^[0-9a-f]+ +ngram/{print $1}' <<< "$cells")
   base=$(awk '/^[0-9a-f]+ +vanilla/{print $1}' <<< "$cells")
   stamp "validate: cells ngram=$spec vanilla=$base"
-  "$PYTHON" -m sdbench.validation startup --config $cfg --cell "$spec" --out $OUT/startup.json \
+  "$PYTHON" -m sdbench.measure.validation startup --config $cfg --cell "$spec" --out $OUT/startup.json \
     > logs/gpu-validation.startup.log 2>&1; stamp "startup: exit $?"
-  "$PYTHON" -m sdbench.validation overhead --config $cfg --cell "$spec" --out $OUT/overhead.json \
+  "$PYTHON" -m sdbench.measure.validation overhead --config $cfg --cell "$spec" --out $OUT/overhead.json \
     > logs/gpu-validation.overhead.log 2>&1; stamp "overhead: exit $?"
-  "$PYTHON" -m sdbench.validation fidelity --config $cfg --cell "$base" --concurrency 16 \
+  "$PYTHON" -m sdbench.measure.validation fidelity --config $cfg --cell "$base" --concurrency 16 \
     --repeats 3 --out $OUT/fidelity.json > logs/gpu-validation.fidelity.log 2>&1
   stamp "fidelity: exit $?"
 }

@@ -28,7 +28,7 @@ def demo_config_raw() -> dict:
 
 @pytest.fixture
 def demo_config(demo_config_raw) -> dict:
-    from sdbench.config import validate_config
+    from sdbench.plan.config import validate_config
 
     return validate_config(copy.deepcopy(demo_config_raw))
 
@@ -40,7 +40,7 @@ def demo_tokenizer_dir(tmp_path_factory) -> Path:
     the model (~13 s)."""
     from transformers import AutoTokenizer
 
-    from sdbench.models import package_dir
+    from sdbench.models.checkpoints import package_dir
 
     source = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())["models"][
         "smollm2-135m"]["source"]
@@ -82,7 +82,7 @@ def avx2_run(e2e_run, tmp_path_factory):
     vanilla cell are run again with SDBENCH_CPU_ISA=avx2 (vLLM then loads its AVX2 extension
     and runs its AVX2 kernels), one repeat per point, reusing the end-to-end run's data and
     models."""
-    from sdbench import hostcaps
+    from sdbench.plan import hostcaps
 
     from workflow_helpers import e2e_config, one_round, snakemake, write_config
 

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sdbench.aggregate import add_speedups, records_frame, summarize
+from sdbench.analyze.aggregate import add_speedups, records_frame, summarize
 from sdbench.files import write_jsonl
 
 from helpers import record
@@ -59,7 +59,7 @@ def test_summarize_reads_cell_files(tmp_path):
 def test_points_have_paired_speedups_with_t_intervals():
     from scipy import stats
 
-    from sdbench.aggregate import aggregate_points
+    from sdbench.analyze.aggregate import aggregate_points
 
     rows = []
     base, spec = [100.0, 110.0, 90.0], [150.0, 143.0, 126.0]
@@ -80,7 +80,7 @@ def test_points_have_paired_speedups_with_t_intervals():
 
 
 def test_failure_threshold_is_applied_when_summarizing():
-    from sdbench.aggregate import apply_failure_threshold
+    from sdbench.analyze.aggregate import apply_failure_threshold
 
     rows = [record("a", "vanilla", 1, 100.0), record("b", "vanilla", 2, 100.0)]
     rows[0]["metrics"].update(completed=97, failed=3, failure_share=0.03)

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sdbench.analysis import (
+from sdbench.analyze.analysis import (
     best_settings,
     crossover,
     derive_schedule,

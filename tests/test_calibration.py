@@ -6,8 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from sdbench import models
-from sdbench.analysis import _step_time, predicted_speedups
+from sdbench.analyze.analysis import _step_time, predicted_speedups
+from sdbench.models import checkpoints as models
 
 
 def test_deepened_weights_put_zeroed_copies_after_each_layer():
@@ -149,8 +149,8 @@ def test_a_random_model_has_the_shape_asked_for_and_the_donor_s_tokenizer(tmp_pa
 def test_the_gpu_calibration_study_plans_the_pair_at_7b_scale():
     from pathlib import Path
 
-    from sdbench import grid
-    from sdbench.config import load_config
+    from sdbench.plan import grid
+    from sdbench.plan.config import load_config
 
     config = load_config(Path(__file__).resolve().parents[1] / "config"
                          / "gpu-calibration.yaml")

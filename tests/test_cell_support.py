@@ -8,9 +8,10 @@ import json
 
 import pytest
 
-from sdbench import cell as cellmod
-from sdbench import grid, hostcaps, layout
-from sdbench.config import validate_config
+from sdbench import layout
+from sdbench.measure import cell as cellmod
+from sdbench.plan import grid, hostcaps
+from sdbench.plan.config import validate_config
 
 REASON = ("vLLM 0.32.0 (CPU build) runs GPTQ int4 (smollm2-135m-gptq) only on CPUs with "
           "AVX-512: its cpu_gemm_wna16 kernel is built into _C and _C_AVX512, not into "

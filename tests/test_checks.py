@@ -7,9 +7,10 @@ import sys
 
 import pytest
 
-from sdbench import checks, grid, layout
-from sdbench.cell import CellError, run_cell
-from sdbench.config import ConfigError, validate_config
+from sdbench import layout
+from sdbench.measure.cell import CellError, run_cell
+from sdbench.plan import checks, grid
+from sdbench.plan.config import ConfigError, validate_config
 
 
 def test_installed_vllm_features_are_read_and_cached(tmp_path, monkeypatch):
@@ -237,7 +238,7 @@ def test_a_workload_longer_than_the_context_is_refused_before_any_job(tmp_path,
 
 
 def test_the_real_study_fits_every_target_context(repo):
-    from sdbench.config import load_config
+    from sdbench.plan.config import load_config
 
     config = load_config(repo / "config" / "config.yaml")
     checks.check_context(config, repo / "no-such-dir")  # definitions only: nothing downloaded
@@ -272,7 +273,7 @@ def test_the_gpu_environment_installs_every_method_of_the_real_study(repo):
     environment.yml when config/config.yaml uses it: otherwise its cells fail on the cluster."""
     import yaml
 
-    from sdbench.config import load_config
+    from sdbench.plan.config import load_config
 
     env = yaml.safe_load((repo / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))

@@ -2,7 +2,7 @@ import copy
 
 import pytest
 
-from sdbench.config import ConfigError, load_config, validate_config
+from sdbench.plan.config import ConfigError, load_config, validate_config
 
 
 def test_demo_and_real_configs_validate_with_defaults(repo):

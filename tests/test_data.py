@@ -9,8 +9,6 @@ import zipfile
 
 import pytest
 
-from sdbench import grid
-from sdbench.config import validate_config
 from sdbench.data import fixtures
 from sdbench.data.builders import SPEC_BENCH_GROUPS
 from sdbench.data.raw import RawError, read_rows
@@ -23,7 +21,9 @@ from sdbench.data.sources import (
     skipped_summary,
 )
 from sdbench.data.tokens import load_tokenizer
-from sdbench.preflight import _hub_access, access_problems, unreachable_downloads
+from sdbench.plan import grid
+from sdbench.plan.config import validate_config
+from sdbench.plan.preflight import _hub_access, access_problems, unreachable_downloads
 
 from real_files import (
     SPEC_BENCH,

@@ -10,8 +10,7 @@ import re
 import pytest
 import yaml
 
-from sdbench import grid, layout
-from sdbench.config import ConfigError, validate_config
+from sdbench import layout
 from sdbench.data import fixtures
 from sdbench.data.builders import (
     SPEC_BENCH_GROUPS,
@@ -24,6 +23,8 @@ from sdbench.data.builders import (
 from sdbench.data.sources import fetch_source, raw_path
 from sdbench.data.tokens import load_tokenizer
 from sdbench.files import read_jsonl
+from sdbench.plan import grid
+from sdbench.plan.config import ConfigError, validate_config
 
 from real_files import SPEC_BENCH, cnn_dailymail, sharegpt, thucnews, write_rows
 

@@ -34,7 +34,7 @@ UNSUPPORTED_CELL = 'class="unsupported">unsupported here<'  # a cell's status in
 @pytest.fixture(scope="module")
 def host():
     """What this host can run (the same probe the cells ask) and what the run should show."""
-    from sdbench import hostcaps
+    from sdbench.plan import hostcaps
 
     caps = hostcaps.host_caps()
     native_bf16 = bool(caps["cpu_isa"]["avx512_bf16"] or caps["cpu_isa"]["amx_tile"])
@@ -130,7 +130,7 @@ def test_records_carry_metrics_and_provenance(e2e_run, host):
                 if engine != "transformers":  # Transformers has no per-position counters
                     assert len(m["spec_decode_per_position_acceptance_rates"]) == 2
             if engine != "serve":
-                assert "sdbench.engines" in " ".join(r["server"]["command"])
+                assert "sdbench.measure.engines" in " ".join(r["server"]["command"])
                 assert r["loadgen"] == {"engine": engine, "batch_size": r["concurrency"],
                                         "seed": r["repeat"]}
             else:
@@ -341,7 +341,7 @@ def test_reports_read_only_the_summary_stage_s_tables(e2e_run, tmp_path, monkeyp
     stage's tables in an empty directory (no records, per-request detail, prompt sets or
     cards beside them), each round's report says what the run's own says."""
     from sdbench.layout import SummaryTables
-    from sdbench.report import render_report
+    from sdbench.report.pages import render_report
 
     workdir = e2e_run["workdir"]
     tables = SummaryTables()
@@ -405,7 +405,7 @@ def test_quantized_targets_serve_text_close_to_full_precision(e2e_run, host):
 
 
 def test_converted_model_answers_sensibly(e2e_run):
-    from sdbench.models import greedy_reply
+    from sdbench.models.checkpoints import greedy_reply
 
     model = e2e_run["workdir"] / "resources" / "models" / "smollm2-135m"
     assert "Paris" in greedy_reply(model, "What is the capital of France?")
@@ -486,11 +486,11 @@ def test_failed_server_start_leaves_no_process_and_no_output(e2e_run):
     config = e2e_config(e2e_run["raw"])
     config["server"]["args"]["no_such_vllm_flag"] = 1
     bad = write_config(workdir / "bad.yaml", config)
-    listing = subprocess.run([sys.executable, "-m", "sdbench.cell", "--config", str(bad),
+    listing = subprocess.run([sys.executable, "-m", "sdbench.measure.cell", "--config", str(bad),
                               "--list"], capture_output=True, text=True, cwd=workdir, check=True)
     cell_id = next(line.split()[0] for line in listing.stdout.splitlines()
                    if line.split()[1] == "vanilla")
-    result = subprocess.run([sys.executable, "-m", "sdbench.cell", "--config", str(bad),
+    result = subprocess.run([sys.executable, "-m", "sdbench.measure.cell", "--config", str(bad),
                              "--cell", cell_id], capture_output=True, text=True, cwd=workdir,
                             timeout=600)
     assert result.returncode == 1

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from sdbench.serving import VllmServer, server_command
+from sdbench.measure.serving import VllmServer, server_command
 
 from workflow_helpers import (
     REPO,
@@ -48,8 +48,9 @@ def base(e2e_run):
 
 
 def cell_cli(workdir, configfile, *args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "sdbench.cell", "--config", str(configfile),
-                           *args], capture_output=True, text=True, cwd=workdir, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "sdbench.measure.cell", "--config",
+                           str(configfile), *args], capture_output=True, text=True, cwd=workdir,
+                          timeout=timeout)
 
 
 def cell_id_of(workdir, configfile, speculator="vanilla"):
@@ -124,7 +125,7 @@ def test_3_taken_port_is_retried_on_another(workdir):
     ports = iter([taken.getsockname()[1]])
 
     def pick(host):
-        from sdbench.serving import free_port
+        from sdbench.measure.serving import free_port
 
         return next(ports, None) or free_port(host)
 
@@ -161,8 +162,9 @@ def test_4_server_killed_mid_point(workdir, base):
     other.write_text('{"kept": true}\n')
     server_log = workdir / "logs" / "cells" / f"{cell_id}.server.log"
     server_log.unlink(missing_ok=True)
-    proc = subprocess.Popen([sys.executable, "-m", "sdbench.cell", "--config", str(configfile),
-                             "--cell", cell_id], cwd=workdir, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "sdbench.measure.cell", "--config",
+                             str(configfile), "--cell", cell_id], cwd=workdir,
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not (server_log.exists() and "POST /v1/chat/completions" in server_log.read_text()):
@@ -244,7 +246,7 @@ def test_6_an_invalid_point_is_kept_shown_and_measured_again(workdir, base):
     assert record["status"] == "invalid"
     assert record["metrics"]["failed"] == 2 and record["metrics"]["completed"] == 2
     assert record["error"].startswith("2 of 4 requests failed")
-    from sdbench.aggregate import summarize
+    from sdbench.analyze.aggregate import summarize
 
     frame = summarize([], [partial])  # shown (the salvaged report reads it), never paired
     assert frame["speedup"].isna().all() and not frame["paired"].any()

@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from sdbench import gpumon, grid, loadgen, slots, validation
-from sdbench.config import load_config
+from sdbench.measure import gpumon, loadgen, slots, validation
+from sdbench.plan import grid
+from sdbench.plan.config import load_config
 from sdbench.records import with_latencies
 
 from workflow_helpers import REPO

@@ -4,8 +4,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sdbench import grid, layout
-from sdbench.config import ConfigError, validate_config
+from sdbench import layout
+from sdbench.plan import grid
+from sdbench.plan.config import ConfigError, validate_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -165,7 +166,7 @@ def test_server_args_and_model_source_are_part_of_the_identity(demo_config_raw):
 
 
 def test_a_bucket_change_only_touches_that_bucket(demo_config_raw):
-    from sdbench.config import validate_config
+    from sdbench.plan.config import validate_config
 
     raw = copy.deepcopy(demo_config_raw)
     raw["workloads"]["news_0.25k"] = {"dataset": "cnn_dm_news_summary", "subset": "0.25k",

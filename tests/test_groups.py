@@ -12,10 +12,12 @@ import shutil
 
 import pytest
 
-from sdbench import cell as cellmod
-from sdbench import grid, hostcaps, layout, slots
-from sdbench.config import ConfigError, validate_config
+from sdbench import layout
 from sdbench.files import append_jsonl, read_jsonl
+from sdbench.measure import cell as cellmod
+from sdbench.measure import slots
+from sdbench.plan import grid, hostcaps
+from sdbench.plan.config import ConfigError, validate_config
 from sdbench.records import LoadPoint
 
 

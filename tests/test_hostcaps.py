@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from sdbench import grid, hostcaps, quantize
-from sdbench.config import ConfigError
+from sdbench.models import quantize
+from sdbench.plan import grid, hostcaps
+from sdbench.plan.config import ConfigError
 
 BUILDS = {"cpu_gemm_wna16": ["_C", "_C_AVX512"], "onednn_scaled_mm": ["_C", "_C_AVX2",
                                                                      "_C_AVX512"]}

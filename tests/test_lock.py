@@ -1,4 +1,4 @@
-"""Hub revisions pinned once (`python -m sdbench.lock`): the lock file beside a config pins
+"""Hub revisions pinned once (`python -m sdbench.plan.lock`): the lock file beside a config pins
 every branch or tag to a commit, the run downloads those commits, and what is still on a moving
 revision is named at the start and in the index. The hub itself is replaced by a stand-in that
 answers as huggingface_hub's HfApi does (no network here)."""
@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from sdbench import grid, lock
-from sdbench.config import load_config
-from sdbench.report import write_index
+from sdbench.plan import grid, lock
+from sdbench.plan.config import load_config
+from sdbench.report.pages import write_index
 
 from workflow_helpers import REPO, snakemake
 
@@ -82,7 +82,7 @@ def test_the_lock_pins_every_branch_and_the_run_uses_it(real, tmp_path):
            in notes[1]
     assert lock.unpinned(moved) == ["models.qwen2.5-7b-instruct-awq "
                                     "(Qwen/Qwen2.5-7B-Instruct-AWQ@v2)"]
-    assert "python -m sdbench.lock --config" in notes[-1]
+    assert "python -m sdbench.plan.lock --config" in notes[-1]
 
 
 def test_a_revision_the_hub_cannot_resolve_names_the_key(real):

@@ -6,8 +6,8 @@ import json
 import pandas as pd
 import pytest
 
-from sdbench.aggregate import add_speedups, records_frame
-from sdbench.lossless import compare, lossless_columns
+from sdbench.analyze.aggregate import add_speedups, records_frame
+from sdbench.analyze.lossless import compare, lossless_columns
 from sdbench.records import read_details
 
 from helpers import record

@@ -10,9 +10,11 @@ import sys
 
 import pytest
 
-from sdbench import grid, layout, provenance
-from sdbench.cell import run_cell
-from sdbench.config import validate_config
+from sdbench import layout
+from sdbench.measure import provenance
+from sdbench.measure.cell import run_cell
+from sdbench.plan import grid
+from sdbench.plan.config import validate_config
 
 from workflow_helpers import (
     e2e_config,
@@ -43,7 +45,7 @@ def measured_levels(log_text):
 
 def test_adding_a_level_measures_only_that_level(e2e_run, workdir):
     first = write_config(workdir / "c1.yaml", one_cell(e2e_run, [1]))
-    run = [sys.executable, "-m", "sdbench.cell", "--config"]
+    run = [sys.executable, "-m", "sdbench.measure.cell", "--config"]
     listing = subprocess.run([*run, str(first), "--list"], cwd=workdir, capture_output=True,
                              text=True, check=True)
     cell_id = listing.stdout.split()[0]

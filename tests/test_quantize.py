@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from sdbench import quantize
+from sdbench.models import quantize
 
 
 @pytest.fixture
@@ -113,7 +113,7 @@ def test_w8a8_state_dict_keeps_the_checkpoint_dtype_for_scales():
 def test_a_w8a8_model_must_declare_compressed_tensors(demo_config_raw):
     import copy
 
-    from sdbench.config import ConfigError, validate_config
+    from sdbench.plan.config import ConfigError, validate_config
 
     config = copy.deepcopy(demo_config_raw)
     config["models"]["smollm2-135m-w8a8"]["quantization"] = "gptq"

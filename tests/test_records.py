@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from sdbench.aggregate import summarize
+from sdbench.analyze.aggregate import summarize
 from sdbench.files import write_jsonl
 from sdbench.records import LoadPoint, Record, RecordError, read_details, read_records, validate
 

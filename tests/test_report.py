@@ -5,12 +5,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sdbench import layout, plots
-from sdbench.aggregate import aggregate_points, apply_index, summarize
+from sdbench import layout
+from sdbench.analyze.aggregate import aggregate_points, apply_index, summarize
+from sdbench.analyze.summary import write_frames
 from sdbench.files import write_jsonl
 from sdbench.layout import SummaryTables
-from sdbench.report import render_report, write_index
-from sdbench.summary import write_frames
+from sdbench.report import plots
+from sdbench.report.pages import render_report, write_index
 
 from helpers import record
 
@@ -139,7 +140,7 @@ def test_load_axes_tick_the_levels_measured():
 
 
 def test_index_lists_cells_with_status_and_problems(tmp_path, demo_config):
-    from sdbench import grid
+    from sdbench.plan import grid
 
     cells = grid.all_cells(demo_config)
     write_jsonl(tmp_path / f"{cells[0].cell_id}.jsonl", [record(cells[0].cell_id, "vanilla", 1,
@@ -168,7 +169,7 @@ def test_index_lists_cells_with_status_and_problems(tmp_path, demo_config):
 def test_a_kernel_that_dies_at_start_is_started_again(tmp_path, monkeypatch):
     import papermill
 
-    from sdbench import report
+    from sdbench.report import pages as report
 
     calls = []
 
@@ -230,8 +231,8 @@ def unsupported_record(cell_id, method, concurrency, *, baseline=None, k=None, r
 
 def test_index_lists_unsupported_cells_and_failed_jobs_with_reason_and_log(tmp_path,
                                                                          demo_config):
-    from sdbench import grid
-    from sdbench.report import failed_jobs
+    from sdbench.plan import grid
+    from sdbench.report.pages import failed_jobs
 
     cells = grid.all_cells(demo_config)
     write_jsonl(tmp_path / f"{cells[0].cell_id}.jsonl",
@@ -285,8 +286,8 @@ def test_salvage_writes_every_page_and_the_index_whatever_fails(tmp_path, demo_c
                                                                  monkeypatch):
     """A failed run with no measurement at all (a data job failed): every report says so in a
     sentence, and the index lists the failed job."""
-    from sdbench import grid
-    from sdbench.report import salvage
+    from sdbench.plan import grid
+    from sdbench.report.pages import salvage
 
     monkeypatch.chdir(tmp_path)
     log = tmp_path / "logs" / "data" / "spec_bench" / "all.log"
@@ -311,9 +312,9 @@ def test_salvage_writes_every_page_and_the_index_whatever_fails(tmp_path, demo_c
 
 def test_a_cell_job_that_died_before_recording_why_is_failed_with_its_log(tmp_path,
                                                                          demo_config):
-    from sdbench import grid
     from sdbench.layout import cell_log
-    from sdbench.report import cell_status
+    from sdbench.plan import grid
+    from sdbench.report.pages import cell_status
 
     cell = grid.all_cells(demo_config)[0]
     output = tmp_path / layout.cell_output(cell.cell_id)
@@ -342,7 +343,7 @@ def test_provenance_lists_cpu_records_and_the_dtype_they_ran_in(tmp_path):
     table = plots.provenance_table(frame)
     assert table["records"].sum() == 2 and set(table["dtype"]) == {"float32", "bfloat16"}
     assert set(table["driver"]) == {"-"} and set(table["host_isa"]) == {"AVX2, no AVX-512"}
-    from sdbench.round_plots import target_label
+    from sdbench.report.round_plots import target_label
 
     points = aggregate_points(frame)
     assert sorted(target_label(points)) == ["t (float32)", "t-gptq (gptq)"]

@@ -10,10 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from sdbench import cell as cellmod
-from sdbench import checks, engines, grid, loadgen, profiling
-from sdbench.aggregate import add_speedups, records_frame
-from sdbench.config import ConfigError, load_config, validate_config
+from sdbench.analyze.aggregate import add_speedups, records_frame
+from sdbench.measure import cell as cellmod
+from sdbench.measure import engines, loadgen, profiling
+from sdbench.plan import checks, grid
+from sdbench.plan.config import ConfigError, load_config, validate_config
 
 from helpers import record
 

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sdbench import round_plots
-from sdbench.lossless import read_all_details
-from sdbench.summary import bucket_speedups
+from sdbench.analyze.lossless import read_all_details
+from sdbench.analyze.summary import bucket_speedups
+from sdbench.report import round_plots
 
 
 def test_buckets_sort_by_size():

@@ -1,12 +1,13 @@
-"""Work-based time limits of cell jobs (sdbench.runtimes, `cells.runtime: auto`)."""
+"""Work-based time limits of cell jobs (sdbench.plan.runtimes, `cells.runtime: auto`)."""
 
 import dataclasses
 import json
 
 import pytest
 
-from sdbench import grid, layout, runtimes
+from sdbench import layout
 from sdbench.data.builders import output_bound, request_bound
+from sdbench.plan import grid, runtimes
 
 
 @pytest.fixture
@@ -93,7 +94,7 @@ def test_a_group_job_asks_for_all_its_servers_and_its_cells_jobs_for_little(
 def test_the_real_study_gets_limits_between_minutes_and_the_cap(tmp_path, monkeypatch):
     import yaml
 
-    from sdbench.config import validate_config
+    from sdbench.plan.config import validate_config
 
     from workflow_helpers import REPO
 

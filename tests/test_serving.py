@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sdbench.serving import (
+from sdbench.measure.serving import (
     ServerError,
     VllmServer,
     format_server_args,
@@ -55,7 +55,7 @@ def test_ready_server_and_its_children_are_stopped(tmp_path):
 
 
 def test_servers_launched_together_start_side_by_side(tmp_path):
-    # a group's servers (sdbench.cell.run_group): launched at once, then waited for; each
+    # a group's servers (sdbench.measure.cell.run_group): launched at once, then waited for; each
     # start-up counts from its launch, and entering the context of a started one starts nothing
     servers = [VllmServer(standin("solo", delay=2), host="127.0.0.1",
                           log_path=tmp_path / f"s{i}.log", startup_timeout_s=30, stop_timeout_s=2)
@@ -161,7 +161,7 @@ def test_server_stops_when_the_cell_process_is_killed(tmp_path):
     holder.write_text(f"""
 import sys, time
 sys.path.insert(0, {str(Path(__file__).parent)!r})
-from sdbench.serving import VllmServer
+from sdbench.measure.serving import VllmServer
 from test_serving import standin
 server = VllmServer(standin("solo"), host="127.0.0.1", log_path={str(tmp_path / "s.log")!r})
 server.start()

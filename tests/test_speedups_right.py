@@ -10,13 +10,15 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from sdbench import cell as cellmod
-from sdbench import engines, grid, loadgen, models
-from sdbench.aggregate import add_speedups, aggregate_points, records_frame
-from sdbench.config import validate_config
+from sdbench.analyze.aggregate import add_speedups, aggregate_points, records_frame
 from sdbench.files import write_jsonl
+from sdbench.measure import cell as cellmod
+from sdbench.measure import engines, loadgen
+from sdbench.measure.serving import format_server_args
+from sdbench.models import checkpoints as models
+from sdbench.plan import grid
+from sdbench.plan.config import validate_config
 from sdbench.records import LoadPoint
-from sdbench.serving import format_server_args
 
 from helpers import record
 

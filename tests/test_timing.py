@@ -1,10 +1,11 @@
-"""Where a run's time went (sdbench.timing), from benchmark files and records."""
+"""Where a run's time went (sdbench.report.timing), from benchmark files and records."""
 
 import json
 
 import pytest
 
-from sdbench import layout, timing
+from sdbench import layout
+from sdbench.report import timing
 
 
 def _bench(root, rule, name, seconds):

@@ -163,8 +163,9 @@ def test_duration_bounded_speculative_cells_wait_for_their_baseline(tmp_path):
     asking for it alone plans the baseline cell first; without it, the cell alone."""
     import yaml
 
-    from sdbench import grid, layout
-    from sdbench.config import validate_config
+    from sdbench import layout
+    from sdbench.plan import grid
+    from sdbench.plan.config import validate_config
 
     raw = with_left_out(yaml.safe_load((REPO / "config" / "demo.yaml").read_text()))
     for method in raw["round1"]["methods"]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from .config import REPO_ROOT
+from sdbench.plan.config import REPO_ROOT
 
 SCHEMA_ID = "sdbench.record/1"
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "record.schema.yaml"

@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .logcause import first_line
+from sdbench.logcause import first_line
 
 
 def failure_line(exc: BaseException) -> str:

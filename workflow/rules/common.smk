@@ -12,17 +12,19 @@ sys.path.insert(0, SRC)
 # scripts and notebooks run in child processes: let them import the library too
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
 
-from sdbench import checks, grid, hostcaps, layout, lock, preflight, provenance, runtimes
-from sdbench.report import salvage
+from sdbench.plan import checks, grid, hostcaps, lock, preflight, runtimes
+from sdbench import layout
+from sdbench.measure import provenance
+from sdbench.report.pages import salvage
 from sdbench.layout import SummaryTables
-from sdbench.summary import prompt_sets
-from sdbench.config import DERIVED_KINDS, ROUNDS, validate_config
+from sdbench.analyze.summary import prompt_sets
+from sdbench.plan.config import DERIVED_KINDS, ROUNDS, validate_config
 from sdbench.data.builders import subsets_of
 from sdbench.data.sources import fingerprint, local_files, manifest_path, raw_path
 
 CONFIG_SOURCE = ", ".join(map(str, workflow.overwrite_configfiles)) or "config/config.yaml"
 validate_config(config, source=CONFIG_SOURCE)
-# hub revisions pinned to commits by `python -m sdbench.lock` (a lock file beside the config)
+# hub revisions pinned to commits by `python -m sdbench.plan.lock` (a lock file beside the config)
 LOCK_NOTES = lock.apply_files(config, workflow.configfiles)
 if workflow.is_main_process and LOCK_NOTES:
     print("\n".join(LOCK_NOTES), file=sys.stderr)

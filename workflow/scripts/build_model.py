@@ -1,6 +1,6 @@
 """Download, convert or derive one model checkpoint into resources/models/<name>/."""
 
-from sdbench import models
+from sdbench.models import checkpoints as models
 from sdbench.script_log import to_log
 
 sm = snakemake  # noqa: F821 - injected by Snakemake

@@ -1,9 +1,9 @@
 """Derive a num_speculative_tokens_per_batch_size schedule from round 1's records."""
 
-from sdbench.aggregate import aggregate_points, summarize
-from sdbench.analysis import derive_schedule
+from sdbench.analyze.aggregate import aggregate_points, summarize
+from sdbench.analyze.analysis import derive_schedule
 from sdbench.files import atomic_write_json
-from sdbench.grid import dynamic_k_cell
+from sdbench.plan.grid import dynamic_k_cell
 from sdbench.script_log import to_log
 
 sm = snakemake  # noqa: F821 - injected by Snakemake

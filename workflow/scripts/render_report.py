@@ -1,7 +1,7 @@
 """Execute a report notebook with papermill and export it to offline HTML with nbconvert."""
 
 from sdbench.layout import SummaryTables
-from sdbench.report import render_report
+from sdbench.report.pages import render_report
 from sdbench.script_log import to_log
 
 sm = snakemake  # noqa: F821 - injected by Snakemake

@@ -1,7 +1,7 @@
 """Run one cell (server config x workload): start vLLM, sweep concurrency, write records."""
 
-from sdbench.cell import run_cell
-from sdbench.grid import Cell
+from sdbench.measure.cell import run_cell
+from sdbench.plan.grid import Cell
 from sdbench.script_log import to_log
 
 sm = snakemake  # noqa: F821 - injected by Snakemake

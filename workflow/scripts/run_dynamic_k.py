@@ -1,7 +1,7 @@
 """Measure the cell of a derived dynamic-K schedule (its own rule derives the schedule)."""
 
-from sdbench.cell import run_cell
-from sdbench.grid import read_dynamic_k_cell
+from sdbench.measure.cell import run_cell
+from sdbench.plan.grid import read_dynamic_k_cell
 from sdbench.script_log import to_log
 
 sm = snakemake  # noqa: F821 - injected by Snakemake

@@ -1,8 +1,8 @@
 """Measure a group of cells (a baseline and its `interleave` cells): servers side by side,
 points in turn, every point into the point cache (the cells' own jobs write their records)."""
 
-from sdbench.cell import run_group
-from sdbench.grid import Cell
+from sdbench.measure.cell import run_group
+from sdbench.plan.grid import Cell
 from sdbench.script_log import to_log
 
 sm = snakemake  # noqa: F821 - injected by Snakemake

@@ -2,9 +2,9 @@
 (means and 95 % intervals over repeats), per-bucket speedups, dynamic-K schedules and data
 cards: every table the reports read."""
 
+from sdbench.analyze.summary import write_tables
 from sdbench.layout import SummaryTables
 from sdbench.script_log import to_log
-from sdbench.summary import write_tables
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 with to_log(sm.log[0]):

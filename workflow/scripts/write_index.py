@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from sdbench.lock import unpinned
-from sdbench.report import failed_jobs, problem_points, write_index
+from sdbench.plan.lock import unpinned
+from sdbench.report.pages import failed_jobs, problem_points, write_index
 from sdbench.script_log import to_log
 
 sm = snakemake  # noqa: F821 - injected by Snakemake

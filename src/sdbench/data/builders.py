@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import atomic_write_json, sha256_file, write_jsonl
-from .raw import read_rows
-from .tokens import Tokenizer
+from sdbench.data.raw import read_rows
+from sdbench.data.tokens import Tokenizer
+from sdbench.files import atomic_write_json, sha256_file, write_jsonl
 
 SPEC_BENCH_GROUPS = {
     "writing": "conversation", "roleplay": "conversation", "reasoning": "conversation",

@@ -19,11 +19,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse
 
-from ..files import atomic_path, atomic_write_json, sha256_file
-from ..layout import manifest_of, raw_file
-from . import fixtures
-from .builders import SPEC_BENCH_GROUPS
-from .raw import (
+from sdbench.data import fixtures
+from sdbench.data.builders import SPEC_BENCH_GROUPS
+from sdbench.data.raw import (
     REQUIRED_FIELDS,
     SCHEMA_HELP,
     THUCNEWS_TEXT_FIELDS,
@@ -33,6 +31,8 @@ from .raw import (
     first_fields,
     read_rows,
 )
+from sdbench.files import atomic_path, atomic_write_json, sha256_file
+from sdbench.layout import manifest_of, raw_file
 
 SOURCES = ("spec_bench", "cnn_dailymail", "sharegpt", "thucnews")
 # the raw copy's name: this stem, and the suffix of the file it is made from (default below)

@@ -84,7 +84,7 @@ def load_tokenizer(spec: dict, model_dirs: dict[str, str] | None = None) -> Toke
         ranks = load_tiktoken_bpe(str(path))
         encoding = tiktoken.Encoding(name=path.stem, pat_str=spec.get(
             "pattern", DEFAULT_TIKTOKEN_PATTERN), mergeable_ranks=ranks, special_tokens={})
-        from ..files import sha256_file
+        from sdbench.files import sha256_file
 
         describe = {"tiktoken_file": str(path), "sha256": sha256_file(path)}
     return Tokenizer(lambda text: encoding.encode(text, disallowed_special=()),

@@ -8,13 +8,13 @@ SIGTERM/SIGINT to this process included.
 Only valid points are done: a point is cached (results/points/) only when it is "ok", and a cell
 with a failed or invalid point does not finish (its records stay in `.partial`, the error file
 says which points and why), so a rerun measures exactly those points again. A cell this host
-cannot run (see sdbench.hostcaps) writes "unsupported" records with the reason and measures
+cannot run (see sdbench.plan.hostcaps) writes "unsupported" records with the reason and measures
 nothing.
 
 Run one cell without Snakemake:
 
-    python -m sdbench.cell --config config/demo.yaml --list
-    python -m sdbench.cell --config config/demo.yaml --cell <cell_id>
+    python -m sdbench.measure.cell --config config/demo.yaml --list
+    python -m sdbench.measure.cell --config config/demo.yaml --cell <cell_id>
 """
 
 from __future__ import annotations
@@ -34,33 +34,24 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import (
-    checks,
-    engines,
-    gpumon,
-    grid,
-    hostcaps,
-    layout,
-    loadgen,
-    models,
-    profiling,
-    provenance,
-    slots,
-)
-from .config import REPO_ROOT, VANILLA, ConfigError, load_config
-from .files import (
+from sdbench import layout
+from sdbench.files import (
     append_jsonl,
     atomic_path,
     atomic_write_json,
     sha256_file,
     write_jsonl,
 )
-from .hostcaps import UNSUPPORTED
-from .ids import short_hash
-from .layout import error_output, partial_output, point_cache, requests_output
-from .logcause import error_cause, first_line
-from .records import LoadPoint, Record, read_records
-from .serving import ServerError, VllmServer, log_tail, server_command
+from sdbench.ids import short_hash
+from sdbench.layout import error_output, partial_output, point_cache, requests_output
+from sdbench.logcause import error_cause, first_line
+from sdbench.measure import engines, gpumon, loadgen, profiling, provenance, slots
+from sdbench.measure.serving import ServerError, VllmServer, log_tail, server_command
+from sdbench.models import checkpoints as models
+from sdbench.plan import checks, grid, hostcaps
+from sdbench.plan.config import REPO_ROOT, VANILLA, ConfigError, load_config
+from sdbench.plan.hostcaps import UNSUPPORTED
+from sdbench.records import LoadPoint, Record, read_records
 
 
 class CellError(RuntimeError):
@@ -357,7 +348,7 @@ def _run_cell(cell: grid.Cell, config: dict, output: str | Path, *,
             f"{', '.join(i for i in cell.group if i != cell.cell_id)} (`interleave`), and "
             f"{len(prep.missing)} of its points are not in {point_cache(cell.cell_id)}/: run "
             f"their group job first ({layout.group_output(cell.group[0])}; without Snakemake: "
-            f"python -m sdbench.cell --group {cell.group[0]})")
+            f"python -m sdbench.measure.cell --group {cell.group[0]})")
     elif prep.missing:
         checks.check_cell_tools(cell, source=f"cell {cell.cell_id}")
         checks.check_cell_context(config, cell)
@@ -771,7 +762,8 @@ def _with_causes(reason: str, detail: dict, server_log: str | Path, offset: int)
 
 def engine_job(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]],
                out_dir: str | Path, verdict: dict | None = None) -> dict:
-    """What the child process of an offline / Transformers cell needs (see sdbench.engines)."""
+    """What the child process of an offline / Transformers cell needs (see
+    sdbench.measure.engines)."""
     server_cfg, settings = cell.server_config, cell.workload["loadgen"]
     draft = server_cfg["draft"]
     return {"engine": cell.engine,
@@ -802,7 +794,7 @@ def _measure_engine(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]],
         job_path = out_dir / "job.json"
         job_path.write_text(json.dumps(engine_job(cell, config, plan, out_dir,
                                                   context["verdict"])))
-        command = [sys.executable, "-m", "sdbench.engines", str(job_path)]
+        command = [sys.executable, "-m", "sdbench.measure.engines", str(job_path)]
         log_offset = _log_size(server_log)
         runner = VllmServer(lambda _port: command, host=config["server"]["host"],
                             log_path=server_log, env={**cell.server_config["env"],
@@ -847,7 +839,7 @@ def _measure_engine(cell: grid.Cell, config: dict, plan: list[tuple[dict, int]],
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sdbench.cell", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m sdbench.measure.cell", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="workflow config (YAML)")
     parser.add_argument("--cell", help="cell id to run (see --list); a cell of an `interleave` "

@@ -1,10 +1,10 @@
 """Measure the workflow itself: its overhead, its fidelity to vLLM's own load generator, and
 server start-up with a cold and a warm compile cache (docs/validation.md).
 
-    python -m sdbench.validation overhead --config C --cell ID --out overhead.json
-    python -m sdbench.validation fidelity --config C --cell ID --concurrency 16 --repeats 3 \\
-        --out fidelity.json
-    python -m sdbench.validation startup --config C --cell ID --out startup.json
+    python -m sdbench.measure.validation overhead --config C --cell ID --out overhead.json
+    python -m sdbench.measure.validation fidelity --config C --cell ID --concurrency 16 \\
+        --repeats 3 --out fidelity.json
+    python -m sdbench.measure.validation startup --config C --cell ID --out startup.json
 
 `overhead` runs the cell exactly as the Snakemake rule does (`cell.run_cell`, after moving its
 cached points aside) and splits its wall time into measuring (the points' own start-to-finish
@@ -28,10 +28,12 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from . import cell as cellmod
-from . import grid, layout, loadgen, provenance, slots
-from .config import REPO_ROOT, load_config
-from .files import atomic_write_json
+from sdbench import layout
+from sdbench.files import atomic_write_json
+from sdbench.measure import cell as cellmod
+from sdbench.measure import loadgen, provenance, slots
+from sdbench.plan import grid
+from sdbench.plan.config import REPO_ROOT, load_config
 
 
 def _seconds(a: str, b: str) -> float:
@@ -141,7 +143,8 @@ def startup(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sdbench.validation", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m sdbench.measure.validation",
+                                     description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["overhead", "fidelity", "startup"])
     parser.add_argument("--config", required=True)
@@ -156,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     result = {"overhead": overhead, "fidelity": fidelity, "startup": startup}[args.what](args)
     environment = provenance.environment(str(REPO_ROOT))
-    result.update(command=" ".join(["python -m sdbench.validation", *(argv or sys.argv[1:])]),
+    result.update(command=" ".join(["python -m sdbench.measure.validation",
+                                    *(argv or sys.argv[1:])]),
                   at=datetime.now().astimezone().isoformat(timespec="seconds"),
                   vllm=environment["vllm"], device=environment["device"])
     atomic_write_json(args.out, result)

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .analysis import (
+from sdbench.analyze.analysis import (
     best_settings,
     crossover,
     dynamic_k_comparison,
@@ -121,7 +121,7 @@ def load_round(round_name: str, summary: str, points: str, buckets: str, schedul
     every_point = pd.read_parquet(points)
     in_round = every_point["round"] == round_name
     if round_name == "round1":  # and the dynamic-K cells derived from it
-        from .aggregate import DERIVED_SETTING
+        from sdbench.analyze.aggregate import DERIVED_SETTING
 
         in_round |= every_point["setting"] == DERIVED_SETTING
     all_points = every_point[in_round]
@@ -334,7 +334,7 @@ def dynamic_k_table(frame: pd.DataFrame, schedules: dict[str, list]) -> pd.DataF
 
     frame: per-measurement rows (round 1 and the derived cells); schedules: cell_id -> the
     schedule it measured."""
-    from .aggregate import DERIVED_SETTING
+    from sdbench.analyze.aggregate import DERIVED_SETTING
 
     table = dynamic_k_comparison(frame, DERIVED_SETTING)
     if table.empty:

@@ -44,8 +44,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .config import ConfigError
-from .files import atomic_write_json
+from sdbench.files import atomic_write_json
+from sdbench.plan.config import ConfigError
 
 # a record's status when the host cannot run its cell: nothing was measured, `error` says why
 UNSUPPORTED = "unsupported"
@@ -178,8 +178,8 @@ def _cache_dir() -> Path:
 
 def _host_key() -> str | None:
     """What the host probe's answer depends on; None where vLLM is not installed."""
-    from .gpumon import nvml_session
-    from .provenance import _dist_version, vllm_distribution
+    from sdbench.measure.gpumon import nvml_session
+    from sdbench.measure.provenance import _dist_version, vllm_distribution
 
     spec = importlib.util.find_spec("vllm")
     if spec is None:
@@ -201,7 +201,7 @@ def _host_key() -> str | None:
 
 def _run_probe(args: list[str]) -> dict:
     env = {**os.environ, **isa_env()}
-    result = subprocess.run([sys.executable, "-m", "sdbench.hostcaps", *args],
+    result = subprocess.run([sys.executable, "-m", "sdbench.plan.hostcaps", *args],
                             capture_output=True, text=True, env=env, timeout=PROBE_TIMEOUT_S)
     lines = result.stdout.strip().splitlines()
     if result.returncode != 0 or not lines:
@@ -391,15 +391,15 @@ def dtype_reason(dtype: str | None, name: str, facts: dict | None, caps: dict) -
 def checkpoint_quantization(config: dict, name: str, root: str | Path = ".") -> dict | None:
     """A model's `quantization_config`: its checkpoint's, or, before a `kind: quantize` model
     is built, the one it will be written with."""
-    from .checks import checkpoint_config
-    from .grid import model_dir
+    from sdbench.plan.checks import checkpoint_config
+    from sdbench.plan.grid import model_dir
 
     checkpoint = checkpoint_config(Path(root) / model_dir(config, name))
     if checkpoint is not None:
         return checkpoint.get("quantization_config")
     source = config["models"][name]["source"]
     if source["kind"] == "quantize":
-        from .quantize import planned_config
+        from sdbench.models.quantize import planned_config
 
         return planned_config(source["format"], source["group_size"])
     return None
@@ -410,7 +410,7 @@ def _requested_dtype(cell) -> str | None:
 
 
 def _engine_default(cell) -> str | None:
-    from .grid import TRANSFORMERS
+    from sdbench.plan.grid import TRANSFORMERS
 
     return "bfloat16" if cell.engine == TRANSFORMERS else None
 
@@ -420,7 +420,7 @@ def plan_reason(config: dict, cell, caps: dict | None, root: str | Path = ".",
     """Why this host will not run the cell, from what is known before any job (checkpoints
     that exist, formats the workflow will write); None when it can, or cannot yet be known.
     model_reasons: a memo {model name: reason} shared by the cells of one plan."""
-    from .grid import TRANSFORMERS, cell_models
+    from sdbench.plan.grid import TRANSFORMERS, cell_models
 
     if caps is None or cell.engine == TRANSFORMERS:
         return None
@@ -472,7 +472,7 @@ def plan_message(plan: dict[str, dict], cells: dict) -> str | None:
 def cell_verdict(config: dict, cell, root: str | Path = ".") -> dict:
     """Before a cell's server starts: {"reason": why this host cannot run it (None: it can),
     "dtype": {"requested", "resolved", "why"}, "host": what the probe saw}."""
-    from .grid import TRANSFORMERS, cell_models, model_dir
+    from sdbench.plan.grid import TRANSFORMERS, cell_models, model_dir
 
     requested = _requested_dtype(cell)
     names = cell_models(cell)
@@ -521,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["models"]:
         print(json.dumps({folder: probe_model(folder) for folder in argv[1:]}))
         return 0
-    print("usage: python -m sdbench.hostcaps host | models DIR...", file=sys.stderr)
+    print("usage: python -m sdbench.plan.hostcaps host | models DIR...", file=sys.stderr)
     return 2
 
 

@@ -12,7 +12,10 @@ import json
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from .config import (
+from sdbench.data.builders import BUCKETED, sent_in_order
+from sdbench.ids import short_hash
+from sdbench.layout import model_folder, processed_path
+from sdbench.plan.config import (
     DERIVED_KINDS,
     ROUNDS,
     TRANSFORMERS_METHODS,
@@ -22,9 +25,6 @@ from .config import (
     method_targets,
     speculator_name,
 )
-from .data.builders import BUCKETED, sent_in_order
-from .ids import short_hash
-from .layout import model_folder, processed_path
 
 DEFAULT_SETTING = "default"
 # how a cell measures: a vLLM server + vLLM's load generator (the default, not in the server
@@ -101,7 +101,7 @@ class Cell:
 def point_prompts(cell: Cell, load: dict) -> int:
     """Prompts a point may send: the workload's num_prompts, and with
     loadgen.prompts_per_concurrency at most that many per unit of concurrency at a closed-loop
-    point (loadgen.duration_s sends fewer where they last longer: `sdbench.cell`)."""
+    point (loadgen.duration_s sends fewer where they last longer: `sdbench.measure.cell`)."""
     available = cell.workload["num_prompts"]
     per = cell.workload["loadgen"].get("prompts_per_concurrency")
     if per and load["mode"] == "concurrency":
@@ -439,7 +439,7 @@ def all_cells(config: dict) -> list[Cell]:
 def interleave_groups(cells: list[Cell]) -> dict[str, list[str]]:
     """group id (its baseline's cell id) -> the cell ids measured together in one job: the
     baseline, then every cell of an `interleave` method paired with it. Their servers are up
-    side by side and take the points in turn (`sdbench.cell.run_group`), so that a speedup's
+    side by side and take the points in turn (`sdbench.measure.cell.run_group`), so that a speedup's
     two sides are measured seconds apart, not minutes: a host whose speed drifts (a shared or
     throttling machine) then moves both alike."""
     groups: dict[str, list[str]] = {}

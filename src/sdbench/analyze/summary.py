@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .aggregate import build_summary, write_summary
-from .files import atomic_path, atomic_write_json
-from .layout import SummaryTables, card_path, processed_path
-from .lossless import read_all_details
-from .records import LoadPoint
+from sdbench.analyze.aggregate import build_summary, write_summary
+from sdbench.analyze.lossless import read_all_details
+from sdbench.files import atomic_path, atomic_write_json
+from sdbench.layout import SummaryTables, card_path, processed_path
+from sdbench.records import LoadPoint
 
 # a row per (measurement, bucket); round, engine and load select a report's rows, as in the
 # measurements table

@@ -13,15 +13,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import grid, layout, lock
-from .config import REPO_ROOT
-from .files import atomic_path, atomic_write_text
-from .grid import Cell
-from .hostcaps import UNSUPPORTED
-from .layout import SummaryTables, cell_log, error_output, partial_output
-from .logcause import first_line, job_cause
-from .records import LoadPoint, RecordError, read_records
-from .summary import write_tables
+from sdbench import layout
+from sdbench.analyze.summary import write_tables
+from sdbench.files import atomic_path, atomic_write_text
+from sdbench.layout import SummaryTables, cell_log, error_output, partial_output
+from sdbench.logcause import first_line, job_cause
+from sdbench.plan import grid, lock
+from sdbench.plan.config import REPO_ROOT
+from sdbench.plan.grid import Cell
+from sdbench.plan.hostcaps import UNSUPPORTED
+from sdbench.records import LoadPoint, RecordError, read_records
 
 OFFLINE_TEMPLATE = REPO_ROOT / "workflow" / "notebooks" / "templates" / "offline.html.j2"
 
@@ -147,8 +148,8 @@ def cell_status(cell_output: str | Path) -> tuple[str, str]:
 def failed_jobs(config: dict, root: str | Path = ".") -> list[dict]:
     """Data and model jobs whose output is missing and whose log holds an error: {job, output,
     log, error} (the error: the exception the job's log ends with)."""
-    from .data.builders import subsets_of
-    from .data.sources import raw_path
+    from sdbench.data.builders import subsets_of
+    from sdbench.data.sources import raw_path
 
     root = Path(root)
     candidates = []
@@ -265,7 +266,7 @@ def _unpinned_note(unpinned: list[str] | None) -> str:
     return ('<p class="warn">Hub downloads on a moving revision (a branch or tag, not a '
             "commit): a later run may measure another checkpoint under the same name. The "
             "commit each download resolved to is in its model card or data manifest; pin them "
-            "with <code>python -m sdbench.lock --config &lt;config&gt;</code>.</p>"
+            "with <code>python -m sdbench.plan.lock --config &lt;config&gt;</code>.</p>"
             f"<ul>{items}</ul>")
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from . import grid
-from .config import DERIVED_KINDS
-from .data.sources import describe_location, offline_advice, raw_path, remote_host
+from sdbench.data.sources import describe_location, offline_advice, raw_path, remote_host
+from sdbench.plan import grid
+from sdbench.plan.config import DERIVED_KINDS
 
 PROBE_TIMEOUT_S = 5.0
 

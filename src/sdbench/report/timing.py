@@ -2,7 +2,7 @@
 summary and reports, from Snakemake's per-job benchmark files (benchmarks/<rule>/...) and the
 cells' own records. `make demo` prints it at the end:
 
-    python -m sdbench.timing [--wall-s SECONDS]
+    python -m sdbench.report.timing [--wall-s SECONDS]
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import csv
 from datetime import datetime
 from pathlib import Path
 
-from .files import read_jsonl
-from .layout import BENCHMARKS_DIR, CELLS_DIR, DERIVED_DIR
+from sdbench.files import read_jsonl
+from sdbench.layout import BENCHMARKS_DIR, CELLS_DIR, DERIVED_DIR
 
 # rule -> the part of the run it belongs to
 PARTS = {"fetch_source": "data", "prompts": "data", "model": "models", "cell": "cells",

@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 
-from .data.builders import BUILDER_SOURCE, subsets_of
+from sdbench.data.builders import BUILDER_SOURCE, subsets_of
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 # Methods of vLLM's speculative_config that load a second set of weights (config key `draft`)

@@ -18,8 +18,9 @@ import json
 import math
 from pathlib import Path
 
-from . import grid, layout
-from .data.builders import output_bound, request_bound
+from sdbench import layout
+from sdbench.data.builders import output_bound, request_bound
+from sdbench.plan import grid
 
 AUTO = "auto"
 # a request bounded only by the server's context, where the server sets none

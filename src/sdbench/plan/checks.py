@@ -21,12 +21,13 @@ from pathlib import Path
 
 import psutil
 
-from . import grid, layout
-from .config import ROUNDS, VANILLA, ConfigError
-from .data.builders import request_bound
-from .files import atomic_write_json, read_jsonl
-from .gpumon import nvml_session
-from .profiling import nsys_executable
+from sdbench import layout
+from sdbench.data.builders import request_bound
+from sdbench.files import atomic_write_json, read_jsonl
+from sdbench.measure.gpumon import nvml_session
+from sdbench.measure.profiling import nsys_executable
+from sdbench.plan import grid
+from sdbench.plan.config import ROUNDS, VANILLA, ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +48,7 @@ def _literal_values(tp) -> list[str]:
 def _features_cache() -> Path | None:
     """A per-installation cache file: importing vLLM takes seconds, and every Snakemake
     invocation (dry runs, cluster jobs) checks the config."""
-    from .provenance import vllm_distribution
+    from sdbench.measure.provenance import vllm_distribution
 
     dist = vllm_distribution()
     if dist["version"] is None:

@@ -143,7 +143,7 @@ def best_settings(frame: pd.DataFrame) -> pd.DataFrame:
     the setting chosen on all repeats but one, evaluated on the held-out repeat (each in turn),
     with a 95 % interval; the verdict comes from that interval. With one repeat there is no
     held-out estimate and the verdict says so."""
-    from .aggregate import mean_interval
+    from sdbench.analyze.aggregate import mean_interval
 
     rows = []
     for (target, workload), group in speculative(frame).groupby(["target", "workload"]):
@@ -186,7 +186,7 @@ def switch_gain(frame: pd.DataFrame) -> pd.DataFrame:
     inflates a gain, so both choices are made on all repeats but one and evaluated on the
     held-out repeat, each in turn: `gain` is the mean held-out advantage of switching, with a
     95 % interval (none with one repeat: then the in-sample gain, biased upward)."""
-    from .aggregate import mean_interval
+    from sdbench.analyze.aggregate import mean_interval
 
     rows = []
     missing = _missing_levels(frame, ["target", "workload"])
@@ -227,7 +227,7 @@ def dynamic_k_comparison(frame: pd.DataFrame, derived_setting: str) -> pd.DataFr
     baseline measurement) per level with a 95 % interval over repeats, and over all levels
     (geometric mean per repeat). The static k is chosen on the data it is judged by, which
     favours it."""
-    from .aggregate import mean_interval
+    from sdbench.analyze.aggregate import mean_interval
 
     derived = speculative(frame[frame["setting"] == derived_setting])
     rows = []

@@ -20,8 +20,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from .layout import requests_output
-from .records import LoadPoint, read_details
+from sdbench.layout import requests_output
+from sdbench.records import LoadPoint, read_details
 
 
 def read_all_details(record_files) -> dict[str, dict[tuple, dict]]:

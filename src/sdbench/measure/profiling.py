@@ -17,8 +17,8 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from .layout import profile_dir
-from .records import LoadPoint
+from sdbench.layout import profile_dir
+from sdbench.records import LoadPoint
 
 NSYS_TRACE = "cuda,nvtx,osrt"
 

@@ -15,7 +15,7 @@ import math
 import threading
 from typing import Any
 
-from .records import with_latencies
+from sdbench.records import with_latencies
 
 # Per-request lists in the load generator's result (kept as detail, not in the summary)
 DETAIL_FIELDS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times",

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from .logcause import error_cause
+from sdbench.logcause import error_cause
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 HEALTH_POLL_S = 1.0
@@ -177,7 +177,7 @@ class VllmServer:
 
     def launch(self) -> None:
         """Launch the server without waiting for it, so that several start side by side (a
-        group's servers: `sdbench.cell.run_group`); `start` (or entering the context) then
+        group's servers: `sdbench.measure.cell.run_group`); `start` (or entering the context) then
         waits for it, and its start-up counts from here."""
         self._launched, self.started_at, self.startup_s = time.monotonic(), time.time(), None
         self._launch()

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .files import sha256_file
+from sdbench.files import sha256_file
 
 CARD_NAME = "sdbench-model.json"
 HF_ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
@@ -61,7 +61,7 @@ def checkpoint_fingerprint(model_dir: str | Path) -> str | None:
     fingerprint); for a folder without a card (a `path` model) every file's name, size and
     modification time (hashing a 140 GB checkpoint per cell would take minutes); None when
     the folder does not exist (nothing can be measured from it)."""
-    from .ids import short_hash
+    from sdbench.ids import short_hash
 
     model_dir = Path(model_dir)
     card = read_card(model_dir)
@@ -310,7 +310,7 @@ def build_eagle_head(name: str, source: dict, base_dir: str | Path, out_dir: str
 def build_quantized(name: str, source: dict, base_dir: str | Path, out_dir: str | Path) -> dict:
     """A GPTQ / AWQ (4-bit) or W8A8 (compressed-tensors) checkpoint of the full-precision model
     in `base_dir`."""
-    from .quantize import build_quantized as write_quantized
+    from sdbench.models.quantize import build_quantized as write_quantized
 
     base_card = read_card(base_dir) or {}
     with _atomic_dir(out_dir) as tmp:

@@ -1,7 +1,7 @@
 """Cells measured without a server: vLLM's offline engine and the Transformers reference.
 
-Both run in a child process (`python -m sdbench.engines <job.json>`; the cell stops its whole
-process group whatever happens) and write one JSON file per point into the job's folder, with
+Both run in a child process (`python -m sdbench.measure.engines <job.json>`; the cell stops its
+whole process group whatever happens) and write one JSON file per point into the job's folder, with
 the same metric names as vLLM's load generator where the quantity is the same, so records,
 pairing with the baseline, the lossless check and the reports are shared with server cells:
 
@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from .files import read_jsonl
+from sdbench.files import read_jsonl
 
 
 def choose_prompts(records: list[dict], num_prompts: int, shuffle: bool,

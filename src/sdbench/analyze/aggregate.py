@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .analysis import verdict
-from .files import atomic_path
-from .grid import prefix_caching
-from .records import read_records
+from sdbench.analyze.analysis import verdict
+from sdbench.files import atomic_path
+from sdbench.plan.grid import prefix_caching
+from sdbench.records import read_records
 
 # a point: closed-loop concurrency (batch size for offline / Transformers cells) or open-loop
 # request rate (concurrency empty)
@@ -368,7 +368,7 @@ def build_summary(record_files: list[str | Path], partial_files: list[str | Path
     read from there when not given). index: see `apply_index`."""
     from transformers import AutoTokenizer
 
-    from .lossless import lossless_columns, read_all_details
+    from sdbench.analyze.lossless import lossless_columns, read_all_details
 
     frame = summarize(record_files, partial_files, max_failure_share)
     if details is None:

@@ -7,7 +7,7 @@ lock file beside the config (`config/config.yaml` -> `config/config.lock.yaml`);
 with that config reads it and downloads exactly those commits (`apply`). A revision that is
 already a commit needs no lock. Run it where the hub answers (with a token for gated models):
 
-    python -m sdbench.lock --config config/config.yaml [--output FILE]
+    python -m sdbench.plan.lock --config config/config.yaml [--output FILE]
 
 Model cards and data manifests record the commit each download resolved to (and every record
 carries its models' cards); the index names what still runs on a moving revision (`unpinned`).
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import yaml
 
-from .config import ConfigError, load_config
-from .files import atomic_write_text
+from sdbench.files import atomic_write_text
+from sdbench.plan.config import ConfigError, load_config
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 LOCK_SCHEMA = "sdbench.lock/1"
@@ -90,7 +90,7 @@ def resolve(refs: dict[str, dict], api=None) -> dict[str, dict]:
 def write_lock(path: str | Path, pins: dict[str, dict], config_file: str | Path) -> None:
     doc = {"schema": LOCK_SCHEMA, "config": str(config_file),
            "resolved_at": datetime.now(UTC).isoformat(timespec="seconds"), "pins": pins}
-    atomic_write_text(path, f"# written by python -m sdbench.lock: every hub revision of "
+    atomic_write_text(path, f"# written by python -m sdbench.plan.lock: every hub revision of "
                       f"{config_file}\n# resolved to a commit; runs with that config download "
                       "these commits\n" + yaml.safe_dump(doc, sort_keys=False))
 
@@ -101,11 +101,11 @@ def read_lock(path: str | Path) -> dict[str, dict]:
         doc = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise LockError(f"{path}: not a readable lock file ({exc}); write it again with "
-                        "python -m sdbench.lock") from exc
+                        "python -m sdbench.plan.lock") from exc
     schema = doc.get("schema") if isinstance(doc, dict) else None
     if schema != LOCK_SCHEMA:
         raise LockError(f"{path}: schema is {schema!r}, not {LOCK_SCHEMA}: write it again with "
-                        "python -m sdbench.lock")
+                        "python -m sdbench.plan.lock")
     for key, pin in (doc.get("pins") or {}).items():
         commit = pin.get("commit") if isinstance(pin, dict) else pin
         if not COMMIT.match(str(commit)):
@@ -155,12 +155,12 @@ def apply_files(config: dict, config_files: list) -> list[str]:
         configs = " ".join(f"--config {f}" for f in config_files[:1]) or "--config <config>"
         notes.append(f"sdbench: {len(moving)} hub downloads on a moving revision (a later run "
                      f"may get other checkpoints): {', '.join(moving)}; pin them with "
-                     f"python -m sdbench.lock {configs}")
+                     f"python -m sdbench.plan.lock {configs}")
     return notes
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sdbench.lock", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m sdbench.plan.lock", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="workflow config (YAML)")
     parser.add_argument("--output", help="lock file (default: beside the config, .lock.yaml)")

@@ -11,8 +11,8 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-from . import __version__
-from .gpumon import nvml_session
+from sdbench import __version__
+from sdbench.measure.gpumon import nvml_session
 
 
 def _dist_version(name: str) -> str | None:

@@ -1,0 +1,3 @@
+"""Analyze: records -> paired speedups, intervals, the lossless check, verdicts, the summary
+stage's tables.
+"""

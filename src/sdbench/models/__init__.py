@@ -1,0 +1,2 @@
+"""Models: checkpoints downloaded, converted, truncated, deepened and quantized.
+"""

@@ -1,0 +1,3 @@
+"""Plan: the config, the grid of cells, checks against the installed vLLM and the host, time
+limits, hub pins.
+"""

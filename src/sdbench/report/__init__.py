@@ -1,0 +1,3 @@
+"""Report: tables and figures per round, notebook helpers, the report pages and index, the time
+split.
+"""
