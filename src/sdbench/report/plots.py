@@ -94,7 +94,7 @@ def show_figure(fig: plt.Figure | None, empty: str | None = None) -> None:
 
 @dataclass(frozen=True)
 class RoundData:
-    """What a round's report reads, from the summary stage's tables (`summary.SummaryTables`).
+    """What a round's report reads, from the summary stage's tables (`layout.SummaryTables`).
 
     summary: every measurement of the study; all_frame / all_points: this round's measurements
     and points, every engine and load (round 1's points with the dynamic-K cells derived from
