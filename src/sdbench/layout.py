@@ -112,9 +112,9 @@ def cell_log(output: str | Path) -> Path:
     return output.with_name(output.name.removesuffix(".jsonl") + ".log")
 
 
-def point_cache(cell_id: str, root: str | Path = ".") -> Path:
+def point_cache(cell_id: str) -> Path:
     """The folder of a cell's cached measurements, one file per point."""
-    return Path(root) / POINTS_DIR / cell_id
+    return Path(POINTS_DIR) / cell_id
 
 
 def profile_dir(cell_id: str) -> Path:

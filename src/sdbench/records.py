@@ -142,8 +142,8 @@ def _validator():
 
 def upgrade(data: dict) -> dict:
     """A record of an earlier shape, as the schema describes it now: before `engine` and `load`
-    were written every record was a closed-loop vLLM server point."""
-    if "engine" in data and "load" in data:
+    were written every record was a vLLM server point."""
+    if all(key in data for key in ("engine", "load", "request_rate")):
         return data
     data = dict(data)
     data.setdefault("engine", "serve")

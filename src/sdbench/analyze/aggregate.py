@@ -30,7 +30,7 @@ import pandas as pd
 from sdbench.analyze.analysis import verdict
 from sdbench.files import atomic_path
 from sdbench.plan.grid import prefix_caching
-from sdbench.records import read_records
+from sdbench.records import read_records, upgrade
 
 # a point: closed-loop concurrency (batch size for offline / Transformers cells) or open-loop
 # request rate (concurrency empty)
@@ -83,11 +83,11 @@ def _row(record: dict) -> dict:
         "subset": workload["subset"],
         # the prompts this point sent (duration-bounded points: fewer than the workload's)
         "num_prompts": loadgen.get("num_prompts") or workload["num_prompts"],
-        "engine": record.get("engine", "serve"),
-        "load": (record.get("load") or {}).get("mode", "concurrency"),
+        "engine": record["engine"],
+        "load": record["load"]["mode"],
         "concurrency": record["concurrency"],
-        "request_rate": record.get("request_rate"),
-        "burstiness": (record.get("load") or {}).get("burstiness"),
+        "request_rate": record["request_rate"],
+        "burstiness": record["load"].get("burstiness"),
         "repeat": record["repeat"],
         "status": record["status"],
         "error": record["error"],
@@ -126,7 +126,8 @@ def _row(record: dict) -> dict:
 
 
 def records_frame(records: list[dict]) -> pd.DataFrame:
-    frame = pd.DataFrame([_row(r) for r in records])
+    """One row per record (records of an earlier shape read as `records.upgrade` says)."""
+    frame = pd.DataFrame([_row(upgrade(r)) for r in records])
     frame["k"] = frame["k"].astype("Int64")  # integer, empty for vanilla
     frame["concurrency"] = frame["concurrency"].astype("Int64")  # empty for rate points
     frame["request_rate"] = frame["request_rate"].astype(float)
