@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from sdbench.analyze.lossless import read_all_details
-from sdbench.analyze.summary import bucket_speedups
+from sdbench.analyze.summary import bucket_speedups, read_cards
 from sdbench.report import round_plots
 
 
@@ -100,7 +100,7 @@ def test_mixed_workload_is_split_by_bucket(tmp_path):
     write_requests(tmp_path, "base", [1.0, 1.0, 2.0, 2.0])
     write_requests(tmp_path, "spec", [0.5, 0.5, 2.5, 2.5])  # faster short, slower long
     frame = one_point("draft", 2, "mixed")
-    raw = bucket_speedups(frame, details(tmp_path), tmp_path)
+    raw = bucket_speedups(frame, details(tmp_path), read_cards(frame, tmp_path), tmp_path)
     data = raw.set_index("bucket")
     assert data.loc["0.25k", "tpot_speedup"] == pytest.approx(2.0)
     assert data.loc["1k", "tpot_speedup"] == pytest.approx(0.8)
@@ -122,7 +122,7 @@ def test_spec_bench_sent_in_order_is_split_by_task_group_and_a_shuffled_set_is_n
     write_requests(tmp_path, "base", [1.0, 1.0, 1.0, 1.0])
     write_requests(tmp_path, "spec", [0.5, 1.25, 0.5, 1.25])  # copying pays, answering not
     frame = one_point("ngram", 3, "spec_bench")
-    data = bucket_speedups(frame, details(tmp_path), tmp_path)
+    data = bucket_speedups(frame, details(tmp_path), read_cards(frame, tmp_path), tmp_path)
     if not ordered:  # the load generator shuffled the prompts: no request maps to a group
         assert data.empty and round_plots.bucket_speedup_table(data).empty
         return

@@ -58,11 +58,12 @@ def write_frames(tables: SummaryTables, frame: pd.DataFrame, points: pd.DataFram
     per-request detail, cell id -> point -> detail)."""
     write_summary(frame, tables.summary, tables.summary_csv)
     write_summary(points, tables.points, tables.points_csv)
-    buckets = bucket_speedups(frame, details or {}, root)
+    cards = read_cards(frame, root)
+    buckets = bucket_speedups(frame, details or {}, cards, root)
     with atomic_path(tables.buckets) as tmp:
         buckets.to_parquet(tmp, index=False)
     atomic_write_json(tables.schedules, read_schedules(schedule_files))
-    atomic_write_json(tables.cards, read_cards(frame, root))
+    atomic_write_json(tables.cards, cards)
 
 
 def read_schedules(schedule_files) -> dict[str, dict]:
@@ -85,12 +86,12 @@ def read_cards(frame: pd.DataFrame, root: str | Path = ".") -> dict[str, dict | 
     return cards
 
 
-def _buckets(dataset: str, subset: str, root: Path) -> list[str | None]:
+def _buckets(dataset: str, subset: str, card: dict | None, root: Path) -> list[str | None]:
     """Each prompt's bucket (length bucket of the mixed set, task group of Spec-Bench), in the
     order the prompts are sent; none where the load generator shuffles them (its card says
     so): a request cannot be mapped to its prompt by position then."""
-    path, card = root / processed_path(dataset, subset), root / card_path(dataset, subset)
-    if not path.exists() or not card.exists() or not json.loads(card.read_text()).get("ordered"):
+    path = root / processed_path(dataset, subset)
+    if not path.exists() or not (card or {}).get("ordered"):
         return []
     return [(row.get("bucket") or row.get("task")) for row in
             (json.loads(line) for line in path.read_text().splitlines() if line)]
@@ -110,19 +111,20 @@ def _tpot_by_bucket(detail: dict, buckets: list) -> dict[str, float]:
 
 
 def bucket_speedups(frame: pd.DataFrame, details: dict[str, dict],
-                    root: str | Path = ".") -> pd.DataFrame:
+                    cards: dict[str, dict | None], root: str | Path = ".") -> pd.DataFrame:
     """TPOT speedup (baseline TPOT ÷ TPOT) per bucket of a prompt set sent in order, paired by
-    repeat, from the per-request detail (`details`: cell id -> point -> detail). vLLM server
-    points only: the offline engine and Transformers time no first token."""
+    repeat, from the per-request detail (`details`: cell id -> point -> detail; `cards`:
+    `read_cards`). vLLM server points only: the offline engine and Transformers time no first
+    token."""
     root = Path(root)
     spec = frame[(frame["method"] != "vanilla") & (frame["status"] == "ok")
                  & (frame["engine"] == "serve")]
     rows = []
-    sets: dict[tuple, list] = {}  # each prompt file and card read once, not once per row
+    sets: dict[tuple, list] = {}  # each prompt file read once, not once per row
     for _, row in spec.iterrows():
         key = (row["dataset"], row["subset"])
         if key not in sets:
-            sets[key] = _buckets(*key, root)
+            sets[key] = _buckets(*key, cards.get("/".join(key)), root)
         buckets = sets[key]
         if not any(buckets):
             continue
