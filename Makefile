@@ -1,5 +1,7 @@
 # make demo   set up .venv if needed, then run the whole study on the embedded CPU default
 # make test   set up .venv if needed, then the test suite (unit + one end-to-end run)
+# make plan   what a study will cost before it runs: cells, server starts, projected GPU time
+#             (CONFIG=config/demo.yaml for another config; default config/config.yaml)
 # make lint   ruff + snakemake --lint
 # make lock   re-resolve requirements/cpu.in into requirements/cpu.txt
 # make clean  remove generated data, models, results, reports and logs (keeps the folders)
@@ -7,9 +9,10 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 CORES ?= all
+CONFIG ?= config/config.yaml
 GENERATED := data/raw data/processed resources results reports logs benchmarks
 
-.PHONY: setup demo test test-unit lint lock clean
+.PHONY: setup demo test test-unit lint lock clean plan
 
 setup:
 	@bash scripts/setup_venv.sh $(VENV)
@@ -20,6 +23,9 @@ demo: setup
 	status=$$?; echo ""; \
 	$(BIN)/python -m sdbench.report.timing --wall-s $$(( $$(date +%s) - start )); \
 	echo ""; echo "Reports: $(CURDIR)/reports/index.html"; exit $$status
+
+plan: setup
+	@$(BIN)/python -m sdbench.plan.cost --config $(CONFIG)
 
 test: setup
 	$(BIN)/python -m pytest

@@ -58,6 +58,14 @@ class ConfigError(ValueError):
     """A configuration value that cannot be used; the message names key, value and remedy."""
 
 
+# proposers that keep state across requests: (the option that turns it off, its "off" value).
+# vLLM's suffix decoding caches past responses in a global tree (10,000 requests by default):
+# every point sends the same prompts, so from the second point on it would have seen every
+# answer. It is off unless the method's options set it; a cell that turns it on measures each
+# point in a fresh server (`grid.isolation`).
+CROSS_REQUEST_STATE = {"suffix": ("suffix_decoding_max_cached_requests", 0)}
+
+
 def speculator_name(spec: dict) -> str:
     """A method entry's label: its `name`, else the method (with the draft's key, if any)."""
     return spec.get("name") or (spec["method"] if spec.get("draft") is None
@@ -203,6 +211,14 @@ def _check_round(source: str, round_name: str, spec: dict, config: dict) -> None
                   "loadgen.duration_s fixes each speculative point's prompts from its "
                   "baseline's finished cell; measured in turn, the pair has none yet (remove "
                   "one of the two)")
+        stateful = CROSS_REQUEST_STATE.get(method)
+        if method_spec.get("interleave") and stateful and method_spec["options"].get(
+                stateful[0], stateful[1]) != stateful[1]:
+            # each of its points needs a server of its own: nothing to take turns with
+            _fail(source, f"{key}.interleave", True,
+                  f"{method} with options.{stateful[0]} keeps state across requests, so each "
+                  "of its points runs in a fresh server of its own; it cannot take turns "
+                  "with a baseline server (remove one of the two)")
         draft_tp = method_spec["options"].get("draft_tensor_parallel_size")
         for target in method_targets(spec, method_spec) if draft_tp is not None else []:
             tp = models[target].get("tensor_parallel_size", 1)

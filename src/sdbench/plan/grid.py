@@ -16,6 +16,7 @@ from sdbench.data.builders import BUCKETED, sent_in_order
 from sdbench.ids import short_hash
 from sdbench.layout import model_folder, processed_path
 from sdbench.plan.config import (
+    CROSS_REQUEST_STATE,
     DERIVED_KINDS,
     ROUNDS,
     TRANSFORMERS_METHODS,
@@ -55,10 +56,27 @@ class Cell:
     # the cells measured together (the baseline first), empty for a cell measured on its own
     interleave: bool = False
     group: tuple[str, ...] = field(default=())
+    # fresh servers of its configuration the repeats are spread over (repeat r in instance
+    # r mod n): the method's `server_instances`, else loadgen's; a baseline takes the most of
+    # the cells paired with it, an interleaved cell its baseline's. Not in the identity
+    instances: int = 1
 
     @property
     def engine(self) -> str:
         return engine_of(self.server_config)
+
+    def instance_of(self, repeat: int) -> int:
+        """The server instance that measures `repeat`."""
+        return repeat % self.instances
+
+    def instance_repeats(self, instance: int) -> list[int]:
+        """The repeats server instance `instance` measures."""
+        return [r for r in range(self.repeats) if self.instance_of(r) == instance]
+
+    @property
+    def used_instances(self) -> range:
+        """The instances that measure something (no more than there are repeats)."""
+        return range(min(self.instances, self.repeats))
 
     def load_points(self) -> list[dict]:
         """The cell's load points: closed-loop concurrency (batch size offline), then
@@ -229,12 +247,6 @@ def server_config(config: dict, target: str, method: str = VANILLA, k: int | Non
 
 
 PREFIX_CACHING = ("enable_prefix_caching", "enable-prefix-caching")
-# proposers that keep state across requests: (the option that turns it off, its "off" value).
-# vLLM's suffix decoding caches past responses in a global tree (10,000 requests by default):
-# every point sends the same prompts, so from the second point on it would have seen every
-# answer. It is off unless the method's options set it; a cell that turns it on measures each
-# point in a fresh server (see `isolation`).
-CROSS_REQUEST_STATE = {"suffix": ("suffix_decoding_max_cached_requests", 0)}
 SHARED, FRESH_PER_POINT = "shared server", "fresh server per point"
 
 
@@ -301,6 +313,7 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
     spec = config[round_name]
     concurrency = tuple(sorted(spec["concurrency"]))
     repeats = config["loadgen"]["repeats"]
+    instances = config["loadgen"]["server_instances"]
     cells: dict[str, Cell] = {}
     origin: dict[str, str] = {}
 
@@ -325,7 +338,8 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
                 base_server = server_config(config, target, args=args)
                 base_id = cell_id_of(base_server, workload)
                 add(Cell(base_id, round_name, VANILLA, base_server, workload, None, concurrency,
-                         repeats, name if args else DEFAULT_SETTING, **rates),
+                         repeats, name if args else DEFAULT_SETTING, **rates,
+                         instances=instances),
                     f"{round_name} vanilla for target {target!r}, workload {workload_name!r}{at}")
                 for i, method in enumerate(spec["methods"]):
                     if target not in method_targets(spec, method):
@@ -339,7 +353,8 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
                         add(Cell(cell_id_of(server, workload), round_name, label, server,
                                  workload, base_id, concurrency, method_repeats, name,
                                  **rates, profile=method.get("profile"),
-                                 interleave=bool(method.get("interleave"))),
+                                 interleave=bool(method.get("interleave")),
+                                 instances=method.get("server_instances", instances)),
                             f"{round_name}.methods[{i}] (k={k}, target {target!r}, "
                             f"workload {workload_name!r}{at})")
     if round_name == "round1":
@@ -350,16 +365,20 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
 
 
 def with_baseline_repeats(cells: list[Cell], extra: dict[str, int] | None = None) -> list[Cell]:
-    """The cells with each baseline measured as often as the most repeated cell paired with it
-    (a method's `repeats`; `extra`: baseline id -> repeats of cells made later, the derived
+    """The cells with each baseline measured as often, and on as many server instances, as the
+    most repeated (most spread) cell paired with it (a method's `repeats` and
+    `server_instances`; `extra`: baseline id -> repeats of cells made later, the derived
     dynamic-K cells), so that every repeat of every speculative cell has its baseline repeat.
     A baseline nothing is paired with keeps its own."""
     wanted = dict(extra or {})
+    spread: dict[str, int] = {}
     for cell in cells:
         if cell.baseline_cell_id is not None:
-            wanted[cell.baseline_cell_id] = max(cell.repeats,
-                                                wanted.get(cell.baseline_cell_id, 0))
-    return [replace(cell, repeats=wanted[cell.cell_id])
+            base = cell.baseline_cell_id
+            wanted[base] = max(cell.repeats, wanted.get(base, 0))
+            spread[base] = max(cell.instances, spread.get(base, 0))
+    return [replace(cell, repeats=wanted.get(cell.cell_id, cell.repeats),
+                    instances=max(cell.instances, spread.get(cell.cell_id, 0)))
             if cell.is_baseline and cell.cell_id in wanted else cell for cell in cells]
 
 
@@ -380,7 +399,8 @@ def _engine_cells(config: dict, engine: str, section: dict, levels: tuple[int, .
             base_server = server_config(config, target, args=args, engine=engine)
             base_id = cell_id_of(base_server, workload)
             cells.append(Cell(base_id, "round1", VANILLA, base_server, workload, None, levels,
-                              config["loadgen"]["repeats"]))
+                              config["loadgen"]["repeats"],
+                              instances=config["loadgen"]["server_instances"]))
             for method in methods:
                 if target not in method_targets(round1, method):
                     continue
@@ -391,7 +411,10 @@ def _engine_cells(config: dict, engine: str, section: dict, levels: tuple[int, .
                     cells.append(Cell(cell_id_of(server, workload), "round1",
                                       speculator_name(method), server, workload, base_id,
                                       levels, method.get("repeats",
-                                                         config["loadgen"]["repeats"])))
+                                                         config["loadgen"]["repeats"]),
+                                      instances=method.get(
+                                          "server_instances",
+                                          config["loadgen"]["server_instances"])))
     return cells
 
 
@@ -421,19 +444,28 @@ def _cells_and_rounds(config: dict) -> dict[str, tuple[Cell, list[str]]]:
             for cell in round_cells(config, round_name):
                 first, rounds = found.setdefault(cell.cell_id, (cell, []))
                 rounds.append(round_name)
-                if cell.repeats > first.repeats:  # a baseline two rounds pair differently
-                    found[cell.cell_id] = (replace(first, repeats=cell.repeats), rounds)
+                # a baseline two rounds pair differently: the most of either
+                if (cell.repeats, cell.instances) != (first.repeats, first.instances):
+                    found[cell.cell_id] = (replace(
+                        first, repeats=max(cell.repeats, first.repeats),
+                        instances=max(cell.instances, first.instances)), rounds)
     return found
 
 
 def all_cells(config: dict) -> list[Cell]:
     """Every round's cells, each once: a cell two rounds share (the same server config and
     workload) is measured once and listed under the first (see `cell_rounds`); cells measured
-    together carry their `group` (see `interleave_groups`)."""
+    together carry their `group` (see `interleave_groups`), and a cell measured in turn with
+    its baseline runs on as many server instances as the baseline (each instance of the
+    baseline measures its repeats beside the cell's same repeats)."""
     cells = [cell for cell, _ in _cells_and_rounds(config).values()]
     member = {cell_id: tuple(ids) for ids in interleave_groups(cells).values()
               for cell_id in ids}
-    return [replace(cell, group=member.get(cell.cell_id, ())) for cell in cells]
+    spread = {cell.cell_id: cell.instances for cell in cells}
+    return [replace(cell, group=member.get(cell.cell_id, ()),
+                    instances=spread[member[cell.cell_id][0]] if cell.cell_id in member
+                    else cell.instances)
+            for cell in cells]
 
 
 def interleave_groups(cells: list[Cell]) -> dict[str, list[str]]:
@@ -485,7 +517,10 @@ def dynamic_k_specs(config: dict) -> list[dict]:
     methods = {speculator_name(m): m for m in config["round1"]["methods"]}
     return [{"target": target, "workload": workload, "speculator": entry["speculator"],
              "method": methods[entry["speculator"]],
-             "repeats": entry.get("repeats", config["loadgen"]["repeats"])}
+             "repeats": entry.get("repeats", config["loadgen"]["repeats"]),
+             # as many server instances as the method's own cells (whose baseline has them)
+             "instances": methods[entry["speculator"]].get(
+                 "server_instances", config["loadgen"]["server_instances"])}
             for entry in config["dynamic_k"]
             for target in method_targets(config["round1"], methods[entry["speculator"]])
             for workload in entry.get("workloads") or config["round1"]["workloads"]]
@@ -514,7 +549,8 @@ def dynamic_k_placeholder(config: dict, spec: dict) -> Cell:
                            method["options"])
     return Cell("derived", "round3", f"{spec['speculator']}+dynamic-k", server,
                 workload_spec(config, spec["workload"]), None,
-                tuple(sorted(config["round1"]["concurrency"])), spec["repeats"])
+                tuple(sorted(config["round1"]["concurrency"])), spec["repeats"],
+                instances=spec["instances"])
 
 
 def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]]) -> Cell:
@@ -528,7 +564,8 @@ def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]]) -> Cell:
     workload = workload_spec(config, spec["workload"])
     return Cell(cell_id_of(server, workload), "round3", f"{spec['speculator']}+dynamic-k", server,
                 workload, dynamic_k_baseline(config, spec),
-                tuple(sorted(config["round1"]["concurrency"])), spec["repeats"])
+                tuple(sorted(config["round1"]["concurrency"])), spec["repeats"],
+                instances=spec["instances"])
 
 
 def read_dynamic_k_cell(config: dict, spec: dict, schedule_file: str | Path) -> Cell:

@@ -1,0 +1,268 @@
+"""What a study will cost, before it runs: cells, server starts and projected GPU time per
+round, with server sessions and without them (one start per cell and instance).
+
+    make plan                                   # config/config.yaml
+    make plan CONFIG=config/demo.yaml
+    python -m sdbench.plan.cost --config config/config.yaml [--device h100]
+
+The projection is the request model of `sdbench.plan.work` at the rates of one device class
+(`sdbench.plan.rates`, calibrated from measured runs; `plan.device` in the config, else this
+host's), the start-ups measured on this host by earlier runs where there are some (the session
+manifests under results/sessions/), and the acceptance each speculative method is assumed to
+reach (printed with the numbers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from sdbench import layout
+from sdbench.plan import grid, rates, sessions
+from sdbench.plan.config import ConfigError, load_config
+from sdbench.plan.work import SessionWork, session_work
+
+PARTS = ("round1", "round2", "round3", "dynamic-K")
+
+
+@dataclass
+class Tally:
+    cells: int = 0
+    sessions: int = 0
+    starts: int = 0
+    starts_without: int = 0
+    startup_h: float = 0.0
+    measuring_h: float = 0.0
+    rest_h: float = 0.0
+    startup_without_h: float = 0.0
+    rest_without_h: float = 0.0
+    exceptions: list[str] = field(default_factory=list)
+
+    def add(self, work: SessionWork, without: bool = False) -> None:
+        hours = work.gpus / 3600.0
+        if without:
+            self.starts_without += work.starts
+            self.startup_without_h += work.startup_s * hours
+            self.rest_without_h += work.rest_s * hours
+        else:
+            self.sessions += 1
+            self.starts += work.starts
+            self.startup_h += work.startup_s * hours
+            self.measuring_h += work.measuring_s * hours
+            self.rest_h += work.rest_s * hours
+
+
+class MeasuredStarts:
+    """Start-ups measured on this host by earlier runs (session manifests), per configuration:
+    a projection uses their median instead of the rates' where there is one."""
+
+    def __init__(self, root: str | Path = ".", host: str | None = None):
+        self.by_config: dict[str, list[float]] = defaultdict(list)
+        host = host or socket.gethostname()
+        for path in sorted(Path(root, layout.SESSIONS_DIR).rglob("*.json")):
+            try:
+                timing = json.loads(path.read_text()).get("timing") or {}
+            except (OSError, ValueError):
+                continue
+            if timing.get("host") != host:
+                continue
+            for start in timing.get("starts") or []:
+                self.by_config[start["config"]].append(float(start["startup_s"]))
+
+    def __len__(self) -> int:
+        return sum(map(len, self.by_config.values()))
+
+
+class PlanRates(rates.CalibratedRates):
+    """Calibrated rates, with this host's measured start-ups where there are some."""
+
+    def __init__(self, config: dict, device: rates.DeviceRates, measured: MeasuredStarts,
+                 root: str | Path = "."):
+        super().__init__(config, device, root)
+        self.measured = measured
+
+    def startup_s(self, cell: grid.Cell, first: bool) -> float:
+        seen = self.measured.by_config.get(sessions.config_id(cell.server_config))
+        if seen:
+            return statistics.median(seen)
+        return super().startup_s(cell, first)
+
+
+def _supported(config: dict, cells: dict[str, grid.Cell], here: bool) -> tuple[dict, dict]:
+    """(cells that will measure, cells unsupported on this host: id -> reason)."""
+    if not here:
+        return cells, {}
+    from sdbench.plan import hostcaps
+
+    plan = hostcaps.host_plan(config, cells)
+    skipped = {c: p["unsupported_here"] for c, p in plan.items() if p["unsupported_here"]}
+    return {c: cell for c, cell in cells.items() if c not in skipped}, skipped
+
+
+def derived_cells(config: dict) -> list[grid.Cell]:
+    """The derived dynamic-K cells as the plan sees them before their schedules exist: the
+    method's largest k (a schedule takes k from its list or 0), one configuration each."""
+    out = []
+    for n, spec in enumerate(grid.dynamic_k_specs(config)):
+        placeholder = grid.dynamic_k_placeholder(config, spec)
+        server = {**placeholder.server_config,
+                  "num_speculative_tokens": max(spec["method"]["k"]),
+                  "method_options": {**placeholder.server_config["method_options"],
+                                     "derived": n}}
+        out.append(replace(placeholder, cell_id=f"derived{n}", server_config=server))
+    return out
+
+
+def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = False,
+              measured: MeasuredStarts | None = None) -> dict:
+    """Per part (round, derived dynamic-K cells) and in total: cells, sessions, starts and
+    GPU-hours, with sessions and with one start per cell and instance."""
+    measured = measured if measured is not None else MeasuredStarts(root)
+    model = PlanRates(config, rates.DEVICES[device], measured, root)
+    cells = grid.cells_by_id(config)
+    measuring, unsupported = _supported(config, cells, here)
+    tallies = {part: Tally() for part in PARTS}
+    for cell in cells.values():
+        tallies[cell.round].cells += 1
+    # the first start of each configuration on the host finds its compile caches cold, but
+    # where this host measured one before
+    cold = {sessions.config_id(c.server_config) for c in measuring.values()} - set(
+        measured.by_config)
+    planned = sessions.plan_sessions(measuring)
+    works = {}
+    for session in planned.values():
+        work = works[session.session_id] = session_work(session, measuring, model,
+                                                        cold=cold, root=root)
+        part = measuring[session.cells[0]].round
+        tallies[part].add(work)
+        if session.fresh_per_point:
+            tallies[part].exceptions.append(
+                f"{session.session_id} ({measuring[session.cells[0]].label}): a fresh server "
+                f"for each of its {work.starts} points")
+    cold = {sessions.config_id(c.server_config) for c in measuring.values()} - set(
+        measured.by_config)
+    for cell in measuring.values():
+        for session in sessions.standalone(cell).values():
+            tallies[cell.round].add(session_work(session, {cell.cell_id: cell}, model,
+                                                 cold=cold, root=root), without=True)
+    for cell in derived_cells(config):
+        tallies["dynamic-K"].cells += 1
+        cold.add(sessions.config_id(cell.server_config))
+        for session in sessions.standalone(cell).values():
+            work = session_work(session, {cell.cell_id: cell}, model, cold=cold, root=root)
+            tallies["dynamic-K"].add(work)
+            tallies["dynamic-K"].add(work, without=True)
+    total = Tally()
+    for tally in tallies.values():
+        for name in ("cells", "sessions", "starts", "starts_without", "startup_h",
+                     "measuring_h", "rest_h", "startup_without_h", "rest_without_h"):
+            setattr(total, name, getattr(total, name) + getattr(tally, name))
+        total.exceptions += tally.exceptions
+    return {"device": rates.DEVICES[device], "parts": tallies, "total": total,
+            "unsupported": unsupported, "measured_starts": len(measured),
+            "sessions": planned, "work": works, "cells": measuring}
+
+
+def format_sessions(result: dict) -> str:
+    """Each session's projected start-ups, measuring and rest (seconds), in run order."""
+    lines = [f"{'session':<18} {'starts':>6} {'start-up s':>10} {'measuring s':>11} "
+             f"{'rest s':>7}  cells"]
+    for sid, session in result["sessions"].items():
+        work = result["work"][sid]
+        first = result["cells"][session.cells[0]]
+        lines.append(f"{sid:<18} {work.starts:>6} {work.startup_s:>10.0f} "
+                     f"{work.measuring_s:>11.0f} {work.rest_s:>7.0f}  {len(session.cells)}: "
+                     f"{first.label.split(' | ')[0]} | {first.server_config['target']['name']}")
+    return "\n".join(lines)
+
+
+def _assumptions(config: dict, device: rates.DeviceRates) -> list[str]:
+    methods = sorted({m["method"] for r in ("round1", "round2", "round3") if config.get(r)
+                      for m in config[r]["methods"]})
+    assumed = ", ".join(f"{m} {rates.ACCEPTANCE.get(m, 0.5):.2f}" for m in methods)
+    return [f"rates: {device.name}: {device.source}",
+            f"acceptance assumed per drafted token: {assumed or 'none'}; an exact draft "
+            f"{rates.EXACT_ACCEPTANCE[device.gpu]:.2f}, the workflow's plumbing drafts "
+            f"{rates.PLUMBING_ACCEPTANCE:.2f}",
+            "derived dynamic-K cells at their method's largest k"]
+
+
+def format_plan(result: dict, source: str) -> str:
+    device, parts, total = result["device"], result["parts"], result["total"]
+    unit = "GPU-hours" if device.gpu else "hours"
+    lines = [f"Plan of {source} on device class {device.name}",
+             "",
+             f"{'part':<10} {'cells':>6} {'sessions':>8} {'starts':>7} {'(per cell)':>10} "
+             f"{'start-up':>9} {'measuring':>10} {'rest':>7}   {'without sessions':>16}",
+             f"{'':<10} {'':>6} {'':>8} {'':>7} {'':>10} {unit:>9} {unit:>10} {unit:>7}   "
+             f"{'start-up + rest':>16}"]
+
+    def row(name: str, t: Tally) -> str:
+        return (f"{name:<10} {t.cells:>6} {t.sessions:>8} {t.starts:>7} {t.starts_without:>10} "
+                f"{t.startup_h:>9.2f} {t.measuring_h:>10.2f} {t.rest_h:>7.2f}   "
+                f"{t.startup_without_h + t.rest_without_h:>16.2f}")
+
+    lines += [row(name, t) for name, t in parts.items() if t.cells]
+    lines.append(row("total", total))
+    lines += ["",
+              f"server starts: {total.starts} (one per cell and instance: "
+              f"{total.starts_without})",
+              f"projected {unit}: start-up {total.startup_h:.2f}, measuring "
+              f"{total.measuring_h:.2f} (the rest {total.rest_h:.2f})",
+              f"  without sessions: start-up {total.startup_without_h:.2f}, measuring "
+              f"{total.measuring_h:.2f} (the rest {total.rest_without_h:.2f})",
+              "A start is one (server configuration, instance); fresh-server-per-point "
+              "exceptions: " + ("; ".join(total.exceptions) if total.exceptions else "none")]
+    if result["unsupported"]:
+        lines.append(f"{len(result['unsupported'])} cells are unsupported on this host (no "
+                     "start, nothing measured): " + "; ".join(sorted(set(
+                         result["unsupported"].values()))))
+    if result["measured_starts"]:
+        lines.append(f"start-ups: the median of {result['measured_starts']} measured on this "
+                     "host where a configuration has one")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sdbench.plan.cost",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="config/config.yaml")
+    parser.add_argument("--device", choices=sorted(rates.DEVICES),
+                        help="device class (default: the config's plan.device, else this "
+                             "host's)")
+    parser.add_argument("--root", default=".", help="working directory of the runs")
+    parser.add_argument("--sessions", action="store_true",
+                        help="also list each session's projected split")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    device = args.device or config["plan"]["device"]
+    here = device == "auto"
+    if here:
+        from sdbench.plan import hostcaps
+
+        try:
+            caps = hostcaps.host_caps()
+        except hostcaps.ProbeError:
+            caps = None
+        device = rates.device_of_host(caps)
+    result = plan_cost(config, device, args.root, here=here)
+    print(format_plan(result, args.config))
+    if args.sessions:
+        print("\n" + format_sessions(result))
+    print("\n".join(["", "Assumptions:", *(f"  {a}" for a in
+                                           _assumptions(config, result["device"]))]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

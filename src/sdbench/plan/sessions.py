@@ -1,0 +1,154 @@
+"""Server sessions: the unit of GPU time.
+
+A cell is a server configuration x a workload, and stays the unit of results (its id, records
+file, point cache and staleness). A session is one server instance of one configuration: it
+starts once, measures every due point of every cell of that configuration assigned to its
+instance (all workloads, load points, and the repeats r with r mod n = instance), then stops.
+Adding a workload to a configuration thus costs no start beyond the session's own, and the
+session measures only the new cell's points (the others are in the point cache).
+
+Two exceptions, both planned here:
+
+- **Interleaved cells** (a method's `interleave`): the session of the baseline configuration's
+  instance also runs the servers of every configuration interleaved with it, side by side, and
+  at each point of each workload they take turns (`sdbench.measure.groups`). Their cells run on
+  the baseline's instances (`grid.all_cells`).
+- **Fresh server per point** (`grid.isolation`: a proposer that keeps state across requests):
+  the session starts a server for each of its points; `starts` counts each.
+
+The session id is the lead configuration's id (a short hash of its canonical server config)
+and the instance: `<config id>-i<instance>`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from sdbench.ids import short_hash
+from sdbench.plan import grid
+
+
+def config_id(server_config: dict) -> str:
+    """A server configuration's short stable id (its canonical JSON's hash)."""
+    return short_hash({"server_config": server_config})
+
+
+def session_id(lead: str, instance: int) -> str:
+    return f"{lead}-i{instance}"
+
+
+SESSION_ID_PATTERN = "[0-9a-f]{12}-i[0-9]+"
+
+
+@dataclass(frozen=True)
+class Session:
+    """One server instance of one configuration (with, for interleaved cells, the servers that
+    take turns with it) and the cells it measures."""
+
+    session_id: str
+    lead: str  # config id of its first server (a group's baseline)
+    instance: int
+    configs: tuple[str, ...]  # config ids of its servers, the lead first
+    cells: tuple[str, ...]  # cell ids it measures, the lead's cells first, in grid order
+    engine: str
+    fresh_per_point: bool  # every point in a server of its own
+
+    @property
+    def interleaved(self) -> bool:
+        return len(self.configs) > 1
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**out, "configs": list(self.configs), "cells": list(self.cells)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Session:
+        return cls(**{**data, "configs": tuple(data["configs"]),
+                      "cells": tuple(data["cells"])})
+
+    def only(self, cell_ids: Iterable[str]) -> Session:
+        """The same session measuring only these of its cells (a cell run alone)."""
+        keep = set(cell_ids)
+        return Session(self.session_id, self.lead, self.instance, self.configs,
+                       tuple(c for c in self.cells if c in keep), self.engine,
+                       self.fresh_per_point)
+
+
+def lead_configs(cells: dict[str, grid.Cell]) -> dict[str, str]:
+    """config id -> the config id of the session lead it runs under: its own, or for a
+    configuration with interleaved cells its baseline's."""
+    lead: dict[str, str] = {}
+    for cell in cells.values():
+        own = config_id(cell.server_config)
+        lead.setdefault(own, own)
+        if cell.group and cell.cell_id != cell.group[0]:
+            lead[own] = config_id(cells[cell.group[0]].server_config)
+    return lead
+
+
+def plan_sessions(cells: dict[str, grid.Cell]) -> dict[str, Session]:
+    """session id -> Session, for every configuration instance that measures something."""
+    leads = lead_configs(cells)
+    members: dict[tuple[str, int], list[grid.Cell]] = {}
+    for cell in cells.values():
+        own = config_id(cell.server_config)
+        for instance in cell.used_instances:
+            members.setdefault((leads[own], instance), []).append(cell)
+    sessions = {}
+    for (lead, instance), group in members.items():
+        configs = list(dict.fromkeys(
+            [lead] + [config_id(c.server_config) for c in group]))
+        # the lead's cells first (a group's baseline measures every instance its partners do)
+        ordered = sorted(group, key=lambda c: configs.index(config_id(c.server_config)))
+        first = ordered[0]
+        sid = session_id(lead, instance)
+        sessions[sid] = Session(
+            sid, lead, instance, tuple(configs), tuple(c.cell_id for c in ordered),
+            first.engine, grid.isolation(first.server_config) == grid.FRESH_PER_POINT)
+    return sessions
+
+
+def cell_sessions(cell: grid.Cell, cells: dict[str, grid.Cell]) -> list[str]:
+    """The session ids that measure `cell` (one per instance it uses)."""
+    own = config_id(cell.server_config)
+    lead = config_id(cells[cell.group[0]].server_config) if cell.group else own
+    return [session_id(lead, i) for i in cell.used_instances]
+
+
+def session_points(session: Session, cell: grid.Cell) -> list[tuple[dict, int]]:
+    """(load, repeat) of `cell` that `session` measures, in measuring order: every load point
+    once, then again (repeats interleaved)."""
+    return [(load, r) for r in cell.instance_repeats(session.instance)
+            for load in cell.load_points()]
+
+
+def starts(session: Session, cells: dict[str, grid.Cell]) -> int:
+    """Server (or engine) starts of the session: one per server, or one per point where each
+    point gets a fresh server."""
+    if session.fresh_per_point:
+        return sum(len(session_points(session, cells[c])) for c in session.cells)
+    return len(session.configs)
+
+
+def standalone(cell: grid.Cell) -> dict[str, Session]:
+    """The sessions of one cell measured on its own (a derived dynamic-K cell, or a cell run
+    from the command line): one per instance, with this cell only."""
+    alone = replace(cell, group=())
+    return plan_sessions({alone.cell_id: alone})
+
+
+def read_manifest(path: str | Path) -> dict | None:
+    """A session's manifest (sdbench.measure.session), or None when there is none."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def retries(path: str | Path) -> int:
+    """How many runs of the session left a cell unfinished (a parameter of its rule: a run
+    after one that did measures those points again)."""
+    return int((read_manifest(path) or {}).get("retries", 0))

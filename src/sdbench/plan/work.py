@@ -1,0 +1,150 @@
+"""The work of a session, in seconds, by one request model with two sets of rates.
+
+Every point sends its prompts (`grid.point_prompts`) at the prompt set's mean prompt and output
+lengths (its data card; before the set is built, its longest request): a closed-loop point in
+waves of its concurrency, an open-loop point at its request rate plus one request. Each cell's
+first point in a session adds its warm-up requests, each server's first point its readiness
+check (one request, where `loadgen.ready_check_timeout_s` asks for one). A session adds its
+servers' start-ups and the rest of its job (job start, imports, checks, stopping).
+
+- `sdbench.plan.runtimes` sizes a job's time limit with conservative rates
+  (`cells.work_rates`, the start-up limit): a limit must not kill a slow cell.
+- `sdbench.plan.cost` (`make plan`) projects what a run will cost with rates calibrated from
+  measured runs per device class (`sdbench.plan.rates`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from sdbench import layout
+from sdbench.data.builders import output_bound, request_bound
+from sdbench.plan import grid
+from sdbench.plan.sessions import Session, config_id, session_points
+
+# a request bounded only by the server's context, where the server sets none
+UNBOUNDED_REQUEST_TOKENS = 32768
+
+
+def request_tokens(cell: grid.Cell, card: dict | None = None) -> tuple[float, float]:
+    """(prompt, output) tokens of a typical request of the cell's prompt set: the means of its
+    data card, or without one the longest request its definition allows."""
+    if card and card.get("prompt_tokens") and card.get("output_tokens"):
+        return float(card["prompt_tokens"]["mean"]), float(card["output_tokens"]["mean"])
+    definition = cell.workload["definition"]
+    output = output_bound(definition)
+    total = request_bound(definition)
+    if total is None:  # a prompt set bounded only by the server's context
+        total = cell.server_config["args"].get("max_model_len") or UNBOUNDED_REQUEST_TOKENS
+    return float(max(total - output, 0)), float(output)
+
+
+def read_card(cell: grid.Cell, root: str | Path = ".") -> dict | None:
+    """The data card of the cell's prompt set (None before it is built)."""
+    path = Path(root) / layout.card_path(cell.workload["dataset"], cell.workload["subset"])
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class Rates(Protocol):
+    """Seconds of the parts of a session's work."""
+
+    def request_s(self, cell: grid.Cell, prompt: float, output: float,
+                  concurrency: int) -> float:
+        """One request of `cell` among `concurrency` in flight (its wall time)."""
+
+    def startup_s(self, cell: grid.Cell, first: bool) -> float:
+        """One start of the cell's server (`first`: the first of its configuration on the
+        host: compile caches are cold)."""
+
+    def point_overhead_s(self, cell: grid.Cell) -> float:
+        """The load generator's own time around a point (its start, reading the prompts)."""
+
+    def rest_s(self, session: Session) -> float:
+        """A session's job outside start-ups and points (job start, imports, checks, stop)."""
+
+    def side_by_side_s(self, spans: list[float]) -> float:
+        """Start-ups of servers launched together (each on its own GPUs, or sharing CPUs)."""
+
+
+@dataclass(frozen=True)
+class SessionWork:
+    startup_s: float
+    measuring_s: float
+    rest_s: float
+    starts: int
+    gpus: int
+
+    @property
+    def total_s(self) -> float:
+        return self.startup_s + self.measuring_s + self.rest_s
+
+
+def point_seconds(cell: grid.Cell, load: dict, rates: Rates, card: dict | None,
+                  warm_ups: int = 0, ready_check: bool = False) -> float:
+    """One point of the cell: its prompts in waves of its concurrency (or at its rate), the
+    warm-up requests and readiness check before it, the load generator's own time."""
+    prompt, output = request_tokens(cell, card)
+    prompts = grid.point_prompts(cell, load)
+    if load["mode"] == "rate":
+        # requests in flight at a rate: about rate x one request's time (at least 1)
+        single = rates.request_s(cell, prompt, output, 1)
+        level = max(1, min(prompts, math.ceil(load["request_rate"] * single)))
+        seconds = prompts / load["request_rate"] + rates.request_s(cell, prompt, output, level)
+    else:
+        level = max(1, min(load["concurrency"], prompts))
+        seconds = math.ceil(prompts / level) * rates.request_s(cell, prompt, output, level)
+    if warm_ups:
+        level = max(1, min(warm_ups, load.get("concurrency") or 1))
+        seconds += math.ceil(warm_ups / level) * rates.request_s(cell, prompt, output, level)
+    if ready_check:
+        seconds += rates.request_s(cell, prompt, output, 1)
+    return seconds + rates.point_overhead_s(cell)
+
+
+def session_work(session: Session, cells: dict[str, grid.Cell], rates: Rates,
+                 cards: dict[str, dict | None] | None = None,
+                 cold: set[str] | None = None, root: str | Path = ".") -> SessionWork:
+    """The session's start-ups, measuring and rest at `rates`. `cards`: cell id -> its prompt
+    set's data card (read under `root` where built, when not given); `cold`: config ids whose
+    first start on this host this is (their compile caches are cold); the set is updated."""
+    cards = {} if cards is None else cards
+    cold = set() if cold is None else cold
+    measuring, startup, served = 0.0, 0.0, set()
+    firsts: dict[str, grid.Cell] = {}
+    points_per_config: dict[str, int] = {}
+    for cell_id in session.cells:
+        cell = cells[cell_id]
+        if cell_id not in cards:
+            cards[cell_id] = read_card(cell, root)
+        cid = config_id(cell.server_config)
+        firsts.setdefault(cid, cell)
+        for load, _repeat in session_points(session, cell):
+            fresh = session.fresh_per_point
+            first_of_cell = cell_id not in served and not fresh
+            first_of_server = (fresh or points_per_config.get(cid, 0) == 0) and bool(
+                cell.workload["loadgen"].get("ready_check_timeout_s"))
+            measuring += point_seconds(cell, load, rates, cards[cell_id],
+                                       cell.workload["loadgen"].get("num_warmups", 0)
+                                       if first_of_cell else 0, first_of_server)
+            served.add(cell_id)
+            points_per_config[cid] = points_per_config.get(cid, 0) + 1
+            if fresh:
+                startup += rates.startup_s(cell, cid in cold)
+                cold.discard(cid)
+    starts = len(firsts)
+    if session.fresh_per_point:
+        starts = sum(points_per_config.values())
+    else:
+        spans = [rates.startup_s(cell, cid in cold) for cid, cell in firsts.items()]
+        startup = rates.side_by_side_s(spans) if session.interleaved else sum(spans)
+        cold.difference_update(firsts)
+    gpus = sum(grid.cell_gpus(cell.server_config) for cell in firsts.values()) \
+        if session.interleaved else grid.cell_gpus(next(iter(firsts.values())).server_config)
+    return SessionWork(startup, measuring, rates.rest_s(session), starts, gpus)
