@@ -7,7 +7,8 @@ library's readers both take them from here (relative to the working directory).
     results/cells/<cell id>.jsonl             a cell's records (.partial until it finishes),
                                               .requests.jsonl.gz, .error.json
     results/points/<cell id>/                 the point cache
-    results/groups/<group id>.json            a group job's manifest
+    results/sessions/<session id>.json        a session's manifest (what it measured, and its
+                                              time split); standalone/: sessions of one cell
     results/derived/<target>/<workload>/<method>.jsonl   a dynamic-K cell; .schedule.json
     results/profiles/<cell id>/               Nsight Systems reports
     results/summary*                          the summary stage's tables (`SummaryTables`)
@@ -27,7 +28,7 @@ PROCESSED_DIR = "data/processed"
 MODELS_DIR = "resources/models"
 CELLS_DIR = "results/cells"
 POINTS_DIR = "results/points"
-GROUPS_DIR = "results/groups"
+SESSIONS_DIR = "results/sessions"
 DERIVED_DIR = "results/derived"
 PROFILES_DIR = "results/profiles"
 EXECUTED_DIR = "results/notebooks"
@@ -40,11 +41,9 @@ FETCH_LOG = "logs/data/fetch_{source}_{file}.log"
 SUBSET_LOG = "logs/data/{dataset}/{subset}.log"
 MODEL_LOG = "logs/models/{model}.log"
 CELL_LOG = "logs/cells/{cell_id}.log"
-SERVER_LOG = "logs/cells/{cell_id}.server.log"
-GROUP_LOG = "logs/groups/{group_id}.log"
-GROUP_SERVER_LOG = "logs/groups/{group_id}/{cell_id}.server.log"
+SESSION_LOG = "logs/sessions/{session_id}.log"
+SESSION_SERVER_LOG = "logs/sessions/{session_id}/{config_id}.server.log"
 DERIVED_LOG = "logs/derived/{target}/{workload}/{speculator}.log"
-DERIVED_SERVER_LOG = "logs/derived/{target}/{workload}/{speculator}.server.log"
 SCHEDULE_LOG = "logs/derived/{target}/{workload}/{speculator}.schedule.log"
 SUMMARY_LOG = "logs/summary.log"
 REPORT_LOG = "logs/reports/{round}.log"
@@ -117,13 +116,31 @@ def point_cache(cell_id: str) -> Path:
     return Path(POINTS_DIR) / cell_id
 
 
+def partial_lock(cell_id: str) -> Path:
+    """What the sessions of a cell's server instances lock while they rewrite its partial
+    records (`files.locked` adds .lock)."""
+    return Path(".sdbench/locks") / cell_id
+
+
 def profile_dir(cell_id: str) -> Path:
     return Path(PROFILES_DIR) / cell_id
 
 
-def group_output(group_id: str) -> str:
-    """The manifest a group job writes once every point of its cells is in the point cache."""
-    return f"{GROUPS_DIR}/{group_id}.json"
+def session_output(session_id: str) -> str:
+    """A session's manifest: per cell its points in the point cache (or why it is not done),
+    and the session's time split."""
+    return f"{SESSIONS_DIR}/{session_id}.json"
+
+
+def standalone_session_output(cell_id: str, instance: int) -> str:
+    """The manifest of a session that served one cell alone (a derived dynamic-K cell, a cell
+    run from the command line)."""
+    return f"{SESSIONS_DIR}/standalone/{cell_id}-i{instance}.json"
+
+
+def session_server_log(session_id: str, config_id: str) -> str:
+    """The log of a session's server of one configuration (every start of it appends)."""
+    return SESSION_SERVER_LOG.format(session_id=session_id, config_id=config_id)
 
 
 def dynamic_k_output(target: str, workload: str, speculator: str) -> str:

@@ -1,6 +1,34 @@
-# One job per cell (server config x workload): one vLLM server, the whole concurrency sweep.
-# Cells of an `interleave` method are measured with their baseline in one group job (servers
-# side by side, points in turn); their cell jobs then write the records from the point cache.
+# One job per server session (a configuration instance: sdbench.plan.sessions): its server
+# starts once and measures every due point of every cell of its configuration, into the point
+# cache. A cell's own job then writes its records from its sessions' manifests (a local job:
+# it reads files, nothing else).
+
+
+rule session:
+    input:
+        unpack(session_inputs),
+    output:
+        manifest=layout.session_output("{session_id}"),
+    params:
+        session=lambda wc: SESSIONS[wc.session_id].to_dict(),
+        cells=lambda wc: [c.to_dict() for c in session_cells(wc)],
+        vllm=VLLM_BUILD,
+        host=lambda wc: [HOST_PLAN[c.cell_id] for c in session_cells(wc)],
+        # sessions that left a cell unfinished: the next run measures it again
+        retries=session_retries,
+    log:
+        layout.SESSION_LOG,
+    benchmark:
+        layout.benchmark_file("session", "{session_id}")
+    threads: CELL_THREADS
+    resources:
+        gpu=session_gpus,
+        runtime=session_runtime,
+        mem_mb=config["cells"]["mem_mb"],
+    conda:
+        ENV
+    script:
+        "../scripts/run_session.py"
 
 
 rule cell:
@@ -11,46 +39,14 @@ rule cell:
         requests=str(layout.requests_output(layout.cell_output("{cell_id}"))),
     params:
         cell=lambda wc: CELLS[wc.cell_id].to_dict(),
-        vllm=VLLM_BUILD,
-        host=lambda wc: HOST_PLAN[wc.cell_id],
     log:
-        cell=layout.CELL_LOG,
-        server=layout.SERVER_LOG,
+        layout.CELL_LOG,
     benchmark:
         layout.benchmark_file("cell", "{cell_id}")
-    threads: CELL_THREADS
-    resources:
-        gpu=lambda wc: grid.cell_gpus(CELLS[wc.cell_id].server_config),
-        runtime=cell_runtime,
-        mem_mb=config["cells"]["mem_mb"],
     conda:
         ENV
     script:
-        "../scripts/run_cell.py"
-
-
-rule cell_group:
-    input:
-        unpack(group_inputs),
-    output:
-        manifest=layout.group_output("{group_id}"),
-    params:
-        cells=lambda wc: [CELLS[i].to_dict() for i in GROUPS[wc.group_id]],
-        vllm=VLLM_BUILD,
-        host=lambda wc: [HOST_PLAN[i] for i in GROUPS[wc.group_id]],
-    log:
-        layout.GROUP_LOG,
-    benchmark:
-        layout.benchmark_file("cell_group", "{group_id}")
-    threads: CELL_THREADS
-    resources:
-        gpu=group_gpus,
-        runtime=group_runtime,
-        mem_mb=config["cells"]["mem_mb"],
-    conda:
-        ENV
-    script:
-        "../scripts/run_group.py"
+        "../scripts/assemble_cell.py"
 
 
 # A dynamic-K schedule is derived from round 1's records of its method and baseline (its own
@@ -87,8 +83,7 @@ rule dynamic_k_cell:
         spec=lambda wc: DYNAMIC_K[(wc.target, wc.workload, wc.speculator)],
         vllm=VLLM_BUILD,
     log:
-        cell=layout.DERIVED_LOG,
-        server=layout.DERIVED_SERVER_LOG,
+        layout.DERIVED_LOG,
     benchmark:
         layout.benchmark_file("dynamic_k_cell", "{target}/{workload}/{speculator}")
     threads: CELL_THREADS

@@ -12,7 +12,7 @@ sys.path.insert(0, SRC)
 # scripts and notebooks run in child processes: let them import the library too
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
 
-from sdbench.plan import checks, grid, hostcaps, lock, preflight, runtimes
+from sdbench.plan import checks, grid, hostcaps, lock, preflight, runtimes, sessions
 from sdbench import layout
 from sdbench.measure import provenance
 from sdbench.report.pages import salvage
@@ -31,9 +31,9 @@ if workflow.is_main_process and LOCK_NOTES:
 checks.check_installed(config, source=CONFIG_SOURCE)
 
 CELLS = grid.cells_by_id(config)
-# cells measured in turn with their baseline in one job (an `interleave` method): group id ->
-# the cells' ids
-GROUPS = {cell.group[0]: list(cell.group) for cell in CELLS.values() if cell.group}
+# server sessions: one per configuration instance (with the configurations interleaved with
+# it), each measuring every cell of its configuration (sdbench.plan.sessions)
+SESSIONS = sessions.plan_sessions(CELLS)
 DYNAMIC_K = {
     (spec["target"], spec["workload"], spec["speculator"]): spec
     for spec in grid.dynamic_k_specs(config)
@@ -69,7 +69,7 @@ BUILT_MODELS = [
 
 wildcard_constraints:
     cell_id="[0-9a-f]{12}",
-    group_id=names_regex(GROUPS),
+    session_id=sessions.SESSION_ID_PATTERN,
     round="round[123]",
     target=names_regex({t for (t, _, _) in DYNAMIC_K}),
     workload=names_regex(config["round1"]["workloads"]),
@@ -86,45 +86,53 @@ def model_input(name):
 
 
 def cell_inputs(wildcards):
-    cell = CELLS[wildcards.cell_id]
-    inputs = {"prompts": cell.workload["path"]}
-    for role, name in zip(("target", "draft"), grid.cell_models(cell)):
-        inputs[role] = model_input(name)
-    if grid.sends_baseline_counts(cell):
-        inputs["baseline"] = layout.cell_output(cell.baseline_cell_id)
-    if cell.group:  # its points are measured by its group's job
-        inputs["group"] = layout.group_output(cell.group[0])
-    return inputs
+    """A cell's own job reads the manifests of its sessions (one per server instance)."""
+    return {"sessions": [layout.session_output(s)
+                         for s in sessions.cell_sessions(CELLS[wildcards.cell_id], CELLS)]}
 
 
-def group_inputs(wildcards):
-    """What a group job needs: every cell's prompts and models."""
+def session_cells(wildcards):
+    return [CELLS[c] for c in SESSIONS[wildcards.session_id].cells]
+
+
+def session_inputs(wildcards):
+    """What a session needs: every cell's prompts and models (but the models of a cell this
+    host cannot run), and for a duration-bounded speculative cell its baseline's records (their
+    prompt counts)."""
     inputs = {}
-    for cell_id in GROUPS[wildcards.group_id]:
-        cell = CELLS[cell_id]
-        inputs[f"prompts_{cell_id}"] = cell.workload["path"]
+    for cell in session_cells(wildcards):
+        inputs[f"prompts_{cell.cell_id}"] = cell.workload["path"]
+        if HOST_PLAN[cell.cell_id]["unsupported_here"]:
+            continue  # recorded as unsupported here: its models are never loaded (nor built)
         for role, name in zip(("target", "draft"), grid.cell_models(cell)):
-            inputs[f"{role}_{cell_id}"] = model_input(name)
+            inputs[f"{role}_{cell.cell_id}"] = model_input(name)
+        if grid.sends_baseline_counts(cell):
+            inputs[f"baseline_{cell.cell_id}"] = layout.cell_output(cell.baseline_cell_id)
     return inputs
 
 
-def group_gpus(wildcards):
-    """A group's servers run side by side: the sum of their GPUs."""
-    return sum(grid.cell_gpus(CELLS[i].server_config) for i in GROUPS[wildcards.group_id])
+def session_gpus(wildcards):
+    """GPUs of a session: its server's, or the sum of servers side by side."""
+    session = SESSIONS[wildcards.session_id]
+    first = {sessions.config_id(c.server_config): c for c in session_cells(wildcards)}
+    counts = [grid.cell_gpus(c.server_config) for c in first.values()]
+    return sum(counts) if session.interleaved else counts[0]
 
 
-def cell_runtime(wildcards, attempt):
-    """Minutes a cell job may run (cells.runtime; `auto`: from its work, more on a retry)."""
-    return runtimes.job_minutes(config, [CELLS[wildcards.cell_id]], attempt)
+def session_runtime(wildcards, attempt):
+    """Minutes a session may run (cells.runtime; `auto`: from its work, more on a retry)."""
+    return runtimes.session_minutes(config, SESSIONS[wildcards.session_id], CELLS, attempt)
 
 
-def group_runtime(wildcards, attempt):
-    return runtimes.job_minutes(config, [CELLS[i] for i in GROUPS[wildcards.group_id]], attempt)
+def session_retries(wildcards):
+    """Sessions of this id that left a cell unfinished: a parameter, so that the next run
+    measures those points again."""
+    return sessions.retries(layout.session_output(wildcards.session_id))
 
 
 def dynamic_k_runtime(wildcards, attempt):
     spec = DYNAMIC_K[(wildcards.target, wildcards.workload, wildcards.speculator)]
-    return runtimes.job_minutes(config, [grid.dynamic_k_placeholder(config, spec)], attempt)
+    return runtimes.cell_minutes(config, grid.dynamic_k_placeholder(config, spec), attempt)
 
 
 def model_build_inputs(wildcards):
@@ -241,7 +249,11 @@ def summary_inputs(wildcards):
 
 # checkpoint folders of the targets (their tokenizers serve the lossless check), and the rounds
 # and settings of every cell (the summary's columns): computed once per parse
-SUMMARY_MODELS = {t: model_input(t) for t in grid.round_targets(config)}
+# (a target this host runs no cell of is never built: nothing of it is measured)
+SUMMARY_MODELS = {t: model_input(t) for t in grid.round_targets(config)
+                  if any(c.server_config["target"]["name"] == t
+                         and not HOST_PLAN[c.cell_id]["unsupported_here"]
+                         for c in CELLS.values())}
 SUMMARY_INDEX = grid.summary_index(config)
 # the summary stage's tables (the reports read these and nothing else)
 SUMMARY = SummaryTables()

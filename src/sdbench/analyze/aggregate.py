@@ -375,7 +375,7 @@ def build_summary(record_files: list[str | Path], partial_files: list[str | Path
     if details is None:
         details = read_all_details(record_files)
     encoders = {}
-    for target in frame["target"].unique():
+    for target in frame.loc[frame["status"] == "ok", "target"].unique():  # measured ones
         tokenizer = AutoTokenizer.from_pretrained(model_dirs[target])
         encoders[target] = lambda text, tok=tokenizer: tok.encode(text, add_special_tokens=False)
     lossless = lossless_columns(frame, details, encoders)

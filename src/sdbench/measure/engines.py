@@ -15,8 +15,9 @@ pairing with the baseline, the lossless check and the reports are shared with se
   everywhere: 1 + accepted tokens / steps that had a draft; `tokens_per_target_step` (new
   tokens per target forward pass, steps without a draft included) is its own metric.
 
-Every point reads the prompts with its repeat's own seed (order, and sampling), as server
-cells do.
+A job is one session: the engine is loaded once and measures the points of every cell in
+`job["cells"]`, each cell's first point after its own warm-up requests. Every point reads the
+prompts with its repeat's own seed (order, and sampling), as server cells do.
 
 Each point's window is on `time.perf_counter`, the host's monotonic clock on Linux: the clock
 of the cell's GPU sampler in the parent process.
@@ -44,10 +45,10 @@ def choose_prompts(records: list[dict], num_prompts: int, shuffle: bool,
     return records[:num_prompts]
 
 
-def _prompts_by_seed(job: dict):
-    """seed -> the job's prompts in that seed's order (the file is read once)."""
-    records = read_jsonl(job["prompts"])
-    return lambda seed: choose_prompts(records, job["num_prompts"], job["shuffle"], seed)
+def _prompts_by_seed(part: dict):
+    """seed -> the cell's prompts in that seed's order (the file is read once)."""
+    records = read_jsonl(part["prompts"])
+    return lambda seed: choose_prompts(records, part["num_prompts"], part["shuffle"], seed)
 
 
 def throughput_metrics(duration: float, input_lens: list[int], output_lens: list[int],
@@ -108,9 +109,10 @@ def _delta(before: dict, after: dict) -> dict:
                         per_pos)
 
 
-def run_offline(job: dict) -> Iterator[tuple[dict, dict, dict]]:
-    """Yield (point, metrics, detail) for each (batch size, repeat) of the job; metrics carry
-    the point's window on the host's monotonic clock (`window_perf_counter`)."""
+def run_offline(job: dict) -> Iterator[tuple[int, int, dict, dict, dict]]:
+    """Yield (cell index, point index, point, metrics, detail) for each (batch size, repeat) of
+    each cell of the job, the engine loaded once; metrics carry the point's window on the
+    host's monotonic clock (`window_perf_counter`)."""
     from vllm import LLM, SamplingParams
 
     args = {k.replace("-", "_"): v for k, v in job["args"].items()}
@@ -118,7 +120,7 @@ def run_offline(job: dict) -> Iterator[tuple[dict, dict, dict]]:
               disable_log_stats=False, **args)
     chat = job["endpoint"] == "chat"
 
-    def generate(batch: list[dict], seed: int = job["seed"]):
+    def generate(batch: list[dict], seed: int):
         params = [SamplingParams(temperature=job["temperature"], seed=seed,
                                  max_tokens=p["output_tokens"], min_tokens=p.get("min_tokens")
                                  or 0, ignore_eos=job.get("ignore_eos", False))
@@ -128,12 +130,9 @@ def run_offline(job: dict) -> Iterator[tuple[dict, dict, dict]]:
                             params, use_tqdm=False)
         return llm.generate([p["prompt"] for p in batch], params, use_tqdm=False)
 
-    prompts_for = _prompts_by_seed(job)
-    if job["num_warmups"]:
-        generate(prompts_for(job["seed"])[:job["num_warmups"]])
-    for point in job["plan"]:
-        seed = point.get("seed", job["seed"])
-        prompts = prompts_for(seed)
+    for cell_index, part, point_index, point in _points(job, generate):
+        seed = point["seed"]
+        prompts = part["prompts_for"](seed)
         size = point["concurrency"]
         before, outputs, latencies = _counters(llm), [], []
         started = time.perf_counter()
@@ -150,7 +149,19 @@ def run_offline(job: dict) -> Iterator[tuple[dict, dict, dict]]:
         detail = {"input_lens": input_lens, "output_lens": output_lens,
                   "latencies": latencies, "generated_texts": [o.outputs[0].text for o in outputs],
                   "errors": [""] * len(outputs)}
-        yield point, metrics, detail
+        yield cell_index, point_index, point, metrics, detail
+
+
+def _points(job: dict, warm_up=None) -> Iterator[tuple[int, dict, int, dict]]:
+    """(cell index, its part of the job, point index, point) in order; before each cell's
+    first point, `warm_up(prompts)` with its first `num_warmups` prompts (the engine is warm
+    for later points of the cell)."""
+    for cell_index, part in enumerate(job["cells"]):
+        part = {**part, "prompts_for": _prompts_by_seed(part)}
+        if job["num_warmups"] and warm_up is not None:
+            warm_up(part["prompts_for"](part["seed"])[:job["num_warmups"]], part["seed"])
+        for point_index, point in enumerate(part["plan"]):
+            yield cell_index, part, point_index, point
 
 
 @contextlib.contextmanager
@@ -178,8 +189,9 @@ def _count_candidates(counts: dict) -> Iterator[None]:
             cls.get_candidates = original
 
 
-def run_transformers(job: dict) -> Iterator[tuple[dict, dict, dict]]:
-    """Yield (point, metrics, detail) for each repeat of the job (batch size 1)."""
+def run_transformers(job: dict) -> Iterator[tuple[int, int, dict, dict, dict]]:
+    """Yield (cell index, point index, point, metrics, detail) for each repeat of each cell of
+    the job (batch size 1), the models loaded once."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -200,8 +212,6 @@ def run_transformers(job: dict) -> Iterator[tuple[dict, dict, dict]]:
             extra["max_matching_ngram_size"] = job["options"]["prompt_lookup_max"]
     steps = {"n": 0}
     model.register_forward_hook(lambda *_: steps.__setitem__("n", steps["n"] + 1))
-    prompts_for = _prompts_by_seed(job)
-
     def encode(text: str):
         if job["endpoint"] == "chat":
             return tokenizer.apply_chat_template([{"role": "user", "content": text}],
@@ -218,10 +228,12 @@ def run_transformers(job: dict) -> Iterator[tuple[dict, dict, dict]]:
                              **extra)
         return enc["input_ids"][0].tolist(), out[0][enc["input_ids"].shape[1]:].tolist()
 
-    for record in prompts_for(job["seed"])[:job["num_warmups"]]:
-        generate(record)
-    for point in job["plan"]:
-        prompts = prompts_for(point.get("seed", job["seed"]))
+    def warm_up(records: list[dict], _seed: int) -> None:
+        for record in records:
+            generate(record)
+
+    for cell_index, part, point_index, point in _points(job, warm_up):
+        prompts = part["prompts_for"](point["seed"])
         counts = {"drafts": 0, "draft_tokens": 0}
         steps["n"] = 0
         input_lens, output_lens, latencies, texts = [], [], [], []
@@ -242,25 +254,26 @@ def run_transformers(job: dict) -> Iterator[tuple[dict, dict, dict]]:
                                             sum(output_lens), steps["n"]))
         detail = {"input_lens": input_lens, "output_lens": output_lens, "latencies": latencies,
                   "generated_texts": texts, "errors": [""] * len(texts)}
-        yield point, metrics, detail
+        yield cell_index, point_index, point, metrics, detail
 
 
 RUNNERS = {"offline": run_offline, "transformers": run_transformers}
 
 
-def point_file(folder: str | Path, index: int) -> Path:
-    return Path(folder) / f"point-{index:04d}.json"
+def point_file(folder: str | Path, cell_index: int, index: int) -> Path:
+    return Path(folder) / f"point-{cell_index:03d}-{index:04d}.json"
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the job in `argv[0]` (JSON), one result file per point into its `out_dir`."""
     job = json.loads(Path((argv or sys.argv[1:])[0]).read_text())
-    for index, (point, metrics, detail) in enumerate(RUNNERS[job["engine"]](job)):
-        tmp = point_file(job["out_dir"], index).with_suffix(".tmp")
+    for cell_index, index, point, metrics, detail in RUNNERS[job["engine"]](job):
+        path = point_file(job["out_dir"], cell_index, index)
+        tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"point": point, "metrics": metrics, "detail": detail}))
-        tmp.rename(point_file(job["out_dir"], index))
-        print(f"[sdbench] point {index} {point}: {metrics['total_token_throughput']:.1f} tok/s",
-              flush=True)
+        tmp.rename(path)
+        print(f"[sdbench] cell {cell_index} point {index} {point}: "
+              f"{metrics['total_token_throughput']:.1f} tok/s", flush=True)
     return 0
 
 

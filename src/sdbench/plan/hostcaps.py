@@ -479,8 +479,11 @@ def cell_verdict(config: dict, cell, root: str | Path = ".") -> dict:
     dirs = {name: str(Path(root) / model_dir(config, name)) for name in names}
     try:
         caps = host_caps()
-        facts = ({} if caps is None or cell.engine == TRANSFORMERS
-                 else model_facts(list(dirs.values())))
+        # what the checkpoints' declared quantization already rules out needs no probe
+        ruled_out = caps is not None and cell.engine != TRANSFORMERS and plan_reason(
+            config, cell, caps, root) is not None
+        facts = ({} if caps is None or cell.engine == TRANSFORMERS or ruled_out
+                 else model_facts(quantized_dirs(config, names, root)))
     except ProbeError as exc:  # no opinion: the server itself will say what it cannot run
         print(f"[sdbench] {exc}; the cell runs without a host verdict", file=sys.stderr)
         caps, facts = None, {}
@@ -500,6 +503,16 @@ def cell_verdict(config: dict, cell, root: str | Path = ".") -> dict:
         "forced_isa": caps.get("forced_isa"), "gpus": caps.get("gpus")}
     return {"reason": reason, "host": host,
             "dtype": {"requested": requested, "resolved": resolved, "why": why}}
+
+
+def quantized_dirs(config: dict, names: list[str], root: str | Path = ".") -> list[str]:
+    """The checkpoint folders of those models that are quantized: only their reading by vLLM
+    (activation dtypes, minimum GPU capability) can change a verdict; asking it costs a child
+    process that imports vLLM."""
+    from sdbench.plan.grid import model_dir
+
+    return [str(Path(root) / model_dir(config, name)) for name in names
+            if checkpoint_quantization(config, name, root)]
 
 
 def run_args(args: dict, verdict: dict) -> dict:

@@ -132,10 +132,12 @@ def cell_status(cell_output: str | Path) -> tuple[str, str]:
     error = error_output(output)
     if error.exists():
         info = json.loads(error.read_text())
-        server_log = info.get("server_log")
-        logs = (f" (logs: {server_log.removesuffix('.server.log')}.log, {server_log})"
-                if server_log else "")
-        return "failed", first_line(info["error"]) + logs
+        logs = [info.get("log"), info.get("server_log")]
+        if logs[0] is None and logs[1]:  # error files written before sessions
+            logs[0] = f"{logs[1].removesuffix('.server.log')}.log"
+        logs = [log for log in logs if log]
+        return "failed", first_line(info["error"]) + (f" (logs: {', '.join(logs)})"
+                                                      if logs else "")
     if partial_output(output).exists():
         return "interrupted", "some points measured, the cell did not finish"
     log = cell_log(output)

@@ -1,6 +1,7 @@
 """Where a run's time went: data, models, cells (server start-up, measuring, the rest) and the
-summary and reports, from Snakemake's per-job benchmark files (benchmarks/<rule>/...) and the
-cells' own records. `make demo` prints it at the end:
+summary and reports, from Snakemake's per-job benchmark files (benchmarks/<rule>/...), the
+sessions' manifests (their own time split) and the cells' records. `make demo` prints it at
+the end:
 
     python -m sdbench.report.timing [--wall-s SECONDS]
 """
@@ -9,15 +10,15 @@ from __future__ import annotations
 
 import argparse
 import csv
-from datetime import datetime
+import json
 from pathlib import Path
 
 from sdbench.files import read_jsonl
-from sdbench.layout import BENCHMARKS_DIR, CELLS_DIR, DERIVED_DIR
+from sdbench.layout import BENCHMARKS_DIR, CELLS_DIR, DERIVED_DIR, SESSIONS_DIR, benchmark_file
 
 # rule -> the part of the run it belongs to
-PARTS = {"fetch_source": "data", "prompts": "data", "model": "models", "cell": "cells",
-         "cell_group": "cells", "dynamic_k_cell": "cells",
+PARTS = {"fetch_source": "data", "prompts": "data", "model": "models", "session": "cells",
+         "cell": "cells", "dynamic_k_cell": "cells",
          "dynamic_k_schedule": "summary and reports", "summary": "summary and reports",
          "report": "summary and reports", "index": "summary and reports"}
 
@@ -28,45 +29,43 @@ def _seconds(path: Path) -> float:
     return sum(float(row["s"]) for row in rows)
 
 
-def _instant(text: str) -> float:
-    return datetime.fromisoformat(text).timestamp()
+def _sessions(root: Path) -> dict[str, dict]:
+    """session manifest path (relative) -> its time split, for every session of the run."""
+    found = {}
+    for path in sorted((root / SESSIONS_DIR).rglob("*.json")):
+        try:
+            timing = json.loads(path.read_text()).get("timing")
+        except (OSError, ValueError):
+            continue
+        if timing:
+            found[str(path.relative_to(root))] = timing
+    return found
 
 
-def cell_split(root: str | Path = ".") -> dict[str, float]:
-    """Seconds of the finished cells: server start-up (each server instance once; servers that
-    started side by side, a group's, count once for the time they overlap), measuring (each
-    point from the load generator's start to its end, warm-up requests included) and of that
-    the timed requests alone."""
+def cell_split(root: str | Path = ".") -> dict:
+    """Seconds of the cells' jobs: server start-up (each start once; servers started side by
+    side count once for the time they overlap), measuring (each point from the load
+    generator's start to its end, warm-ups included), of that the timed requests alone, and
+    per session the rest of its job (job start, imports, checks, stopping: its wall time from
+    its benchmark file, else its own clock, less start-up and measuring)."""
     root = Path(root)
-    files = [*sorted((root / CELLS_DIR).glob("*.jsonl")),
-             *sorted((root / DERIVED_DIR).rglob("*.jsonl"))]
-    startup: dict[tuple, tuple[float | None, float]] = {}
-    measuring = timed = 0.0
-    for path in files:
+    sessions = _sessions(root)
+    timed = 0.0
+    for path in [*sorted((root / CELLS_DIR).glob("*.jsonl")),
+                 *sorted((root / DERIVED_DIR).rglob("*.jsonl"))]:
         for record in read_jsonl(path):
-            server = record.get("server") or {}
-            if server.get("startup_s") is not None:
-                began = server.get("started_at")  # records before it was written: summed
-                startup[(record["cell_id"], server.get("instance"))] = (
-                    None if began is None else _instant(began), float(server["startup_s"]))
-            prov = record["provenance"]
-            if record["status"] != "unsupported" and prov.get("finished_at"):
-                measuring += _instant(prov["finished_at"]) - _instant(prov["started_at"])
+            if record["status"] != "unsupported":
                 timed += float((record.get("metrics") or {}).get("duration") or 0.0)
-    return {"server start-up": covered(startup.values()), "measuring": measuring,
-            "timed requests": timed, "servers": len(startup)}
-
-
-def covered(spans) -> float:
-    """Seconds covered by (start, length) spans, overlaps once; a span without a start counts
-    in full."""
-    spans = list(spans)
-    total = sum(length for start, length in spans if start is None)
-    end = float("-inf")
-    for start, length in sorted(s for s in spans if s[0] is not None):
-        total += max(0.0, start + length - max(start, end))
-        end = max(end, start + length)
-    return total
+    rests = {}
+    for name, timing in sessions.items():
+        bench = root / benchmark_file("session", Path(name).stem)
+        wall = _seconds(bench) if bench.is_file() else timing["wall_s"]
+        rests[name] = wall - timing["startup_s"] - timing["measuring_s"]
+    return {"server start-up": sum(t["startup_s"] for t in sessions.values()),
+            "measuring": sum(t["measuring_s"] for t in sessions.values()),
+            "timed requests": timed,
+            "servers": sum(t["servers"] for t in sessions.values()),
+            "sessions": len(sessions), "session rest": rests}
 
 
 def time_split(root: str | Path = ".") -> dict:
@@ -94,15 +93,18 @@ def format_split(split: dict, wall_s: float | None = None) -> str:
     for part in ("data", "models", "cells", "summary and reports"):
         if part in parts:
             lines.append(f"  {part:<20} {_m(parts[part]):>9}  ({jobs[part]} jobs)")
-    if cells["servers"]:
+    if cells["sessions"]:
         other = parts.get("cells", 0.0) - cells["server start-up"] - cells["measuring"]
+        rests = sorted(cells["session rest"].values())
+        share = cells["measuring"] / parts["cells"] if parts.get("cells") else float("nan")
         lines += [f"    server start-up    {_m(cells['server start-up']):>9}  "
-                  f"({cells['servers']} servers)",
-                  f"    measuring          {_m(cells['measuring']):>9}  (of which timed "
-                  f"requests {_m(cells['timed requests'])}; the rest warm-ups and the load "
-                  "generator's own start)",
-                  f"    the rest           {_m(max(other, 0.0)):>9}  (stopping servers, "
-                  "host checks, job start)"]
+                  f"({cells['servers']} servers in {cells['sessions']} sessions)",
+                  f"    measuring          {_m(cells['measuring']):>9}  ({100 * share:.0f} % "
+                  f"of the cells' jobs; of which timed requests {_m(cells['timed requests'])}, the "
+                  "rest warm-ups and the load generator's own start)",
+                  f"    the rest           {_m(max(other, 0.0)):>9}  (per session "
+                  f"{rests[len(rests) // 2]:.1f} s median, {rests[-1]:.1f} s at most: job "
+                  "start, imports, checks, stopping; and the cells' records)"]
     return "\n".join(lines)
 
 
