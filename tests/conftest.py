@@ -1,4 +1,5 @@
 import copy
+import json
 import os
 import shutil
 import sys
@@ -109,3 +110,25 @@ def avx2_run(e2e_run, tmp_path_factory):
         del os.environ[hostcaps.ISA_ENV]
     return {"workdir": workdir, "configfile": configfile, "result": result,
             "raw": e2e_run["raw"], "caps": caps, "env": env}
+
+
+@pytest.fixture
+def served_dir(demo_config, tmp_path, monkeypatch):
+    """A working directory with every prompt set of the demo (stand-in prompts), on a host
+    that runs every cell (for tests of the measuring logic with tests/stand_ins.py)."""
+    from sdbench.plan import checks, grid, hostcaps
+
+    monkeypatch.chdir(tmp_path)
+    for cell in grid.all_cells(demo_config):
+        path = tmp_path / cell.workload["path"]
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(json.dumps({"prompt": f"p{i}", "output_tokens": 8}) + "\n"
+                                    for i in range(48)))
+    verdict = {"reason": None, "host": {"device": "cpu"},
+               "dtype": {"requested": "host", "resolved": "float32", "why": "test"}}
+    for name in demo_config["models"]:  # (empty) checkpoint folders: the servers are stand-ins
+        (tmp_path / grid.model_dir(demo_config, name)).mkdir(parents=True, exist_ok=True)
+    monkeypatch.setattr(hostcaps, "cell_verdict", lambda config, cell, root=".": verdict)
+    monkeypatch.setattr(checks, "check_cell_context", lambda config, cell: None)
+    return tmp_path

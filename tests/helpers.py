@@ -1,6 +1,21 @@
 """Shared test helpers."""
 
-from sdbench.records import Record
+from sdbench.measure.run import CellRun
+from sdbench.records import LoadPoint, Record
+
+
+def cell_run(cell, config=None, plan=(), verdict=None, baseline_counts=None):
+    """A cell's run in a session (`sdbench.measure.run.CellRun`) with nothing cached: every
+    point of `plan` ((load, repeat) pairs) is missing."""
+    ordered = {LoadPoint.of_load(load, r).order: (load, r) for load, r in plan}
+    return CellRun(cell, config or {}, 0, ordered, {}, {}, list(ordered), {}, "", None,
+                   verdict or {"reason": None, "dtype": {"resolved": None}}, {}, None,
+                   baseline_counts=baseline_counts or {})
+
+
+def num_prompts(cell, load, probe=None, baseline_counts=None, repeat=0):
+    """(prompts a point of `cell` sends, what the record says of them)."""
+    return cell_run(cell, baseline_counts=baseline_counts).num_prompts(load, probe, repeat)
 
 
 def record(cell_id, method, concurrency, throughput, *, baseline=None, k=None, status="ok",

@@ -10,8 +10,11 @@ import pytest
 
 from sdbench import layout
 from sdbench.measure import cell as cellmod
+from sdbench.measure import points, session, slots
 from sdbench.plan import grid, hostcaps
 from sdbench.plan.config import validate_config
+
+from helpers import num_prompts
 
 REASON = ("vLLM 0.32.0 (CPU build) runs GPTQ int4 (smollm2-135m-gptq) only on CPUs with "
           "AVX-512: its cpu_gemm_wna16 kernel is built into _C and _C_AVX512, not into "
@@ -37,15 +40,15 @@ def gptq_cell(demo_config, tmp_path, monkeypatch):
     def no_server(*args, **kwargs):
         raise AssertionError("an unsupported cell must not start a server")
 
-    monkeypatch.setattr(cellmod, "cell_server", no_server)
-    monkeypatch.setattr(cellmod.slots, "held", no_server)
+    monkeypatch.setattr(session, "cell_server", no_server)
+    monkeypatch.setattr(slots, "held", no_server)
     return cell
 
 
 def test_unsupported_cell_records_the_reason_and_measures_nothing(gptq_cell, demo_config,
                                                                   tmp_path):
     output = tmp_path / layout.cell_output(gptq_cell.cell_id)
-    records = cellmod.run_cell(gptq_cell, demo_config, output, server_log=tmp_path / "s.log")
+    records = cellmod.measure_cell(gptq_cell, demo_config, output)
     assert gptq_cell.concurrency == (1, 4)
     assert [(r["concurrency"], r["repeat"]) for r in records] == [
         (c, repeat) for c in (1, 4) for repeat in range(demo_config["loadgen"]["repeats"])]
@@ -58,7 +61,7 @@ def test_unsupported_cell_records_the_reason_and_measures_nothing(gptq_cell, dem
         assert fh.read() == ""  # nothing was sent
     assert not (tmp_path / "results" / "points").exists()  # nothing cached
     assert not layout.error_output(output).exists()
-    assert not (tmp_path / "s.log").exists()
+    assert not (tmp_path / "logs" / "sessions").exists()  # no server, no server log
 
 
 def test_only_valid_cached_points_are_reused(gptq_cell, demo_config, tmp_path):
@@ -66,26 +69,26 @@ def test_only_valid_cached_points_are_reused(gptq_cell, demo_config, tmp_path):
     invalid or unreadable one is not: it is a missing point (here: unsupported)."""
     gptq_cell = dataclasses.replace(gptq_cell, repeats=2)  # in neither the id nor a point key
     output = tmp_path / layout.cell_output(gptq_cell.cell_id)
-    first = cellmod.run_cell(gptq_cell, demo_config, output, server_log=tmp_path / "s.log")
+    first = cellmod.measure_cell(gptq_cell, demo_config, output)
     prompts_sha = first[0]["provenance"]["dataset"]["sha256"]
-    facts = cellmod.point_facts(gptq_cell, demo_config, prompts_sha, None,
-                                first[0]["provenance"], "bfloat16")
+    facts = points.point_facts(gptq_cell, demo_config, prompts_sha, None,
+                               first[0]["provenance"], "bfloat16")
     loads = gptq_cell.load_points()
 
     def cache(load, repeat, status):
-        key = cellmod.point_key(gptq_cell, load, repeat, facts)
-        path = cellmod.point_path(gptq_cell.cell_id, load, repeat, key)
+        key = points.point_key(gptq_cell, load, repeat, facts)
+        path = points.point_path(gptq_cell.cell_id, load, repeat, key)
         record = {**first[0], "status": status, "concurrency": load["concurrency"],
                   "repeat": repeat, "metrics": {"total_token_throughput": 1.0}}
-        cellmod.write_point(path, record, {"generated_texts": []})
+        points.write_point(path, record, {"generated_texts": []})
         return path
 
     cache(loads[0], 0, "ok")
     cache(loads[1], 0, "invalid")
     broken = cache(loads[0], 1, "ok")
     broken.write_bytes(b"not gzip")
-    assert cellmod.read_point(broken) is None
-    records = cellmod.run_cell(gptq_cell, demo_config, output, server_log=tmp_path / "s.log")
+    assert points.read_point(broken) is None
+    records = cellmod.measure_cell(gptq_cell, demo_config, output)
     # in point order: c=1 r0 (cached, ok), c=1 r1 (unreadable), c=4 r0 (invalid), c=4 r1
     assert [r["status"] for r in records] == ["ok", "unsupported", "unsupported",
                                               "unsupported"]
@@ -99,14 +102,12 @@ def test_prompts_per_concurrency_scale_a_point_with_its_level(demo_config_raw):
     raw = copy.deepcopy(demo_config_raw)
     cell = next(c for c in grid.all_cells(validate_config(raw)) if c.engine == grid.SERVE)
     assert cell.workload["num_prompts"] == 24
-    sent = [cellmod._num_prompts(cell, {"mode": "concurrency", "concurrency": c}, None)[0]
-            for c in (1, 2, 6)]
+    sent = [num_prompts(cell, {"mode": "concurrency", "concurrency": c})[0] for c in (1, 2, 6)]
     assert sent == [6, 12, 24]
-    assert cellmod._num_prompts(cell, {"mode": "rate", "request_rate": 2.0,
-                                       "burstiness": 1.0}, None)[0] == 24
+    assert num_prompts(cell, {"mode": "rate", "request_rate": 2.0, "burstiness": 1.0})[0] == 24
     raw = copy.deepcopy(demo_config_raw)
     del raw["loadgen"]["prompts_per_concurrency"]
     unset = next(c for c in grid.all_cells(validate_config(raw)) if c.engine == grid.SERVE)
     assert "prompts_per_concurrency" not in unset.workload["loadgen"]
     assert unset.cell_id != cell.cell_id
-    assert cellmod._num_prompts(unset, {"mode": "concurrency", "concurrency": 1}, None)[0] == 24
+    assert num_prompts(unset, {"mode": "concurrency", "concurrency": 1})[0] == 24

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from sdbench import layout
-from sdbench.measure.cell import CellError, run_cell
+from sdbench.measure.cell import measure_cell
+from sdbench.measure.run import CellError
 from sdbench.plan import checks, grid
 from sdbench.plan.config import ConfigError, validate_config
 
@@ -142,13 +143,16 @@ def test_cell_refuses_to_start_beside_leftovers(tmp_path, demo_config, monkeypat
     prompts.parent.mkdir(parents=True)
     prompts.write_text("".join(json.dumps({"prompt": f"p{i}", "output_tokens": 8}) + "\n"
                                for i in range(cell.workload["num_prompts"])))
+    for name in grid.cell_models(cell):
+        (tmp_path / grid.model_dir(demo_config, name)).mkdir(parents=True)
     monkeypatch.setattr(checks, "gpu_processes", lambda indices=None: [{"gpu": 0, "pid": 4242}])
     monkeypatch.setattr(checks, "leftover_vllm_processes", lambda holders: [
         {**h, "cmdline": "python -m vllm.entrypoints.openai.api_server"} for h in holders])
     with pytest.raises(CellError, match=r"still hold the GPU: pid 4242 on GPU 0"):
-        run_cell(cell, demo_config, tmp_path / "out.jsonl", server_log=tmp_path / "s.log")
-    assert not (tmp_path / "s.log").exists()  # no server was started
-    assert "pid 4242" in json.loads((tmp_path / "out.error.json").read_text())["error"]
+        measure_cell(cell, demo_config, tmp_path / "out.jsonl")
+    assert not (tmp_path / "logs" / "sessions").exists()  # no server was started
+    error = tmp_path / layout.error_output(layout.cell_output(cell.cell_id))
+    assert "pid 4242" in json.loads(error.read_text())["error"]
 
 
 # ------------------------------------------------------------------------ context lengths

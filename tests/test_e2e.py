@@ -446,6 +446,42 @@ def test_snakemakes_own_report_bundles_the_reports_and_tables(e2e_run, tmp_path)
     assert b"Study: e2e test" in page  # the workflow description, with the config's study
 
 
+def test_one_server_start_per_configuration_instance(e2e_run, host):
+    """Every served cell was measured by the session of its configuration: one server start
+    per distinct (configuration, instance), whatever the number of workloads it served, and
+    every record names its session; the plan counts the same starts."""
+    from sdbench.plan import cost, grid, sessions
+    from sdbench.plan.config import load_config
+
+    workdir = e2e_run["workdir"]
+    cells = grid.cells_by_id(load_config(e2e_run["configfile"]))
+    planned = sessions.plan_sessions(cells)
+    runnable = {c for c, cell in cells.items()
+                if cell.server_config["target"]["name"] not in host["unsupported"]}
+    starts = 0
+    for sid, session in planned.items():
+        manifest = json.loads((workdir / "results" / "sessions" / f"{sid}.json").read_text())
+        assert manifest["not_done"] == {} and set(manifest["cells"]) == set(session.cells)
+        timing = manifest["timing"]
+        expected = sessions.starts(session, cells) if runnable & set(session.cells) else 0
+        assert timing["servers"] == len(timing["starts"]) == expected, sid
+        assert 0 < timing["rest_s"] < timing["wall_s"]
+        starts += timing["servers"]
+        for cell_id in set(session.cells) & runnable:
+            records = [json.loads(x) for x in (workdir / "results" / "cells" /
+                                               f"{cell_id}.jsonl").read_text().splitlines()]
+            assert {r["server"]["session"] for r in records} == {sid}
+    # the target's vanilla configuration served three workloads (rounds 1-3) in one start
+    vanilla = [s for s in planned.values() if len({cells[c].workload["name"]
+                                                  for c in s.cells}) == 3]
+    assert vanilla and all(len(s.configs) == 1 for s in vanilla)
+    # `make plan` counts the same starts (the derived dynamic-K cell's too)
+    plan = cost.plan_cost(load_config(e2e_run["configfile"]), "cpu-avx2", workdir, here=True)
+    derived = len(list((workdir / "results" / "sessions" / "standalone").glob("*.json")))
+    assert plan["total"].starts == starts + derived
+    assert plan["total"].starts_without > plan["total"].starts
+
+
 def test_changing_one_k_list_plans_only_the_changed_cells(e2e_run, tmp_path):
     config = e2e_config(e2e_run["raw"])
     assert config["round1"]["methods"][1]["name"] == "calibration"
@@ -457,8 +493,8 @@ def test_changing_one_k_list_plans_only_the_changed_cells(e2e_run, tmp_path):
     # (the Transformers reference keeps its own k), and the dynamic-K schedule and its cell
     # (the schedule is derived from the calibration pair's cells)
     # the new cell is measured in turn with its baseline, and with it the group's other cells
-    # (their pairs stay seconds apart): one group job, then each of the three cells' records
-    assert counts == {"all": 1, "cell_group": 1, "cell": 3, "dynamic_k_schedule": 1,
+    # (their pairs stay seconds apart): one session, then each of the three cells' records
+    assert counts == {"all": 1, "session": 1, "cell": 3, "dynamic_k_schedule": 1,
                       "dynamic_k_cell": 1, "summary": 1, "report": 3, "index": 1}
 
 
@@ -485,9 +521,12 @@ def test_changing_one_bucket_rebuilds_that_set_and_its_cells(e2e_run):
     config["datasets"]["cnn_dm_news_summary"]["buckets"][0]["output_tokens"] = 48  # 0.25k
     read = write_config(e2e_run["workdir"] / "e2e-bucket-read.yaml", config)
     result = snakemake("-n", workdir=e2e_run["workdir"], configfile=read)
-    # the bucket's round 2 cells: (vanilla, draft) x 4 targets
+    # the bucket's round 2 cells: (vanilla, draft) x 4 targets, in the sessions of their 8
+    # configurations; the target's vanilla session also serves rounds 1 and 3, whose cells'
+    # records are written again (from the point cache: nothing of theirs is measured)
     assert job_counts(result.stdout + result.stderr) == {
-        "all": 1, "prompts": 1, "cell": 8, "summary": 1, "report": 3, "index": 1}
+        "all": 1, "prompts": 1, "session": 8, "cell": 8 + 2, "summary": 1, "report": 3,
+        "index": 1}
 
 
 def test_failed_server_start_leaves_no_process_and_no_output(e2e_run):

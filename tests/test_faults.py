@@ -26,7 +26,9 @@ from workflow_helpers import (
     e2e_config,
     job_counts,
     one_round,
+    server_log,
     server_processes,
+    session_of,
     snakemake,
     write_config,
 )
@@ -95,10 +97,11 @@ def test_1_server_exits_during_startup_costs_one_cell(workdir, base):
     assert "This run had failed jobs" in index
     assert "Problems" in index and bad in index and "prompt_lookup_min" in index
     assert "sdbench: reports of the incomplete run" in output
-    # a rerun redoes only what is missing
+    # a rerun redoes only what is missing: the failed cell's session (its manifest counts the
+    # session that left it unfinished) and the cell
     rerun = snakemake("-n", workdir=workdir, configfile=configfile)
     assert job_counts(rerun.stdout + rerun.stderr) == {
-        "all": 1, "cell": 1, "summary": 1, "report": 1, "index": 1}
+        "all": 1, "session": 1, "cell": 1, "summary": 1, "report": 1, "index": 1}
 
 
 # 2. server never becomes ready ---------------------------------------------------------------
@@ -160,14 +163,14 @@ def test_4_server_killed_mid_point(workdir, base):
     other = workdir / "results" / "cells" / "000000000000.jsonl"  # another cell's finished file
     other.parent.mkdir(parents=True, exist_ok=True)
     other.write_text('{"kept": true}\n')
-    server_log = workdir / "logs" / "cells" / f"{cell_id}.server.log"
-    server_log.unlink(missing_ok=True)
+    log = server_log(workdir, configfile, cell_id)
+    log.unlink(missing_ok=True)
     proc = subprocess.Popen([sys.executable, "-m", "sdbench.measure.cell", "--config",
                              str(configfile), "--cell", cell_id], cwd=workdir,
                             stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
-    while not (server_log.exists() and "POST /v1/chat/completions" in server_log.read_text()):
+    while not (log.exists() and "POST /v1/chat/completions" in log.read_text()):
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.5)
     api = [pid for pid, cmd in server_processes(workdir) if "api_server" in cmd]
@@ -192,13 +195,13 @@ def test_5_interrupt_then_resume(workdir, base):
     cells = [cell_id_of(workdir, configfile, s) for s in ("vanilla", "ngram")]
     for cell_id in cells:
         (workdir / "results" / "cells" / f"{cell_id}.jsonl").unlink(missing_ok=True)
-        (workdir / "logs" / "cells" / f"{cell_id}.server.log").unlink(missing_ok=True)
+        server_log(workdir, configfile, cell_id).unlink(missing_ok=True)
     cmd = [SNAKEMAKE, "-s", str(REPO / "workflow" / "Snakefile"), "-d", str(workdir),
            "--configfile", str(configfile), "--cores", "2", "--resources", "gpu=1"]
     # like Ctrl-C in a terminal: SIGINT to snakemake's whole process group
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, cwd=REPO)
-    logs = [workdir / "logs" / "cells" / f"{c}.server.log" for c in cells]
+    logs = [server_log(workdir, configfile, c) for c in cells]
     deadline = time.monotonic() + 600
     while not any(p.exists() and "Application startup complete" in p.read_text() for p in logs):
         assert time.monotonic() < deadline and proc.poll() is None
@@ -273,7 +276,7 @@ def test_7_corrupt_prompt_file(workdir, base):
         path.write_bytes(original)
     assert result.returncode == 1
     assert "all.jsonl:3: not a valid JSON line" in result.stderr
-    assert not (workdir / "logs" / "cells" / f"{cell_id}.server.log").exists()  # no server
+    assert not server_log(workdir, configfile, cell_id).exists()  # no server
     assert_no_output(workdir, cell_id)
     assert_no_server_left(workdir)
 
@@ -351,12 +354,12 @@ def test_11_failed_data_job_is_listed_with_its_cause(e2e_run, base, tmp_path):
     assert_no_server_left(workdir)
 
 
-# 12. a cell killed at its time limit resumes when Snakemake retries it -----------------------
+# 12. a session killed at its time limit resumes when Snakemake retries it --------------------
 
-def test_12_a_cell_killed_at_its_limit_resumes_on_retry(workdir, base):
+def test_12_a_session_killed_at_its_limit_resumes_on_retry(workdir, base):
     """SLURM ends a job at its time limit with SIGTERM; the profile retries failed jobs
-    (workflow/profiles/slurm: retries). The retry measures only the points the killed job had
-    not finished: those it had stay in the point cache, untouched."""
+    (workflow/profiles/slurm: retries). The retry measures only the points the killed session
+    had not finished: those it had stay in the point cache, untouched."""
     import psutil
 
     config = copy.deepcopy(base)
@@ -368,7 +371,7 @@ def test_12_a_cell_killed_at_its_limit_resumes_on_retry(workdir, base):
     records.unlink(missing_ok=True)
     points = workdir / "results" / "points" / cell_id
     shutil.rmtree(points, ignore_errors=True)
-    log = workdir / "logs" / "cells" / f"{cell_id}.log"
+    log = workdir / "logs" / "sessions" / f"{session_of(configfile, cell_id)}.log"
     log.unlink(missing_ok=True)
     cmd = [SNAKEMAKE, "-s", str(REPO / "workflow" / "Snakefile"), "-d", str(workdir),
            "--configfile", str(configfile), "--cores", "2", "--resources", "gpu=1",
@@ -380,7 +383,7 @@ def test_12_a_cell_killed_at_its_limit_resumes_on_retry(workdir, base):
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.1)
     job = [p for p in psutil.process_iter(["cmdline"])
-           if any("run_cell.py" in part for part in p.info["cmdline"] or [])]
+           if any("run_session.py" in part for part in p.info["cmdline"] or [])]
     assert len(job) == 1
     job[0].send_signal(signal.SIGTERM)  # as SLURM at the job's time limit
     job[0].wait(timeout=120)
@@ -388,8 +391,8 @@ def test_12_a_cell_killed_at_its_limit_resumes_on_retry(workdir, base):
     out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, out[-3000:]
     assert "Trying to restart job" in out  # Snakemake's retry, not a clean first run
-    # the retry found the killed job's points and measured the others only (Snakemake clears
-    # the failed attempt's log: the last start is the retry's)
+    # the retry found the killed session's points and measured the others only (Snakemake
+    # clears the failed attempt's log: the last start is the retry's)
     starts = re.findall(r"(\d+) of (\d+) points cached, measuring (\d+)", log.read_text())
     cached, total, measured = map(int, starts[-1])
     assert cached == len(kept) and 1 <= cached < total and measured == total - cached
@@ -397,4 +400,62 @@ def test_12_a_cell_killed_at_its_limit_resumes_on_retry(workdir, base):
     assert len(list(points.iterdir())) == total
     assert sorted((r["concurrency"], r["repeat"]) for r in map(json.loads, records.read_text()
                   .splitlines())) == [(c, r) for c in (1, 2) for r in range(3)]
+    assert_no_server_left(workdir)
+
+
+# 13. sessions: a new workload costs one start per configuration; a cell can be asked alone ----
+
+def test_13_a_new_workload_starts_each_server_once_and_a_cell_can_be_asked_alone(workdir, base):
+    """Adding a workload to the configurations re-measures only the new cells, one server start
+    per configuration; a stale cell's file asked for alone is rebuilt alone (from the cache: no
+    start) or, when its definition changed, with one start of its session."""
+    first = write_config(workdir / "f13a.yaml", base)
+    assert snakemake(workdir=workdir, configfile=first, timeout=900).returncode == 0
+    spec_bench = cell_id_of(workdir, first)
+    log = server_log(workdir, first, spec_bench)
+    starts = log.read_text().count("### sdbench: starting")
+    kept = {p.name: p.stat().st_mtime_ns
+            for p in (workdir / "results" / "points" / spec_bench).iterdir()}
+
+    config = copy.deepcopy(base)
+    config["round1"]["workloads"] = ["spec_bench", "news_0.25k"]
+    second = write_config(workdir / "f13b.yaml", config)
+    plan = snakemake("-n", workdir=workdir, configfile=second)
+    # two sessions (vanilla, ngram) gain a cell; the old cells' records are written again
+    assert job_counts(plan.stdout + plan.stderr) == {
+        "all": 1, "session": 2, "cell": 4, "summary": 1, "report": 1, "index": 1}
+    done = snakemake(workdir=workdir, configfile=second, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert log.read_text().count("### sdbench: starting") == starts + 1
+    session_log = (workdir / "logs" / "sessions" / f"{session_of(second, spec_bench)}.log")
+    assert f"cell {spec_bench} (vanilla | smollm2-135m | spec_bench), instance 0: 1 of 1 " \
+           "points cached, measuring 0" in session_log.read_text()
+    assert {p.name: p.stat().st_mtime_ns for p in (workdir / "results" / "points" /
+                                                   spec_bench).iterdir()} == kept
+    news = next(line.split()[0] for line in cell_cli(workdir, second, "--list").stdout
+                .splitlines() if "vanilla | smollm2-135m | news_0.25k" in line)
+
+    # the cell's records lost: asked for alone, they are written again from the cache
+    target = f"results/cells/{news}.jsonl"
+    (workdir / target).unlink()
+    plan = snakemake("-n", target, workdir=workdir, configfile=second)
+    assert job_counts(plan.stdout + plan.stderr) == {"cell": 1}
+    assert snakemake(target, workdir=workdir, configfile=second).returncode == 0
+    assert (workdir / target).is_file()
+    assert log.read_text().count("### sdbench: starting") == starts + 1
+
+    # its definition changed (another cell): asked for alone, its session measures it alone
+    config["workloads"]["news_0.25k"]["num_prompts"] = 3
+    third = write_config(workdir / "f13c.yaml", config)
+    changed = next(line.split()[0] for line in cell_cli(workdir, third, "--list").stdout
+                   .splitlines() if "vanilla | smollm2-135m | news_0.25k" in line)
+    assert changed != news
+    target = f"results/cells/{changed}.jsonl"
+    plan = snakemake("-n", target, workdir=workdir, configfile=third)
+    assert job_counts(plan.stdout + plan.stderr) == {"session": 1, "cell": 1}
+    done = snakemake(target, workdir=workdir, configfile=third, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert log.read_text().count("### sdbench: starting") == starts + 2
+    records = [json.loads(x) for x in (workdir / target).read_text().splitlines()]
+    assert [r["metrics"]["completed"] for r in records] == [3]
     assert_no_server_left(workdir)

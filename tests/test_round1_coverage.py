@@ -2,6 +2,7 @@
 points, offline / Transformers cells, draft tensor parallelism and nsys profiles."""
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -10,13 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from sdbench import layout
 from sdbench.analyze.aggregate import add_speedups, records_frame
-from sdbench.measure import cell as cellmod
-from sdbench.measure import engines, loadgen, profiling
+from sdbench.measure import engine_cells, engines, loadgen, profiling, session
 from sdbench.plan import checks, grid
 from sdbench.plan.config import ConfigError, load_config, validate_config
 
-from helpers import record
+from helpers import cell_run, num_prompts, record
 
 SERVE_ARGS = {"endpoint": "chat", "temperature": 0.0, "seed": 0, "num_warmups": 0,
               "ready_check_timeout_s": 0, "percentiles": [50, 99]}
@@ -171,21 +172,21 @@ def test_duration_bounded_points_derive_their_prompt_count(demo_config_raw):
         return 0.9  # requests per second measured at that concurrency
 
     # rate 2/s x 3 s = 6 prompts (the workload has 24; concurrency 1 sends at most 6)
-    assert cellmod._num_prompts(vanilla, rate, probe)[0] == 6
-    n, info = cellmod._num_prompts(vanilla, closed, probe)
+    assert num_prompts(vanilla, rate, probe)[0] == 6
+    n, info = num_prompts(vanilla, closed, probe)
     assert n == 3 and info["probe_request_throughput"] == 0.9 and probed == [1]
     fast = lambda load: 100.0  # noqa: E731 - would want 300 prompts: capped, and said so
-    n, info = cellmod._num_prompts(vanilla, closed, fast)
+    n, info = num_prompts(vanilla, closed, fast)
     assert n == 6 and info["duration_capped"] and info["duration_prompts_wanted"] == 300
     server = SimpleNamespace(connect_host="127.0.0.1", port=9)
-    argv = cellmod.point_argv(vanilla, config, server, rate, None, 6)
+    argv = session.point_argv(vanilla, config, server, rate, None, 6)
     args = parse_loadgen(argv)
     assert (args.num_prompts, args.request_rate, args.burstiness) == (6, 2.0, 1.0)
     # without duration_s a request-rate point sends the workload's prompts, and cell ids are
     # unchanged
     plain = validate_config(copy.deepcopy(demo_config_raw))
     base = next(c for c in grid.round_cells(plain, "round1") if c.is_baseline)
-    assert cellmod._num_prompts(base, rate, probe) == (24, {})
+    assert num_prompts(base, rate, probe) == (24, {})
     assert "duration_s" not in base.workload["loadgen"]
     assert vanilla.cell_id != base.cell_id
 
@@ -250,20 +251,25 @@ def test_engine_job_carries_the_cells_settings(demo_config):
     cells = grid.round_cells(demo_config, "round1")
     offline = next(c for c in cells if c.engine == "offline" and not c.is_baseline)
     plan = [(load, 0) for load in offline.load_points()]
-    job = cellmod.engine_job(offline, demo_config, plan, "/tmp/x")
+    host = {"reason": None, "dtype": {"requested": "host", "resolved": "bfloat16", "why": ""}}
+    job = engine_cells.engine_job([cell_run(offline, demo_config, plan, host)], "/tmp/x")
     assert job["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 4,
                                          "prompt_lookup_min": 2, "prompt_lookup_max": 4}
     assert job["args"]["max_model_len"] == 4096 and job["args"]["enforce_eager"] is True
-    assert [p["concurrency"] for p in job["plan"]] == [1, 4]
+    assert [p["concurrency"] for p in job["cells"][0]["plan"]] == [1, 4]
     hf = next(c for c in cells if c.engine == "transformers" and c.speculator == "calibration")
-    job = cellmod.engine_job(hf, demo_config, [(hf.load_points()[0], 1)], "/tmp/x")
+    # one job for every cell of a session: the engine once, each cell's prompts and points
+    other = grid.workload_spec(demo_config, "news_0.25k")
+    second = dataclasses.replace(hf, workload=other)
+    runs = [cell_run(hf, demo_config, [(hf.load_points()[0], 1)], host),
+            cell_run(second, demo_config, [(hf.load_points()[0], 0)], host)]
+    job = engine_cells.engine_job(runs, "/tmp/x")
     assert job["draft_dir"] == "resources/models/smollm2-135m" and job["k"] == 3
-    # the demo's `dtype: host`, resolved for this host (asked of vLLM when no verdict is given)
-    assert job["args"]["dtype"] in ("float32", "bfloat16")
+    assert [c["prompts"] for c in job["cells"]] == [hf.workload["path"], other["path"]]
+    assert [c["plan"][0]["seed"] for c in job["cells"]] == [1, 0]
+    assert job["args"] == {"dtype": "bfloat16"}  # the demo's `dtype: host`, as resolved
     verdict = {"dtype": {"requested": "host", "resolved": "float32", "why": "AVX2"}}
-    job = cellmod.engine_job(hf, demo_config, [(hf.load_points()[0], 1)], "/tmp/x", verdict)
-    assert job["args"] == {"dtype": "float32"}
-    job = cellmod.engine_job(offline, demo_config, plan, "/tmp/x", verdict)
+    job = engine_cells.engine_job([cell_run(offline, demo_config, plan, verdict)], "/tmp/x")
     assert job["args"]["dtype"] == "float32" and job["args"]["max_model_len"] == 4096
 
 
@@ -298,19 +304,20 @@ def test_nsys_wraps_the_server_and_captures_each_point(monkeypatch, demo_config_
     cell = next(c for c in cells if c.profile == "nsys")
     assert all(c.profile is None for c in cells if c.speculator != "ngram" or c.engine != "serve")
     checks.check_cell_tools(cell)
-    server = cellmod.cell_server(cell, config, tmp_path / "log")
+    server = session.cell_server(cell, config, tmp_path / "log")
     argv = server.build_command(1234)
-    session = profiling.session_name(cell.cell_id)
-    assert argv[:5] == [str(tmp_path / "nsys"), "launch", f"--session-new={session}",
+    name = profiling.session_name(cell.server_config)
+    assert argv[:5] == [str(tmp_path / "nsys"), "launch", f"--session-new={name}",
                         "--trace=cuda,nvtx,osrt", "--wait=all"]
     assert "vllm.entrypoints.openai.api_server" in argv
     monkeypatch.chdir(tmp_path)
-    nsys = profiling.nsys_session(cell, server)
+    nsys = profiling.nsys_session(cell)
     with nsys.capture(cell.load_points()[-1], 1):
         pass
     lines = calls.read_text().splitlines()
-    assert lines[0].startswith("start --output=results/profiles/") and "rate2-r1" in lines[0]
-    assert lines[1] == f"stop --session={session}"
+    assert lines[0].startswith(f"start --output={layout.profile_dir(cell.cell_id)}/")
+    assert "rate2-r1" in lines[0]
+    assert lines[1] == f"stop --session={name}"
     # the rest of the cell's settings are the unprofiled ones
     assert cell.cell_id in {c.cell_id for c in grid.round_cells(
         validate_config(copy.deepcopy(demo_config_raw)), "round1")}
@@ -339,8 +346,10 @@ def test_untrained_eagle_head_has_the_layout_vllm_loads(tmp_path):
     LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(base)
     PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(
         {"a": 0, "[UNK]": 1}, unk_token="[UNK]"))).save_pretrained(base)
-    card = cellmod.models.build_eagle_head("head", {"kind": "eagle_head", "model": "base"},
-                                           base, tmp_path / "head")
+    from sdbench.models import checkpoints
+
+    card = checkpoints.build_eagle_head("head", {"kind": "eagle_head", "model": "base"},
+                                        base, tmp_path / "head")
     weights = load_file(tmp_path / "head" / "model.safetensors")
     assert weights["fc.weight"].shape == (32, 64)
     assert torch.equal(weights["fc.weight"][:, 32:], torch.eye(32, dtype=torch.bfloat16))

@@ -1,4 +1,5 @@
-"""Work-based time limits of cell jobs (sdbench.plan.runtimes, `cells.runtime: auto`)."""
+"""Work-based time limits of session jobs (sdbench.plan.runtimes, `cells.runtime: auto`), by
+the request model of sdbench.plan.work."""
 
 import dataclasses
 import json
@@ -7,7 +8,7 @@ import pytest
 
 from sdbench import layout
 from sdbench.data.builders import output_bound, request_bound
-from sdbench.plan import grid, runtimes
+from sdbench.plan import grid, runtimes, sessions, work
 
 
 @pytest.fixture
@@ -23,23 +24,31 @@ def served(config, speculator="vanilla", workload="spec_bench"):
                 and not c.group)
 
 
+def seconds(config, cell, card=None):
+    """A cell alone: its sessions' work at the conservative rates."""
+    rates = runtimes.ConservativeRates(config)
+    return sum(work.session_work(s, {cell.cell_id: cell}, rates,
+                                 {cell.cell_id: card}).total_s
+               for s in sessions.standalone(cell).values())
+
+
 def test_more_work_asks_for_more_time(config, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no data cards: the prompt set's longest request
     cell = served(config)
-    base = runtimes.cell_seconds(config, cell)
+    base = seconds(config, cell)
     more_prompts = dataclasses.replace(cell, workload={**cell.workload, "num_prompts": 96})
     more_repeats = dataclasses.replace(cell, repeats=cell.repeats + 2)
     one_level = dataclasses.replace(cell, concurrency=(1,))
-    assert runtimes.cell_seconds(config, more_prompts) > base
-    assert runtimes.cell_seconds(config, more_repeats) > base
-    assert runtimes.cell_seconds(config, one_level) < base
+    assert seconds(config, more_prompts) > base
+    assert seconds(config, more_repeats) > base
+    assert seconds(config, one_level) < base
     # a point at concurrency c sends its prompts in waves of c: 8 prompts at 8 take one wave
-    # of the longest request, at 1 eight of them
+    # of the longest request, at 1 eight of them (and each cell's first point its warm-ups)
     eight = {**cell.workload, "num_prompts": 8,
              "loadgen": {**cell.workload["loadgen"], "prompts_per_concurrency": None}}
-    per_request = runtimes.cell_seconds(config, dataclasses.replace(
+    per_request = seconds(config, dataclasses.replace(
         cell, concurrency=(8,), request_rates=(), repeats=1, workload=eight))
-    sequential = runtimes.cell_seconds(config, dataclasses.replace(
+    sequential = seconds(config, dataclasses.replace(
         cell, concurrency=(1,), request_rates=(), repeats=1, workload=eight))
     startup = config["server"]["startup_timeout_s"]
     warmups = config["loadgen"]["num_warmups"]
@@ -57,38 +66,52 @@ def test_more_work_asks_for_more_time(config, tmp_path, monkeypatch):
 def test_the_data_card_means_replace_the_bounds(config, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cell = served(config)
-    bound = runtimes.cell_seconds(config, cell, runtimes.read_card(cell))
+    bound = seconds(config, cell, work.read_card(cell))
     card = tmp_path / layout.card_path(cell.workload["dataset"], cell.workload["subset"])
     card.parent.mkdir(parents=True)
     card.write_text(json.dumps({"prompt_tokens": {"mean": 10.0},
                                 "output_tokens": {"mean": 4.0}}))
-    assert runtimes.request_tokens(cell, runtimes.read_card(cell)) == (10.0, 4.0)
-    assert runtimes.cell_seconds(config, cell, runtimes.read_card(cell)) < bound
+    assert work.request_tokens(cell, work.read_card(cell)) == (10.0, 4.0)
+    assert seconds(config, cell, work.read_card(cell)) < bound
     card.write_text("{not json")  # a half-written card: the bounds again
-    assert runtimes.read_card(cell) is None
+    assert work.read_card(cell) is None
 
 
 def test_retries_get_more_time_up_to_the_cap_and_a_number_is_kept(config, tmp_path,
                                                                   monkeypatch):
     monkeypatch.chdir(tmp_path)
+    cells = grid.cells_by_id(config)
     cell = served(config)
-    first = runtimes.job_minutes(config, [cell])
+    session = sessions.plan_sessions(cells)[sessions.cell_sessions(cell, cells)[0]]
+    first = runtimes.session_minutes(config, session, cells)
     assert first >= runtimes.ASSEMBLE_MINUTES
-    assert runtimes.job_minutes(config, [cell], attempt=2) == 2 * first
+    assert runtimes.session_minutes(config, session, cells, attempt=2) == 2 * first
     config["cells"]["max_runtime"] = first + 1
-    assert runtimes.job_minutes(config, [cell], attempt=3) == first + 1
+    assert runtimes.session_minutes(config, session, cells, attempt=3) == first + 1
     config["cells"]["runtime"] = 240
-    assert runtimes.job_minutes(config, [cell], attempt=3) == 240
+    assert runtimes.session_minutes(config, session, cells, attempt=3) == 240
 
 
-def test_a_group_job_asks_for_all_its_servers_and_its_cells_jobs_for_little(
-        config, tmp_path, monkeypatch):
+def test_a_session_asks_for_its_cells_work_and_one_start_per_server(config, tmp_path,
+                                                                    monkeypatch):
+    """A session of several workloads: their points' work and its own start-up, not one start
+    per cell; a group's session: each of its servers' start-ups."""
     monkeypatch.chdir(tmp_path)
     cells = grid.cells_by_id(config)
-    group = [cells[i] for i in next(c.group for c in cells.values() if c.group)]
-    alone = [runtimes.cell_seconds(config, c) for c in group]
-    assert runtimes.job_minutes(config, group) == pytest.approx(sum(alone) / 60, abs=1)
-    assert runtimes.job_minutes(config, group[:1]) == runtimes.ASSEMBLE_MINUTES
+    planned = sessions.plan_sessions(cells)
+    rates = runtimes.ConservativeRates(config)
+    startup = config["server"]["startup_timeout_s"]
+    for session in planned.values():
+        together = work.session_work(session, cells, rates)
+        alone = [work.session_work(s, {c: cells[c]}, rates)
+                 for c in session.cells for s in sessions.standalone(cells[c]).values()
+                 if s.instance == session.instance]
+        assert together.startup_s == startup * len(session.configs)
+        assert together.measuring_s <= sum(w.measuring_s for w in alone)
+        assert together.starts == len(session.configs)
+    several = next(s for s in planned.values() if len(s.cells) > 2 and not s.interleaved)
+    assert runtimes.session_minutes(config, several, cells) < sum(
+        runtimes.cell_minutes(config, cells[c]) for c in several.cells)
 
 
 def test_the_real_study_gets_limits_between_minutes_and_the_cap(tmp_path, monkeypatch):
@@ -100,11 +123,15 @@ def test_the_real_study_gets_limits_between_minutes_and_the_cap(tmp_path, monkey
 
     monkeypatch.chdir(tmp_path)
     config = validate_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
-    minutes = {c.cell_id: runtimes.job_minutes(config, [c]) for c in grid.all_cells(config)}
-    assert len(set(minutes.values())) > 10
-    assert max(minutes.values()) <= config["cells"]["max_runtime"]
-    by_workload = {}
-    for c in grid.all_cells(config):
-        by_workload.setdefault(c.workload["name"], []).append(minutes[c.cell_id])
-    # an 8k-token output bucket needs longer than a 256-token one
-    assert min(by_workload["news_out8k"]) > max(by_workload["news_out0.25k"])
+    cells = grid.cells_by_id(config)
+    planned = sessions.plan_sessions(cells)
+    minutes = {sid: runtimes.session_minutes(config, s, cells) for sid, s in planned.items()}
+    # at the conservative rates a session of every round 1 workload asks for the cap (it
+    # resumes from its points if killed there); the Transformers reference for less
+    assert max(minutes.values()) == config["cells"]["max_runtime"]
+    reference = [m for sid, m in minutes.items() if planned[sid].engine == grid.TRANSFORMERS]
+    assert reference and max(reference) < config["cells"]["max_runtime"]
+    # a derived dynamic-K cell's job measures it alone
+    spec = grid.dynamic_k_specs(config)[0]
+    assert runtimes.ASSEMBLE_MINUTES <= runtimes.cell_minutes(
+        config, grid.dynamic_k_placeholder(config, spec)) <= config["cells"]["max_runtime"]

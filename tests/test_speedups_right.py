@@ -2,6 +2,7 @@
 misleading, on synthetic records or cells, and fails on the behaviour before the fix."""
 
 import copy
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -12,15 +13,14 @@ import pytest
 
 from sdbench.analyze.aggregate import add_speedups, aggregate_points, records_frame
 from sdbench.files import write_jsonl
-from sdbench.measure import cell as cellmod
-from sdbench.measure import engines, loadgen
+from sdbench.measure import engines, loadgen, points, run, session
 from sdbench.measure.serving import format_server_args
 from sdbench.models import checkpoints as models
-from sdbench.plan import grid
+from sdbench.plan import grid, sessions
 from sdbench.plan.config import validate_config
 from sdbench.records import LoadPoint
 
-from helpers import record
+from helpers import num_prompts, record
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,23 +48,26 @@ def test_suffix_decoding_cannot_learn_earlier_points_answers(demo_config):
     """Every point sends the same prompts: vLLM's suffix tree of past responses (10,000 by
     default) would have seen every answer from the second point on."""
     off = serve_cell(demo_config, "suffix", 8)
-    spec = cellmod.speculative_config(off, demo_config)
+    spec = session.speculative_config(off, demo_config)
     assert spec["suffix_decoding_max_cached_requests"] == 0  # global response tree off
     assert grid.isolation(off.server_config) == grid.SHARED
-    plan = [(load, r) for r in range(3) for load in off.load_points()]
-    assert cellmod.instances(off, plan) == [plan]  # one server: nothing is learned across
+    (shared,) = sessions.standalone(off).values()
+    assert not shared.fresh_per_point and sessions.starts(shared, {off.cell_id: off}) == 1
 
     # a cell that studies the global tree measures every point in its own server, without
     # warm-ups (a warm-up sends one of the point's own prompts)
     on = serve_cell(demo_config, "suffix", 8, {"suffix_decoding_max_cached_requests": 1000})
     assert grid.isolation(on.server_config) == grid.FRESH_PER_POINT
-    assert cellmod.instances(on, plan) == [[p] for p in plan]
-    assert cellmod.point_settings(on, 1)["num_warmups"] == 0
-    assert cellmod.point_settings(off, 1)["num_warmups"] == demo_config["loadgen"]["num_warmups"]
-    # a shared server is warmed once, before its first point: the points before warmed it
+    (fresh,) = sessions.standalone(on).values()
+    assert fresh.fresh_per_point
+    assert sessions.starts(fresh, {on.cell_id: on}) == len(on.load_points()) * on.repeats
+    assert session.point_settings(on, 1, warm_up=True)["num_warmups"] == 0
+    assert session.point_settings(off, 1, warm_up=True)["num_warmups"] == \
+        demo_config["loadgen"]["num_warmups"]
+    # a shared server is warmed before each cell's first point only: the points before warmed
+    # it
     assert demo_config["loadgen"]["num_warmups"] > 0
-    assert cellmod.point_settings(off, 1, served_before=1)["num_warmups"] == 0
-    assert cellmod.point_settings(on, 1, served_before=0)["num_warmups"] == 0
+    assert session.point_settings(off, 1, warm_up=False)["num_warmups"] == 0
     # stateless proposers are untouched
     ngram = serve_cell(demo_config, "ngram", 2, {"prompt_lookup_max": 3})
     assert "suffix_decoding_max_cached_requests" not in ngram.server_config["method_options"]
@@ -83,16 +86,16 @@ def test_duration_bounded_pairs_send_the_baselines_prompt_counts(demo_config_raw
     closed = base.load_points()[0]
     fast = lambda load: 100.0  # noqa: E731 - the faster server would probe a higher rate
 
-    with pytest.raises(cellmod.CellError, match="run the baseline cell first"):
-        cellmod.baseline_counts(spec, tmp_path / "missing.jsonl")
+    with pytest.raises(run.CellError, match="run the baseline cell first"):
+        run.baseline_counts(spec, tmp_path / "missing.jsonl")
     records = [{**record(base.cell_id, "vanilla", 1, 10.0, loadgen={"num_prompts": 3}),
                 "load": closed}]
     write_jsonl(tmp_path / "base.jsonl", records)
-    counts = cellmod.baseline_counts(spec, tmp_path / "base.jsonl")
+    counts = run.baseline_counts(spec, tmp_path / "base.jsonl")
     assert counts == {LoadPoint.of_load(closed, 0).order: 3}
-    n, info = cellmod._num_prompts(spec, closed, fast, counts[LoadPoint.of_load(closed, 0).order])
+    n, info = num_prompts(spec, closed, fast, counts)
     assert n == 3 and info["prompts_from"] == base.cell_id
-    assert cellmod.baseline_counts(base) == {}  # a baseline probes its own server
+    assert run.baseline_counts(base) == {}  # a baseline probes its own server
 
     # pairs whose prompt counts differ (records of the old behaviour) get no speedup
     frame = add_speedups(records_frame([
@@ -116,8 +119,8 @@ def test_point_key_follows_the_checkpoint_not_its_name(demo_config, tmp_path, mo
     load = cell.load_points()[0]
 
     def key():
-        facts = cellmod.point_facts(cell, demo_config, "sha", None, env, None)
-        return cellmod.point_key(cell, load, 0, facts)
+        facts = points.point_facts(cell, demo_config, "sha", None, env, None)
+        return points.point_key(cell, load, 0, facts)
 
     first = key()
     (model / "model.safetensors").write_bytes(b"weights v2, rebuilt")  # a path model changed
@@ -132,10 +135,10 @@ def test_point_key_follows_the_checkpoint_not_its_name(demo_config, tmp_path, mo
     hf = grid.Cell("x", "round1", "vanilla", grid.server_config(
         demo_config, cell.server_config["target"]["name"], engine=grid.TRANSFORMERS),
         cell.workload, None, (1,), 1)
-    facts = cellmod.point_facts(hf, demo_config, "sha", None, env, None)
-    newer = cellmod.point_facts(hf, demo_config, "sha", None, {**env, "transformers": "5.1"},
+    facts = points.point_facts(hf, demo_config, "sha", None, env, None)
+    newer = points.point_facts(hf, demo_config, "sha", None, {**env, "transformers": "5.1"},
                                 None)
-    assert cellmod.point_key(hf, load, 0, facts) != cellmod.point_key(hf, load, 0, newer)
+    assert points.point_key(hf, load, 0, facts) != points.point_key(hf, load, 0, newer)
 
 
 def test_reporting_only_settings_change_no_id_and_no_key(demo_config_raw):
@@ -145,7 +148,7 @@ def test_reporting_only_settings_change_no_id_and_no_key(demo_config_raw):
         cell = next(c for c in cells if c.engine == grid.SERVE and c.is_baseline)
         facts = {"prompts_sha256": "sha", "vllm": {}, "checkpoints": {}}
         return ({c.cell_id for c in cells},
-                cellmod.point_key(cell, cell.load_points()[0], 0, facts))
+                points.point_key(cell, cell.load_points()[0], 0, facts))
 
     before = ids_and_key(copy.deepcopy(demo_config_raw))
     raw = copy.deepcopy(demo_config_raw)
@@ -262,16 +265,21 @@ def test_repeats_have_their_own_seeds_and_may_spread_over_servers(demo_config_ra
     raw = copy.deepcopy(demo_config_raw)
     raw["loadgen"]["server_instances"] = 2
     config = validate_config(raw)
-    cell = serve_cell(config)
+    cell = dataclasses.replace(serve_cell(config), instances=2)
     server = SimpleNamespace(connect_host="127.0.0.1", port=9)
     load = cell.load_points()[0]
-    seeds = [parse_loadgen(cellmod.point_argv(cell, config, server, load, None, 4, r)).seed
+    seeds = [parse_loadgen(session.point_argv(cell, config, server, load, None, 4,
+                                              session.point_settings(cell, r))).seed
              for r in range(3)]
     assert len(set(seeds)) == 3
-    plan = [(load, r) for r in range(3)]
-    assert cellmod.instances(cell, plan) == [[(load, 0), (load, 2)], [(load, 1)]]
-    job = cellmod.engine_job(cell, config, plan, "/tmp/x")
-    assert len({p["seed"] for p in job["plan"]}) == 3  # offline / Transformers cells too
+    # repeat r in server instance r mod 2: two sessions of the configuration
+    two = sessions.standalone(cell)
+    assert [[(p, r) for p, r in sessions.session_points(s, cell) if p == load]
+            for s in two.values()] == [[(load, 0), (load, 2)], [(load, 1)]]
+    # offline / Transformers cells: each repeat's prompts in its own seeded order too
+    orders = [engines.choose_prompts(list(range(8)), 8, True, points.repeat_seed(cell, r))
+              for r in range(3)]
+    assert len({tuple(o) for o in orders}) == 3
 
     rows = [record("b", "vanilla", 1, 100.0 + r, repeat=r,
                    server={"instance": r % 2}, loadgen={"seed": r}) for r in range(3)]

@@ -76,12 +76,15 @@ def test_bad_config_fails_before_any_job(tmp_path):
     assert "round1.targets[0] = 'smollm2-1b'" in result.stderr + result.stdout
 
 
-def test_slurm_profile_plans_gpu_runtime_and_memory_per_cell(tmp_path):
+def test_slurm_profile_plans_gpu_runtime_and_memory_per_session(tmp_path):
     import re
     import subprocess
     from types import SimpleNamespace
 
     from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    from sdbench.plan import grid, sessions
+    from sdbench.plan.config import load_config
 
     # as the README runs it: no --resources (Snakemake would cap each job's gpu to N)
     result = subprocess.run(
@@ -93,36 +96,37 @@ def test_slurm_profile_plans_gpu_runtime_and_memory_per_cell(tmp_path):
     assert result.returncode == 0, out
     counts = job_counts(out)
     assert counts["cell"] == REAL_STUDY_CELLS
+    # one GPU job per server session (configuration instance), each serving every workload
+    # of its configuration; the cells' own jobs only write their records
+    cells = grid.cells_by_id(load_config(REPO / "config" / "config.yaml"))
+    assert counts["session"] == len(sessions.plan_sessions(cells)) < REAL_STUDY_CELLS
     # every download (21 hub checkpoints, 4 sources) is a job of a local rule: the submitting
     # node has the network and the token, compute nodes may have neither (a dry run does not
-    # print which jobs are local: the Snakefile's localrules say it)
+    # print which jobs are local: the Snakefile's localrules say it); so is a cell's records
     assert counts["download_model"] == 21 and counts["fetch_source"] == 4
     block = re.search(r"^localrules:\n((?:\s+\w+,\n)+)", (REPO / "workflow" / "Snakefile")
                       .read_text(), flags=re.M)
     local = set(re.findall(r"\w+", block.group(1)))
-    assert {"download_model", "fetch_source"} <= local and not {"model", "cell"} & local
-    gpus_by_target, minutes_by_set = {}, {}
-    for block in out.split("rule cell:")[1:]:
+    assert {"download_model", "fetch_source", "cell"} <= local
+    assert not {"model", "session"} & local
+    gpus_by_target, minutes = {}, []
+    for block in out.split("rule session:")[1:]:
         target = re.search(r"resources/models/([\w.\-]+)", block).group(1)
-        prompts = re.search(r"data/processed/([\w.\-]+/[\w.\-]+)\.jsonl", block).group(1)
         resources = dict(re.findall(r"(\w+)=([^,\s]+)", block.split("resources:", 1)[1]
                                     .splitlines()[0]))
         assert resources["mem_mb"] == "64000"
         gpus_by_target.setdefault(target, set()).add(int(resources["gpu"]))
-        minutes_by_set.setdefault(prompts, []).append(int(resources["runtime"]))
-    # time limits from each cell's work (cells.runtime: auto), within the cap; a failed job is
-    # retried (a cell killed at its limit resumes from its points)
-    minutes = [m for ms in minutes_by_set.values() for m in ms]
-    assert len(set(minutes)) > 10 and max(minutes) <= 2880
-    assert (min(minutes_by_set["cnn_dm_highlights_news/out8k"])
-            > max(minutes_by_set["cnn_dm_highlights_news/out0.25k"]))
+        minutes.append(int(resources["runtime"]))
+    # time limits from each session's work (cells.runtime: auto), within the cap; a failed
+    # job is retried (a session killed at its limit resumes from its points)
+    assert len(set(minutes)) > 1 and max(minutes) <= 2880
     profile = yaml.safe_load((REPO / "workflow" / "profiles" / "slurm" / "config.yaml")
                              .read_text())
     assert profile["retries"] >= 1
     assert gpus_by_target["qwen2.5-72b-instruct"] == {4}
     assert gpus_by_target["qwen2.5-32b-instruct"] == {2}
     assert gpus_by_target["qwen2.5-7b-instruct"] == {1}
-    # the plugin turns a cell's gpu resource into the job's GPU request
+    # the plugin turns a session's gpu resource into the job's GPU request
     job = SimpleNamespace(resources=SimpleNamespace(
         get=lambda key, default=None: {"gpu": 4}.get(key, default), gpu=4))
     assert set_gres_string(job).strip() == "--gpus=4"

@@ -139,3 +139,25 @@ def server_processes(workdir):
         if "vllm" in cmdline.lower() and str(proc.info["cwd"] or "").startswith(str(workdir)):
             found.append((proc.pid, cmdline))
     return found
+
+
+def server_log(workdir, configfile, cell_id):
+    """The server log of the (first) session that measures `cell_id` under `configfile`."""
+    from sdbench import layout
+    from sdbench.plan import grid, sessions
+    from sdbench.plan.config import load_config
+
+    cells = grid.cells_by_id(load_config(configfile))
+    cell = cells[cell_id]
+    session_id = sessions.cell_sessions(cell, cells)[0]
+    return workdir / layout.session_server_log(
+        session_id, sessions.config_id(cell.server_config))
+
+
+def session_of(configfile, cell_id):
+    """The id of the (first) session that measures `cell_id` under `configfile`."""
+    from sdbench.plan import grid, sessions
+    from sdbench.plan.config import load_config
+
+    cells = grid.cells_by_id(load_config(configfile))
+    return sessions.cell_sessions(cells[cell_id], cells)[0]

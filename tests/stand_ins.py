@@ -1,0 +1,77 @@
+"""Stand-ins for a vLLM server and vLLM's load generator, for tests of the measuring logic
+(sessions, groups): they log what they were asked; the real ones run in the end-to-end and
+fault tests."""
+
+import time
+
+from sdbench.measure import loadgen, session
+
+
+class Stand:
+    """Stand-in vLLM servers and load generator; `events` says what happened, in order.
+    `kill_at`: raise KeyboardInterrupt at that point (Ctrl-C / SIGTERM); `fail`: (workload,
+    status) makes that workload's points invalid ("invalid") or kills the server ("failed")."""
+
+    def __init__(self, kill_at=None, fail=None):
+        self.events, self.kill_at, self.fail = [], kill_at, fail or {}
+        self.points = 0
+
+    def server(self, cell, config, server_log, env=None, verdict=None):
+        stand, name = self, (cell.speculator, cell.server_config["target"]["name"])
+
+        class Server:
+            command, port, connect_host = ["stand-in"], 1, "127.0.0.1"
+            startup_s = started_at = None
+            up = False
+
+            def launch(self):
+                stand.events.append(("launch", name))
+                self.up, self.started_at = True, time.time()
+
+            def start(self):
+                stand.events.append(("up", name))
+                self.startup_s = 1.5
+
+            def alive(self):
+                return self.up
+
+            def stop(self):
+                if self.up:
+                    stand.events.append(("stop", name))
+                self.up = False
+
+        made = Server()
+        self.last = made
+        return made
+
+    def run_point(self, argv, log=None):
+        args = {flag: value for flag, value in zip(argv, [*argv[1:], ""], strict=True)
+                if flag.startswith("--") and not value.startswith("--")}
+        self.points += 1
+        if self.points == self.kill_at:
+            raise KeyboardInterrupt
+        workload = args["--dataset-path"]
+        n = int(args["--num-prompts"])
+        self.events.append(("point", workload, int(args["--seed"]),
+                            int(args["--num-warmups"]), int(args["--ready-check-timeout-sec"])))
+        failed = 0
+        for path, status in self.fail.items():
+            if path in workload and status == "invalid":
+                failed = n // 2
+            if path in workload and status == "failed":
+                self.last.up = False
+                raise RuntimeError("server gone")
+        return {"completed": n - failed, "failed": failed, "duration": 1.0,
+                "output_throughput": 10.0, "total_token_throughput": 20.0,
+                "total_output_tokens": 8 * n, "input_lens": [4] * n, "output_lens": [8] * n,
+                "ttfts": [0.1] * n, "itls": [[0.01] * 7] * n, "start_times": [0.0] * n,
+                "generated_texts": ["x"] * n, "errors": [""] * failed + [""] * (n - failed)}
+
+    def point_events(self):
+        return [e for e in self.events if e[0] == "point"]
+
+
+def use(stand, monkeypatch):
+    monkeypatch.setattr(session, "cell_server", stand.server)
+    monkeypatch.setattr(loadgen, "run_point", stand.run_point)
+    monkeypatch.setattr(loadgen, "preload", lambda: None)

@@ -1,0 +1,293 @@
+"""Server sessions (sdbench.plan.sessions, sdbench.measure.session): one start per server
+configuration instance, every workload of the configuration through it; cells stay the unit of
+results. The server and vLLM's load generator are replaced here by stand-ins that log what
+they were asked (the real ones run in the end-to-end and fault tests)."""
+
+import dataclasses
+import json
+
+import pytest
+from stand_ins import Stand, use
+
+from sdbench import layout
+from sdbench.files import read_jsonl
+from sdbench.measure import cell as cellmod
+from sdbench.measure import groups, session
+from sdbench.plan import grid, hostcaps, sessions
+from sdbench.plan.config import ConfigError, validate_config
+from sdbench.records import LoadPoint
+
+
+def vanilla_session(config):
+    """The demo target's vanilla configuration: one cell per round (three workloads)."""
+    cells = grid.cells_by_id(config)
+    planned = sessions.plan_sessions(cells)
+    base = next(c for c in cells.values() if c.is_baseline and c.engine == grid.SERVE
+                and c.server_config["target"]["name"] == "smollm2-135m" and not c.group)
+    sid = sessions.cell_sessions(base, cells)[0]
+    return cells, planned[sid]
+
+
+def test_one_session_per_configuration_instance_serves_every_workload(demo_config):
+    cells = grid.cells_by_id(demo_config)
+    planned = sessions.plan_sessions(cells)
+    cells_session = {c: sid for sid, s in planned.items() for c in s.cells}
+    assert set(cells_session) == set(cells)  # every cell in exactly one session per instance
+    _, vanilla = vanilla_session(demo_config)
+    workloads = {cells[c].workload["name"] for c in vanilla.cells}
+    assert workloads == {"spec_bench", "news_0.25k", "mixed"} and len(vanilla.configs) == 1
+    assert sessions.starts(vanilla, cells) == 1
+    # the calibration pair is measured in turn with its baseline: one session, two servers
+    pair = next(c for c in cells.values() if c.speculator == "calibration"
+                and c.engine == grid.SERVE)
+    (sid,) = sessions.cell_sessions(pair, cells)
+    group = planned[sid]
+    assert group.interleaved and group.lead == sessions.config_id(
+        cells[pair.baseline_cell_id].server_config)
+    assert set(group.cells) == {pair.cell_id, pair.baseline_cell_id}
+    assert sessions.starts(group, cells) == 2
+    # starts: one per distinct (configuration, instance)
+    configs = {(sessions.config_id(c.server_config), i) for c in cells.values()
+               for i in c.used_instances}
+    assert sum(sessions.starts(s, cells) for s in planned.values()) == len(configs)
+
+
+def test_server_instances_per_method_and_a_baseline_spreads_as_far_as_its_cells(
+        demo_config_raw):
+    demo_config_raw["round1"]["methods"][0]["server_instances"] = 3  # ngram
+    cells = grid.cells_by_id(validate_config(demo_config_raw))
+    ngram = next(c for c in cells.values() if c.speculator == "ngram"
+                 and c.engine == grid.SERVE)
+    base = cells[ngram.baseline_cell_id]
+    assert ngram.instances == 3 and base.instances == 3
+    assert ngram.instance_repeats(1) == [1] and list(base.used_instances) == [0, 1, 2]
+    other = next(c for c in cells.values() if c.speculator == "draft-6l-plumbing")
+    assert other.instances == 1  # loadgen.server_instances, as before
+    planned = sessions.plan_sessions(cells)
+    assert len(sessions.cell_sessions(ngram, cells)) == 3
+    assert all(sid in planned for sid in sessions.cell_sessions(base, cells))
+    # an interleaved cell runs on its baseline's instances: the calibration pair
+    demo_config_raw["round1"]["methods"][1]["server_instances"] = 2
+    cells = grid.cells_by_id(validate_config(demo_config_raw))
+    pair = next(c for c in cells.values() if c.speculator == "calibration"
+                and c.engine == grid.SERVE)
+    assert pair.instances == cells[pair.baseline_cell_id].instances == 2
+
+
+def test_a_fresh_server_per_point_is_counted_per_point_and_refuses_to_take_turns(
+        demo_config_raw):
+    method = {"method": "suffix", "k": [4],
+              "options": {"suffix_decoding_max_cached_requests": 100}}
+    demo_config_raw["round1"]["methods"].append(method)
+    cells = grid.cells_by_id(validate_config(demo_config_raw))
+    suffix = next(c for c in cells.values() if c.speculator == "suffix")
+    planned = sessions.plan_sessions(cells)
+    (sid,) = sessions.cell_sessions(suffix, cells)
+    assert planned[sid].fresh_per_point
+    assert sessions.starts(planned[sid], cells) == suffix.repeats * len(suffix.load_points())
+    method["interleave"] = True
+    with pytest.raises(ConfigError, match=r"round1\.methods\[3\]\.interleave = True"):
+        validate_config(demo_config_raw)
+
+
+def test_a_session_starts_once_and_warms_up_each_workload(served_dir, demo_config_raw,
+                                                          monkeypatch):
+    demo_config_raw["loadgen"]["ready_check_timeout_s"] = 60  # the default, 0, checks nothing
+    demo_config = validate_config(demo_config_raw)
+    cells, vanilla = vanilla_session(demo_config)
+    stand = Stand()
+    use(stand, monkeypatch)
+    manifest = session.run_session(vanilla, cells, demo_config,
+                                   layout.session_output(vanilla.session_id))
+    assert [e[0] for e in stand.events].count("launch") == 1
+    assert stand.events[0][0] == "launch" and stand.events[-1][0] == "stop"
+    points = stand.point_events()
+    assert len(points) == sum(c.repeats * len(c.load_points())
+                              for c in (cells[i] for i in vanilla.cells))
+    # a readiness check (if set) before the server's first point only; warm-ups before each
+    # workload's first point only
+    assert [p[4] > 0 for p in points] == [True] + [False] * (len(points) - 1)
+    warmups = demo_config["loadgen"]["num_warmups"]
+    firsts = {}
+    for p in points:
+        firsts.setdefault(p[1], p)
+    assert [p for p in points if p[3]] == [p for p in firsts.values()] and all(
+        p[3] == warmups for p in firsts.values())
+    assert manifest["not_done"] == {} and manifest["retries"] == 0
+    assert set(manifest["cells"]) == set(vanilla.cells)
+    timing = manifest["timing"]
+    assert timing["servers"] == 1 and timing["startup_s"] == pytest.approx(1.5)
+    assert timing["wall_s"] >= timing["startup_s"] + timing["measuring_s"]
+    assert [s["config"] for s in timing["starts"]] == [vanilla.lead]
+    # each cell's own job writes its records from the manifest, no server
+    monkeypatch.setattr(session, "cell_server", None)
+    for cell_id in vanilla.cells:
+        cell = cells[cell_id]
+        records = cellmod.assemble(cell, [layout.session_output(vanilla.session_id)],
+                                   layout.cell_output(cell_id))
+        assert [(r["load"]["mode"], r["concurrency"], r["request_rate"], r["repeat"])
+                for r in records] == [(p.mode, p.concurrency, p.request_rate, p.repeat) for p in
+                                      sorted((LoadPoint.of_load(load, r) for r in
+                                              range(cell.repeats) for load in
+                                              cell.load_points()), key=lambda p: p.order)]
+        assert {r["server"]["session"] for r in records} == {vanilla.session_id}
+        assert not layout.partial_output(layout.cell_output(cell_id)).exists()
+
+
+def test_adding_a_workload_measures_only_the_new_cell_in_one_start(served_dir, demo_config,
+                                                                   monkeypatch):
+    cells, vanilla = vanilla_session(demo_config)
+    first = vanilla.only(vanilla.cells[:2])
+    use(Stand(), monkeypatch)
+    session.run_session(first, cells, demo_config, layout.session_output(first.session_id))
+    stand = Stand()
+    use(stand, monkeypatch)
+    manifest = session.run_session(vanilla, cells, demo_config,
+                                   layout.session_output(vanilla.session_id))
+    new = cells[vanilla.cells[2]]
+    assert [e[0] for e in stand.events].count("launch") == 1
+    assert {p[1] for p in stand.point_events()} == {new.workload["path"]}
+    assert len(stand.point_events()) == new.repeats * len(new.load_points())
+    assert set(manifest["cells"]) == set(vanilla.cells)
+    # nothing due: no start at all
+    stand = Stand()
+    use(stand, monkeypatch)
+    manifest = session.run_session(vanilla, cells, demo_config,
+                                   layout.session_output(vanilla.session_id))
+    assert stand.events == [] and manifest["timing"]["servers"] == 0
+
+
+def test_a_killed_session_resumes_from_the_points_it_finished(served_dir, demo_config,
+                                                              monkeypatch):
+    cells, vanilla = vanilla_session(demo_config)
+    output = layout.session_output(vanilla.session_id)
+    stand = Stand(kill_at=4)
+    use(stand, monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        session.run_session(vanilla, cells, demo_config, output)
+    assert stand.events[-1] == ("stop", ("vanilla", "smollm2-135m"))
+    assert not (served_dir / output).exists()  # no manifest: the job reruns
+    first = cells[vanilla.cells[0]]
+    error = json.loads(layout.error_output(layout.cell_output(first.cell_id)).read_text())
+    assert error["error"].startswith("KeyboardInterrupt") and error["session"] == \
+        vanilla.session_id
+    assert len(read_jsonl(layout.partial_output(layout.cell_output(first.cell_id)))) == 3
+    stand = Stand()
+    use(stand, monkeypatch)
+    session.run_session(vanilla, cells, demo_config, output)
+    total = sum(cells[c].repeats * len(cells[c].load_points()) for c in vanilla.cells)
+    assert len(stand.point_events()) == total - 3
+    records = cellmod.assemble(first, [output], layout.cell_output(first.cell_id))
+    assert len(records) == first.repeats * len(first.load_points())
+    assert not layout.error_output(layout.cell_output(first.cell_id)).exists()
+
+
+@pytest.mark.parametrize("status", ["invalid", "failed"])
+def test_a_cell_that_fails_costs_that_cell_only_and_is_measured_again(
+        served_dir, demo_config, monkeypatch, status):
+    cells, vanilla = vanilla_session(demo_config)
+    output = layout.session_output(vanilla.session_id)
+    bad = cells[vanilla.cells[1]]
+    stand = Stand(fail={bad.workload["path"]: status})
+    use(stand, monkeypatch)
+    manifest = session.run_session(vanilla, cells, demo_config, output)
+    assert set(manifest["not_done"]) == {bad.cell_id} and manifest["retries"] == 1
+    assert set(manifest["cells"]) == set(vanilla.cells) - {bad.cell_id}
+    if status == "failed":  # the server died: started again for the next workload
+        assert [e[0] for e in stand.events].count("launch") == 2
+        assert "later points were not attempted" in manifest["not_done"][bad.cell_id]
+    else:
+        assert "requests failed" in manifest["not_done"][bad.cell_id]
+    with pytest.raises(cellmod.NotDone):
+        cellmod.assemble(bad, [output], layout.cell_output(bad.cell_id))
+    assert json.loads(layout.error_output(layout.cell_output(bad.cell_id)).read_text())[
+        "session"] == vanilla.session_id
+    for cell_id in set(vanilla.cells) - {bad.cell_id}:
+        cellmod.assemble(cells[cell_id], [output], layout.cell_output(cell_id))
+    # the next run measures the bad cell's points again, and only those
+    assert sessions.retries(output) == 1
+    stand = Stand()
+    use(stand, monkeypatch)
+    manifest = session.run_session(vanilla, cells, demo_config, output)
+    assert {p[1] for p in stand.point_events()} == {bad.workload["path"]}
+    assert manifest["not_done"] == {} and manifest["retries"] == 1  # stable: no rerun after
+    cellmod.assemble(bad, [output], layout.cell_output(bad.cell_id))
+
+
+def test_an_unsupported_cell_starts_nothing(served_dir, demo_config, monkeypatch):
+    cells = grid.cells_by_id(demo_config)
+    gptq = next(c for c in cells.values() if c.is_baseline
+                and c.server_config["target"]["name"] == "smollm2-135m-gptq")
+    (sid,) = sessions.cell_sessions(gptq, cells)
+    reason = "runs GPTQ int4 only with AVX-512"
+    verdict = {"reason": reason, "host": {"device": "cpu", "extension": "_C_AVX2"},
+               "dtype": {"requested": "host", "resolved": "bfloat16", "why": "test"}}
+    monkeypatch.setattr(hostcaps, "cell_verdict", lambda config, cell, root=".": verdict)
+    stand = Stand()
+    use(stand, monkeypatch)
+    planned = sessions.plan_sessions(cells)
+    manifest = session.run_session(planned[sid], cells, demo_config, layout.session_output(sid))
+    assert stand.events == [] and manifest["timing"]["servers"] == 0
+    records = cellmod.assemble(gptq, [layout.session_output(sid)],
+                               layout.cell_output(gptq.cell_id))
+    assert {r["status"] for r in records} == {"unsupported"} and records[0]["error"] == reason
+    assert not (served_dir / "results" / "points").exists()
+
+
+def test_interleaved_session_takes_turns_and_stops_each_server_after_its_last_point(
+        served_dir, demo_config, monkeypatch):
+    cells = grid.cells_by_id(demo_config)
+    pair = next(c for c in cells.values() if c.speculator == "calibration"
+                and c.engine == grid.SERVE)
+    base = cells[pair.baseline_cell_id]
+    (sid,) = sessions.cell_sessions(pair, cells)
+    stand = Stand()
+    use(stand, monkeypatch)
+    manifest = session.run_session(sessions.plan_sessions(cells)[sid], cells, demo_config,
+                                   layout.session_output(sid))
+    names = [("vanilla", "smollm2-135m-deep"), ("calibration", "smollm2-135m-deep")]
+    # both servers launched, then both up, before any point
+    assert stand.events[:4] == [("launch", names[0]), ("launch", names[1]),
+                                ("up", names[0]), ("up", names[1])]
+    seeds = [p[2] for p in stand.point_events()]
+    seed = demo_config["loadgen"]["seed"]
+    plan = [r for r in range(base.repeats) for _ in base.load_points()]
+    assert seeds == [seed + r for r in plan for _ in (0, 1)]  # each point twice, in turn
+    assert manifest["not_done"] == {}
+    for cell, other in ((base, pair), (pair, base)):
+        records = cellmod.assemble(cell, [layout.session_output(sid)],
+                                   layout.cell_output(cell.cell_id))
+        assert {tuple(r["server"]["interleaved_with"]) for r in records} == {(other.cell_id,)}
+    # the turns rotate with the repeat: no cell always goes first
+    assert groups.interleaved_order(["a", "b"], [("c", 1, 0), ("c", 1, 1)]) == [
+        ("a", ("c", 1, 0)), ("b", ("c", 1, 0)), ("b", ("c", 1, 1)), ("a", ("c", 1, 1))]
+
+
+def test_a_cell_alone_from_the_command_line_serves_only_it(served_dir, demo_config, monkeypatch):
+    cells, vanilla = vanilla_session(demo_config)
+    cell = cells[vanilla.cells[1]]
+    stand = Stand()
+    use(stand, monkeypatch)
+    records = cellmod.measure_cell(cell, demo_config, layout.cell_output(cell.cell_id),
+                                   cells=cells)
+    assert {p[1] for p in stand.point_events()} == {cell.workload["path"]}
+    assert len(records) == cell.repeats * len(cell.load_points())
+    # its points are cached: the whole session later measures only the other cells
+    stand = Stand()
+    use(stand, monkeypatch)
+    session.run_session(vanilla, cells, demo_config, layout.session_output(vanilla.session_id))
+    assert cell.workload["path"] not in {p[1] for p in stand.point_events()}
+
+
+def test_point_keys_do_not_depend_on_the_session(demo_config):
+    """A cell's points keep their keys whichever other cells share its server."""
+    cells = grid.cells_by_id(demo_config)
+    cell = next(iter(cells.values()))
+    facts = {"prompts_sha256": "x"}
+    load = cell.load_points()[0]
+    from sdbench.measure import points
+
+    key = points.point_key(cell, load, 0, facts)
+    assert points.point_key(dataclasses.replace(cell, instances=1), load, 0, facts) == key
+    assert points.point_key(dataclasses.replace(cell, instances=2), load, 1, facts) != \
+        points.point_key(cell, load, 1, facts)
