@@ -5,6 +5,8 @@
 #
 #   scripts/gpu_run.sh smoke       snakemake on config/gpu-smoke.yaml, every GPU of the host
 #   scripts/gpu_run.sh round1      snakemake on config/gpu-round1.yaml (engines, load modes)
+#   scripts/gpu_run.sh calibration snakemake on config/gpu-calibration.yaml (the 7B-shape pair,
+#                                  two workloads per server session; docs/sessions.md)
 #   scripts/gpu_run.sh validate    overhead, fidelity and cold/warm start-up -> results/validation
 #   scripts/gpu_run.sh all         all three
 set -uo pipefail
@@ -43,8 +45,8 @@ validate() {
 }
 
 case "${1:-all}" in
-  smoke|round1) study "$1" ;;
+  smoke|round1|calibration) study "$1" ;;
   validate) validate ;;
   all) study smoke; study round1; validate ;;
-  *) echo "usage: $0 smoke|round1|validate|all" >&2; exit 2 ;;
+  *) echo "usage: $0 smoke|round1|calibration|validate|all" >&2; exit 2 ;;
 esac
