@@ -50,13 +50,15 @@ DEVICES = {
     "h100": DeviceRates(
         "h100", fixed_ms=1.57, per_b_ms=0.64, per_seq_ms=0.025, per_seq_per_b_ms=0.0,
         prefill_ms_per_token_per_b=0.006, draft_step_share=0.6,
-        startup_s=62.0, startup_s_per_b=2.5, cold_s=35.0, point_overhead_s=1.5, rest_s=12.0,
+        startup_s=89.0, startup_s_per_b=2.5, cold_s=36.0, point_overhead_s=0.8, rest_s=4.0,
         gpu=True,
-        source="1 x H100 80GB HBM3, vLLM 0.26.0, 2026-11-23 (docs/validation.md 9): decode "
-               "steps of the 7B-shape target (6.0 ms at c=1, 7.5 at 64) and its 0.8B draft "
-               "(2.1, 4.0), the exact pair's TPOT speedups (2.62/2.45/2.10/1.54 at 1/4/16/64 "
-               "give draft_step_share 0.6); start-ups 64-78 s warm, 133 s cold (issue 32); "
-               "prefill, point overhead and rest are estimates"),
+        source="1 x H100 80GB HBM3, vLLM 0.26.0: decode steps of the 7B-shape target (6.0 ms "
+               "at c=1, 7.5 at 64) and its 0.8B draft (2.1, 4.0), the exact pair's TPOT "
+               "speedups (2.62/2.45/2.10/1.54 at 1/4/16/64 give draft_step_share 0.6; "
+               "2026-11-23, docs/validation.md 9); start-ups 104-110 s warm, 132-154 s cold "
+               "(vLLM imported twice, ~28 s each; init 39-66 s), 0.7-0.9 s of the load "
+               "generator's own per point, 3.5-4 s of the rest per session (2026-11-25, "
+               "docs/sessions.md); prefill is an estimate"),
     "h200": DeviceRates(
         "h200", fixed_ms=1.57, per_b_ms=0.45, per_seq_ms=0.025, per_seq_per_b_ms=0.0,
         prefill_ms_per_token_per_b=0.006, draft_step_share=0.6,
