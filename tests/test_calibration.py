@@ -155,14 +155,26 @@ def test_the_gpu_calibration_study_plans_the_pair_at_7b_scale():
     config = load_config(Path(__file__).resolve().parents[1] / "config"
                          / "gpu-calibration.yaml")
     cells = grid.all_cells(config)
-    assert sorted(c.label for c in cells) == [
-        "calibration k=4 | qwen7b-shape-calib | spec_bench",
-        "vanilla | qwen7b-shape-2l | spec_bench",
-        "vanilla | qwen7b-shape-calib | spec_bench"]
+    assert sorted(c.label for c in cells) == sorted(
+        f"{setting} | {workload}" for setting in (
+            "calibration k=4 | qwen7b-shape-calib", "vanilla | qwen7b-shape-2l",
+            "vanilla | qwen7b-shape-calib")
+        for workload in ("spec_bench", "spec_bench_summarization"))
+    # the pair (and so its baseline) over 2 server instances: one session per configuration
+    # instance serves both workloads
+    from sdbench.plan import sessions
+
+    by_id = {c.cell_id: c for c in cells}
+    assert {c.server_config["target"]["name"]: c.instances for c in cells} == {
+        "qwen7b-shape-2l": 1, "qwen7b-shape-calib": 2}
+    planned = sessions.plan_sessions(by_id)
+    assert len(planned) == 5 and all(len(s.cells) == 2 for s in planned.values())
     # the draft is the target's first 2 layers: the same random weights, built once
     models = config["models"]
     assert models["qwen7b-shape-calib"]["source"] == {
         "kind": "deepen", "model": "qwen7b-shape-2l", "noop_per_layer": 13}
     shape = models["qwen7b-shape-2l"]["source"]["config"]
     assert shape["num_hidden_layers"] * (1 + 13) == 28 and shape["hidden_size"] == 3584
-    assert [s["speculator"] for s in grid.dynamic_k_specs(config)] == ["calibration"]
+    # a derived schedule per workload
+    assert [(s["speculator"], s["workload"]) for s in grid.dynamic_k_specs(config)] == [
+        ("calibration", "spec_bench"), ("calibration", "spec_bench_summarization")]

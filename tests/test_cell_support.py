@@ -51,7 +51,7 @@ def test_unsupported_cell_records_the_reason_and_measures_nothing(gptq_cell, dem
     records = cellmod.measure_cell(gptq_cell, demo_config, output)
     assert gptq_cell.concurrency == (1, 4)
     assert [(r["concurrency"], r["repeat"]) for r in records] == [
-        (c, repeat) for c in (1, 4) for repeat in range(demo_config["loadgen"]["repeats"])]
+        (c, repeat) for c in (1, 4) for repeat in range(gptq_cell.repeats)]
     for r in records:
         assert r["status"] == "unsupported" and r["error"] == REASON and r["metrics"] == {}
         assert r["provenance"]["host"]["extension"] == "_C_AVX2"

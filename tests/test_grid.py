@@ -16,23 +16,35 @@ def cells_of(raw):
 
 
 def test_demo_grid_shape():
+    from sdbench.plan import sessions
+
     demo_config = validate_config(yaml.safe_load((REPO / "config" / "demo.yaml").read_text()))
     cells = grid.all_cells(demo_config)
     rounds = {r: [c for c in cells if c.round == r] for r in grid.ROUNDS}
     # round 1 (server only): vanilla, ngram and the EAGLE head (k=3) on the target; vanilla and
     # the calibration draft (k=5) on the deeper target; round 2: vanilla + draft k=3 on one
-    # bucket; round 3: one vanilla and the short draft context
-    assert [len(rounds[r]) for r in grid.ROUNDS] == [5, 2, 2]
-    assert len({c.cell_id for c in cells}) == 9
+    # bucket, on the target and its W8A8, GPTQ and AWQ copies; round 3: one vanilla and the
+    # short draft context
+    assert [len(rounds[r]) for r in grid.ROUNDS] == [5, 8, 2]
+    assert len({c.cell_id for c in cells}) == 15
     assert {c.speculator for c in cells} == {"vanilla", "ngram", "calibration",
                                              "eagle-untrained-plumbing", "draft-6l-plumbing"}
     assert {c.engine for c in cells} == {"serve"}
     assert all(c.concurrency == (1, 24) for c in rounds["round1"])
     assert all(c.concurrency == (4,) for c in rounds["round2"] + rounds["round3"])
-    # every speculative cell is measured in turn with its baseline: 4 group jobs (9 servers)
+    assert {c.server_config["target"]["quantization"] for c in rounds["round2"]} == {
+        None, "compressed-tensors", "gptq", "awq"}
+    # every speculative cell is measured in turn with its baseline; the target's vanilla
+    # configuration serves rounds 1-3 in one session, with the n-gram, EAGLE and both draft
+    # configurations taking turns: one session per (configuration group, instance), one
+    # start per configuration
     groups = grid.interleave_groups(cells)
-    assert sorted(len(g) for g in groups.values()) == [2, 2, 2, 3]
+    assert sorted(len(g) for g in groups.values()) == [2, 2, 2, 2, 2, 2, 3]
     assert {i for g in groups.values() for i in g} == {c.cell_id for c in cells}
+    planned = sessions.plan_sessions({c.cell_id: c for c in cells})
+    assert sorted(len(s.configs) for s in planned.values()) == [2, 2, 2, 2, 5]
+    assert sum(sessions.starts(s, {c.cell_id: c for c in cells}) for s in planned.values()) \
+        == len({sessions.config_id(c.server_config) for c in cells}) == 13
     # the calibration draft runs on the deeper target only, paired with its vanilla cell
     by_id = {c.cell_id: c for c in cells}
     pair = next(c for c in cells if c.speculator == "calibration")
@@ -47,7 +59,6 @@ def test_demo_grid_shape():
         if not cell.is_baseline:
             assert by_id[cell.baseline_cell_id].is_baseline
     assert {c.request_rates for c in cells} == {()}
-    assert {c.server_config["target"]["quantization"] for c in rounds["round2"]} == {None}
     spec3 = [c for c in rounds["round3"] if not c.is_baseline]
     assert [c.setting for c in spec3] == ["draft-len-512"]
     assert spec3[0].server_config["method_options"]["max_model_len"] == 512
@@ -56,9 +67,14 @@ def test_demo_grid_shape():
     assert [(s["target"], s["speculator"]) for s in grid.dynamic_k_specs(demo_config)] == [
         ("smollm2-135m-deep", "calibration")]
     # the pair, and so its baseline, is measured 5 times (its gain at concurrency 1 is ~1.3x
-    # against a host noise of ~10 % per point); everything else, the dynamic-K cell included, 3
+    # against a host noise of ~10 % per point); the plumbing (untrained head, 6-layer draft)
+    # and its round 2 and 3 baselines twice; everything else, the dynamic-K cell included, 3
     assert pair.repeats == base.repeats == 5
-    assert {c.repeats for c in cells if c.cell_id not in pair.group} == {3}
+    plumbing = {c.cell_id for c in cells if "plumbing" in c.speculator}
+    assert {c.repeats for c in cells if c.cell_id in plumbing} == {2}
+    assert {c.repeats for c in cells if c.cell_id not in plumbing | set(pair.group)
+            and c.round == "round1"} == {3}
+    assert {c.repeats for c in rounds["round2"] + rounds["round3"]} == {2}
     assert grid.dynamic_k_placeholder(demo_config, grid.dynamic_k_specs(demo_config)[0]
                                       ).repeats == 3
 
@@ -79,9 +95,9 @@ def test_a_method_s_repeats_and_its_baseline(demo_config_raw):
     r1 = {c.speculator: c for c in after.values() if c.round == "round1" and not c.is_baseline
           and c.engine == grid.SERVE}
     assert r1["ngram"].repeats == 1 and r1["calibration"].repeats == 4
-    assert r1["eagle-untrained-plumbing"].repeats == 3  # loadgen.repeats
-    # the small target's baseline: its most repeated pair (EAGLE, 3), not the n-gram's 1
-    assert after[r1["ngram"].baseline_cell_id].repeats == 3
+    assert r1["eagle-untrained-plumbing"].repeats == 2  # its own
+    # the small target's baseline: its most repeated pair (EAGLE, 2), not the n-gram's 1
+    assert after[r1["ngram"].baseline_cell_id].repeats == 2
     # the deeper target's: the dynamic-K cell's 6, more than the pair's 4
     spec = grid.dynamic_k_specs(config)[0]
     assert grid.dynamic_k_placeholder(config, spec).repeats == 6
