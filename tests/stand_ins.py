@@ -4,7 +4,7 @@ fault tests."""
 
 import time
 
-from sdbench.measure import loadgen, session
+from sdbench.measure import loadgen, server
 
 
 class Stand:
@@ -72,6 +72,6 @@ class Stand:
 
 
 def use(stand, monkeypatch):
-    monkeypatch.setattr(session, "cell_server", stand.server)
+    monkeypatch.setattr(server, "cell_server", stand.server)
     monkeypatch.setattr(loadgen, "run_point", stand.run_point)
     monkeypatch.setattr(loadgen, "preload", lambda: None)

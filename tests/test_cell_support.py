@@ -10,7 +10,7 @@ import pytest
 
 from sdbench import layout
 from sdbench.measure import cell as cellmod
-from sdbench.measure import points, session, slots
+from sdbench.measure import points, server, slots
 from sdbench.plan import grid, hostcaps
 from sdbench.plan.config import validate_config
 
@@ -40,7 +40,7 @@ def gptq_cell(demo_config, tmp_path, monkeypatch):
     def no_server(*args, **kwargs):
         raise AssertionError("an unsupported cell must not start a server")
 
-    monkeypatch.setattr(session, "cell_server", no_server)
+    monkeypatch.setattr(server, "cell_server", no_server)
     monkeypatch.setattr(slots, "held", no_server)
     return cell
 

@@ -13,7 +13,8 @@ import pytest
 
 from sdbench import layout
 from sdbench.analyze.aggregate import add_speedups, records_frame
-from sdbench.measure import engine_cells, engines, loadgen, profiling, session
+from sdbench.measure import engine_cells, engines, loadgen, profiling
+from sdbench.measure import server as measured_by
 from sdbench.plan import checks, grid
 from sdbench.plan.config import ConfigError, load_config, validate_config
 
@@ -179,7 +180,7 @@ def test_duration_bounded_points_derive_their_prompt_count(demo_config_raw):
     n, info = num_prompts(vanilla, closed, fast)
     assert n == 6 and info["duration_capped"] and info["duration_prompts_wanted"] == 300
     server = SimpleNamespace(connect_host="127.0.0.1", port=9)
-    argv = session.point_argv(vanilla, config, server, rate, None, 6)
+    argv = measured_by.point_argv(vanilla, config, server, rate, None, 6)
     args = parse_loadgen(argv)
     assert (args.num_prompts, args.request_rate, args.burstiness) == (6, 2.0, 1.0)
     # without duration_s a request-rate point sends the workload's prompts, and cell ids are
@@ -304,7 +305,7 @@ def test_nsys_wraps_the_server_and_captures_each_point(monkeypatch, demo_config_
     cell = next(c for c in cells if c.profile == "nsys")
     assert all(c.profile is None for c in cells if c.speculator != "ngram" or c.engine != "serve")
     checks.check_cell_tools(cell)
-    server = session.cell_server(cell, config, tmp_path / "log")
+    server = measured_by.cell_server(cell, config, tmp_path / "log")
     argv = server.build_command(1234)
     name = profiling.session_name(cell.server_config)
     assert argv[:5] == [str(tmp_path / "nsys"), "launch", f"--session-new={name}",

@@ -12,7 +12,7 @@ from stand_ins import Stand, use
 from sdbench import layout
 from sdbench.files import read_jsonl
 from sdbench.measure import cell as cellmod
-from sdbench.measure import groups, session
+from sdbench.measure import groups, points, server, session
 from sdbench.plan import grid, hostcaps, sessions
 from sdbench.plan.config import ConfigError, validate_config
 from sdbench.records import LoadPoint
@@ -120,7 +120,7 @@ def test_a_session_starts_once_and_warms_up_each_workload(served_dir, demo_confi
     assert timing["wall_s"] >= timing["startup_s"] + timing["measuring_s"]
     assert [s["config"] for s in timing["starts"]] == [vanilla.lead]
     # each cell's own job writes its records from the manifest, no server
-    monkeypatch.setattr(session, "cell_server", None)
+    monkeypatch.setattr(server, "cell_server", None)
     for cell_id in vanilla.cells:
         cell = cells[cell_id]
         records = cellmod.assemble(cell, [layout.session_output(vanilla.session_id)],
@@ -285,8 +285,6 @@ def test_point_keys_do_not_depend_on_the_session(demo_config):
     cell = next(iter(cells.values()))
     facts = {"prompts_sha256": "x"}
     load = cell.load_points()[0]
-    from sdbench.measure import points
-
     key = points.point_key(cell, load, 0, facts)
     assert points.point_key(dataclasses.replace(cell, instances=1), load, 0, facts) == key
     assert points.point_key(dataclasses.replace(cell, instances=2), load, 1, facts) != \

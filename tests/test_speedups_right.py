@@ -13,7 +13,8 @@ import pytest
 
 from sdbench.analyze.aggregate import add_speedups, aggregate_points, records_frame
 from sdbench.files import write_jsonl
-from sdbench.measure import engines, loadgen, points, run, session
+from sdbench.measure import engines, loadgen, points, run
+from sdbench.measure import server as measured_by
 from sdbench.measure.serving import format_server_args
 from sdbench.models import checkpoints as models
 from sdbench.plan import grid, sessions
@@ -48,7 +49,7 @@ def test_suffix_decoding_cannot_learn_earlier_points_answers(demo_config):
     """Every point sends the same prompts: vLLM's suffix tree of past responses (10,000 by
     default) would have seen every answer from the second point on."""
     off = serve_cell(demo_config, "suffix", 8)
-    spec = session.speculative_config(off, demo_config)
+    spec = measured_by.speculative_config(off, demo_config)
     assert spec["suffix_decoding_max_cached_requests"] == 0  # global response tree off
     assert grid.isolation(off.server_config) == grid.SHARED
     (shared,) = sessions.standalone(off).values()
@@ -61,13 +62,13 @@ def test_suffix_decoding_cannot_learn_earlier_points_answers(demo_config):
     (fresh,) = sessions.standalone(on).values()
     assert fresh.fresh_per_point
     assert sessions.starts(fresh, {on.cell_id: on}) == len(on.load_points()) * on.repeats
-    assert session.point_settings(on, 1, warm_up=True)["num_warmups"] == 0
-    assert session.point_settings(off, 1, warm_up=True)["num_warmups"] == \
+    assert measured_by.point_settings(on, 1, warm_up=True)["num_warmups"] == 0
+    assert measured_by.point_settings(off, 1, warm_up=True)["num_warmups"] == \
         demo_config["loadgen"]["num_warmups"]
     # a shared server is warmed before each cell's first point only: the points before warmed
     # it
     assert demo_config["loadgen"]["num_warmups"] > 0
-    assert session.point_settings(off, 1, warm_up=False)["num_warmups"] == 0
+    assert measured_by.point_settings(off, 1, warm_up=False)["num_warmups"] == 0
     # stateless proposers are untouched
     ngram = serve_cell(demo_config, "ngram", 2, {"prompt_lookup_max": 3})
     assert "suffix_decoding_max_cached_requests" not in ngram.server_config["method_options"]
@@ -268,8 +269,8 @@ def test_repeats_have_their_own_seeds_and_may_spread_over_servers(demo_config_ra
     cell = dataclasses.replace(serve_cell(config), instances=2)
     server = SimpleNamespace(connect_host="127.0.0.1", port=9)
     load = cell.load_points()[0]
-    seeds = [parse_loadgen(session.point_argv(cell, config, server, load, None, 4,
-                                              session.point_settings(cell, r))).seed
+    seeds = [parse_loadgen(measured_by.point_argv(cell, config, server, load, None, 4,
+                                              measured_by.point_settings(cell, r))).seed
              for r in range(3)]
     assert len(set(seeds)) == 3
     # repeat r in server instance r mod 2: two sessions of the configuration

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from sdbench import layout
-from sdbench.measure.session import covered
+from sdbench.measure.server import covered
 from sdbench.report import timing
 
 

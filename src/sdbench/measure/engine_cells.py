@@ -18,8 +18,8 @@ from sdbench import layout
 from sdbench.logcause import error_cause
 from sdbench.measure import engines, gpumon, points, slots
 from sdbench.measure.run import CellRun, log_size, now, point_status, run_args
+from sdbench.measure.server import Clock, speculative_config
 from sdbench.measure.serving import VllmServer, log_tail
-from sdbench.measure.session import Clock, speculative_config
 from sdbench.plan import grid, hostcaps
 from sdbench.plan.sessions import Session
 from sdbench.records import LoadPoint

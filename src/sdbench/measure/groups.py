@@ -19,8 +19,8 @@ import contextlib
 from sdbench.layout import session_server_log
 from sdbench.measure import slots
 from sdbench.measure.run import CellError, CellRun, restart_partial
+from sdbench.measure.server import Clock, SessionServer, checked, fail
 from sdbench.measure.serving import ServerError
-from sdbench.measure.session import Clock, SessionServer, _checked, _fail
 from sdbench.plan import grid
 from sdbench.plan.sessions import Session, config_id
 
@@ -86,14 +86,14 @@ def measure_group(session: Session, cells: dict[str, grid.Cell], runs: list[Cell
             members = [r for r in (lead, *partners) if r.cell_id not in failed]
             if lead not in members:
                 for run in members:
-                    _fail(run, failed, f"its baseline cell {lead.cell_id} is not measured: "
+                    fail(run, failed, f"its baseline cell {lead.cell_id} is not measured: "
                           f"{failed[lead.cell_id].splitlines()[0]}")
                 continue
             try:
                 _up(session, members, servers, views, clock, failed, stack)
             except ServerError as exc:
                 for run in members:
-                    _fail(run, failed, f"{type(exc).__name__}: {exc}")
+                    fail(run, failed, f"{type(exc).__name__}: {exc}")
                 continue
             members = [r for r in members if r.cell_id not in failed]
             # the baseline measures every point its cells do (`grid.with_baseline_repeats`);
@@ -117,7 +117,7 @@ def measure_group(session: Session, cells: dict[str, grid.Cell], runs: list[Cell
                 except CellError as exc:  # a server died: the session's measuring ends
                     for other in measuring:
                         if other.cell_id not in failed and other.not_done():
-                            _fail(other, failed, str(exc))
+                            fail(other, failed, str(exc))
                     return
                 left[cid] -= 1
                 if not left[cid]:
@@ -141,6 +141,6 @@ def _up(session: Session, members: list[CellRun], servers: dict[str, SessionServ
             server.launch()
             launched.append(server)
     for run in members:
-        _checked(run, failed, clock)
+        checked(run, failed, clock)
     for server in launched:
         server.wait()

@@ -32,7 +32,7 @@ from pathlib import Path
 from sdbench import layout
 from sdbench.files import atomic_write_json
 from sdbench.measure import cell as cellmod
-from sdbench.measure import loadgen, provenance, run, session, slots
+from sdbench.measure import loadgen, provenance, run, server, slots
 from sdbench.plan import grid
 from sdbench.plan.config import REPO_ROOT, load_config
 
@@ -95,9 +95,9 @@ def fidelity(args) -> dict:
     min_tokens = run.check_workload(cell)
     workdir = Path(args.workdir)
     rows = []
-    with slots.held(grid.cell_gpus(cell.server_config)) as held, session.cell_server(
+    with slots.held(grid.cell_gpus(cell.server_config)) as held, server.cell_server(
             cell, config, workdir / f"{cell.cell_id}.fidelity.server.log", held.env) as srv:
-        argv = session.point_argv(cell, config, srv, {"mode": "concurrency",
+        argv = server.point_argv(cell, config, srv, {"mode": "concurrency",
                                                       "concurrency": args.concurrency},
                                   min_tokens)
         direct = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", *argv,
@@ -135,9 +135,9 @@ def startup(args) -> dict:
     times = {}
     for name in ("cold", "warm"):
         log = Path(args.workdir) / f"{cell.cell_id}.startup-{name}.server.log"
-        with slots.held(grid.cell_gpus(cell.server_config)) as held, session.cell_server(
-                cell, config, log, {**env, **held.env}) as server:
-            times[f"{name}_startup_s"] = server.startup_s
+        with slots.held(grid.cell_gpus(cell.server_config)) as held, server.cell_server(
+                cell, config, log, {**env, **held.env}) as started:
+            times[f"{name}_startup_s"] = started.startup_s
     shutil.rmtree(root, ignore_errors=True)
     return {"cell_id": cell.cell_id, "label": cell.label, "cache_env": list(env), **times}
 
