@@ -44,8 +44,10 @@ class Tally:
     rest_without_h: float = 0.0
     exceptions: list[str] = field(default_factory=list)
 
-    def add(self, work: SessionWork, without: bool = False) -> None:
-        hours = work.gpus / 3600.0
+    def add(self, work: SessionWork, without: bool = False, gpu: bool = True) -> None:
+        """Add a session's work: GPU-hours (its wall time on every GPU it holds), or on a CPU
+        host hours of the host."""
+        hours = (work.gpus if gpu else 1) / 3600.0
         if without:
             self.starts_without += work.starts
             self.startup_without_h += work.startup_s * hours
@@ -140,7 +142,7 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
         work = works[session.session_id] = session_work(session, measuring, model,
                                                         cold=cold, root=root)
         part = measuring[session.cells[0]].round
-        tallies[part].add(work)
+        tallies[part].add(work, gpu=model.device.gpu)
         if session.fresh_per_point:
             tallies[part].exceptions.append(
                 f"{session.session_id} ({measuring[session.cells[0]].label}): a fresh server "
@@ -150,14 +152,15 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
     for cell in measuring.values():
         for session in sessions.standalone(cell).values():
             tallies[cell.round].add(session_work(session, {cell.cell_id: cell}, model,
-                                                 cold=cold, root=root), without=True)
+                                                 cold=cold, root=root), without=True,
+                                    gpu=model.device.gpu)
     for cell in derived_cells(config):
         tallies["dynamic-K"].cells += 1
         cold.add(sessions.config_id(cell.server_config))
         for session in sessions.standalone(cell).values():
             work = session_work(session, {cell.cell_id: cell}, model, cold=cold, root=root)
-            tallies["dynamic-K"].add(work)
-            tallies["dynamic-K"].add(work, without=True)
+            tallies["dynamic-K"].add(work, gpu=model.device.gpu)
+            tallies["dynamic-K"].add(work, without=True, gpu=model.device.gpu)
     total = Tally()
     for tally in tallies.values():
         for name in ("cells", "sessions", "starts", "starts_without", "startup_h",
@@ -210,6 +213,8 @@ def format_plan(result: dict, source: str) -> str:
 
     lines += [row(name, t) for name, t in parts.items() if t.cells]
     lines.append(row("total", total))
+    lines.append("(a session counts under the round of its first cell: one serving rounds 1-3 "
+                 "counts under round 1)")
     lines += ["",
               f"server starts: {total.starts} (one per cell and instance: "
               f"{total.starts_without})",
