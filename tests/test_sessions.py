@@ -13,7 +13,7 @@ from sdbench import layout
 from sdbench.files import read_jsonl
 from sdbench.measure import cell as cellmod
 from sdbench.measure import groups, points, server, session
-from sdbench.plan import grid, hostcaps, sessions
+from sdbench.plan import checks, grid, hostcaps, sessions
 from sdbench.plan.config import ConfigError, validate_config
 from sdbench.records import LoadPoint
 
@@ -289,3 +289,29 @@ def test_point_keys_do_not_depend_on_the_session(demo_config):
     assert points.point_key(dataclasses.replace(cell, instances=1), load, 0, facts) == key
     assert points.point_key(dataclasses.replace(cell, instances=2), load, 1, facts) != \
         points.point_key(cell, load, 1, facts)
+
+
+def test_a_proposer_with_state_across_requests_gets_a_fresh_server_per_point(
+        served_dir, demo_config_raw, monkeypatch):
+    """Suffix decoding with its global response tree on: every point in a server of its own,
+    without warm-ups (a warm-up would show it one of the point's answers)."""
+    demo_config_raw["round1"]["methods"].append(
+        {"method": "suffix", "k": [4], "options": {"suffix_decoding_max_cached_requests": 100}})
+    config = validate_config(demo_config_raw)
+    monkeypatch.setattr(checks, "check_cell_tools", lambda cell, source=None: None)
+    cells = grid.cells_by_id(config)
+    suffix = next(c for c in cells.values() if c.speculator == "suffix")
+    (sid,) = sessions.cell_sessions(suffix, cells)
+    stand = Stand()
+    use(stand, monkeypatch)
+    manifest = session.run_session(sessions.plan_sessions(cells)[sid], cells, config,
+                                   layout.session_output(sid))
+    points = stand.point_events()
+    assert len(points) == suffix.repeats * len(suffix.load_points())
+    assert [e[0] for e in stand.events].count("launch") == len(points) == \
+        manifest["timing"]["servers"]
+    assert all(p[3] == 0 for p in points)  # no warm-up request anywhere
+    records = cellmod.assemble(suffix, [layout.session_output(sid)],
+                               layout.cell_output(suffix.cell_id))
+    assert {r["server"]["isolation"] for r in records} == {grid.FRESH_PER_POINT}
+    assert {r["server"]["points_before"] for r in records} == {0}
