@@ -465,7 +465,7 @@ def test_one_server_start_per_configuration_instance(e2e_run, host):
         timing = manifest["timing"]
         expected = sessions.starts(session, cells) if runnable & set(session.cells) else 0
         assert timing["servers"] == len(timing["starts"]) == expected, sid
-        assert 0 < timing["rest_s"] < timing["wall_s"]
+        assert 0 < timing["rest_s"] <= timing["wall_s"]
         starts += timing["servers"]
         for cell_id in set(session.cells) & runnable:
             records = [json.loads(x) for x in (workdir / "results" / "cells" /

@@ -106,14 +106,8 @@ def measure_group(session: Session, cells: dict[str, grid.Cell], runs: list[Cell
                     continue
                 cid = config_id(run.cell.server_config)
                 server = servers[cid]
-                others = [r.cell_id for r in members if r is not run]
-                measured = server.measure(run, pid, interleaved_with=others)
-                run.add(pid, measured)
-                record = measured["record"]
-                load, repeat = run.plan[pid]
                 try:
-                    run.report(load, repeat, record["status"], record["error"] or "",
-                               record["metrics"], server.log_path)
+                    server.take(run, pid, [r.cell_id for r in members if r is not run])
                 except CellError as exc:  # a server died: the session's measuring ends
                     for other in measuring:
                         if other.cell_id not in failed and other.not_done():

@@ -198,6 +198,16 @@ class SessionServer:
             self.probes[key] = float(result["request_throughput"])
         return self.probes[key]
 
+    def take(self, run: CellRun, pid: tuple, interleaved_with: list[str] = ()) -> None:
+        """Measure one point of `run` and keep it (cache, partial records); CellError when it
+        failed (the server is gone: the cell's later points are not attempted)."""
+        measured = self.measure(run, pid, interleaved_with)
+        run.add(pid, measured)
+        record = measured["record"]
+        load, repeat = run.plan[pid]
+        run.report(load, repeat, record["status"], record["error"] or "", record["metrics"],
+                   self.log_path)
+
     def measure(self, run: CellRun, pid: tuple, interleaved_with: list[str] = ()) -> dict:
         """Measure one point of `run` on this server; the point's record and detail. A point
         that could not be measured is "failed" (the caller decides what follows)."""

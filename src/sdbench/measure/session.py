@@ -77,13 +77,8 @@ def measure_plain(session: Session, runs: list[CellRun], held: slots.Slots, cloc
 
 def _measure_cell(server: SessionServer, run: CellRun, failed: dict) -> None:
     for pid in list(run.missing):
-        measured = server.measure(run, pid)
-        run.add(pid, measured)
-        record = measured["record"]
-        load, repeat = run.plan[pid]
         try:
-            run.report(load, repeat, record["status"], record["error"] or "",
-                       record["metrics"], server.log_path)
+            server.take(run, pid)
         except CellError as exc:  # a failed point: the server is gone
             fail(run, failed, str(exc))
             return
