@@ -118,12 +118,6 @@ def shape_from_config(cfg: dict) -> tuple[float, float, int] | None:
     return layers * layer / 1e9, embeddings / 1e9, layers
 
 
-def params_from_config(cfg: dict) -> float | None:
-    """Billions of parameters of a decoder from its config.json fields."""
-    shape = shape_from_config(cfg)
-    return None if shape is None else shape[0] + shape[1]
-
-
 SIZE_IN_NAME = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*([bBmM])(?![a-zA-Z])")
 # the share of a model's parameters in its embeddings and head where its shape is not known
 # (SmolLM2-135M: 21 %; 7-8B models: 7-14 %)

@@ -1,0 +1,113 @@
+"""What a study will cost (`make plan`: sdbench.plan.cost): starts counted one per server
+configuration instance plus the named exceptions, GPU time projected by one request model at
+calibrated rates, with sessions and without."""
+
+import json
+import socket
+
+import pytest
+
+from sdbench import layout
+from sdbench.plan import cost, grid, rates, sessions
+from sdbench.plan.config import load_config, validate_config
+
+from workflow_helpers import REPO
+
+
+@pytest.fixture(scope="module")
+def real():
+    return load_config(REPO / "config" / "config.yaml")
+
+
+def test_the_real_study_starts_each_configuration_instance_once(real, tmp_path):
+    result = cost.plan_cost(real, "h100", tmp_path)
+    cells = grid.cells_by_id(real)
+    instances = {(sessions.config_id(c.server_config), i) for c in cells.values()
+                 for i in c.used_instances}
+    derived = sum(spec["instances"] for spec in grid.dynamic_k_specs(real))
+    total = result["total"]
+    assert total.starts == len(instances) + derived == 300
+    assert total.starts_without == sum(len(c.used_instances) for c in cells.values()) + derived
+    assert total.exceptions == []
+    # sessions cut start-ups (and the rest), not measuring
+    assert total.startup_h < total.startup_without_h / 5
+    assert total.rest_h < total.rest_without_h
+    assert 0 < total.startup_h < total.measuring_h
+    text = cost.format_plan(result, "config/config.yaml")
+    assert f"server starts: {total.starts} (one per cell and instance: " \
+           f"{total.starts_without})" in text
+    assert f"projected GPU-hours: start-up {total.startup_h:.2f}, measuring " \
+           f"{total.measuring_h:.2f}" in text
+    for part in ("round1", "round2", "round3", "dynamic-K"):
+        assert any(line.startswith(part) for line in text.splitlines())
+
+
+def test_a_fresh_server_per_point_is_named_and_counted_per_point(demo_config_raw, tmp_path):
+    demo_config_raw["round1"]["methods"].append(
+        {"method": "suffix", "k": [4], "options": {"suffix_decoding_max_cached_requests": 10}})
+    config = validate_config(demo_config_raw)
+    suffix = next(c for c in grid.all_cells(config) if c.speculator == "suffix")
+    result = cost.plan_cost(config, "h100", tmp_path)
+    (named,) = result["total"].exceptions
+    points = suffix.repeats * len(suffix.load_points())
+    assert f"a fresh server for each of its {points} points" in named and "suffix" in named
+    plain = cost.plan_cost(validate_config(
+        {**demo_config_raw, "round1": {**demo_config_raw["round1"],
+                                       "methods": demo_config_raw["round1"]["methods"][:-1]}}),
+        "h100", tmp_path)
+    assert result["total"].starts == plain["total"].starts + points
+
+
+def test_model_sizes_come_from_configs_sources_and_names(real, tmp_path):
+    calibration = load_config(REPO / "config" / "gpu-calibration.yaml")
+    draft = rates.model_params(calibration, "qwen7b-shape-2l", tmp_path)
+    target = rates.model_params(calibration, "qwen7b-shape-calib", tmp_path)
+    assert draft == pytest.approx(0.818, abs=0.01)  # 2 layers, embeddings and head
+    assert target == pytest.approx(6.88, abs=0.02)  # 28 layers (26 no-ops compute too)
+    assert rates.model_params(real, "qwen2.5-7b-instruct", tmp_path) == pytest.approx(7.0)
+    assert rates.model_params(real, "qwen2.5-0.5b-instruct", tmp_path) == pytest.approx(0.5)
+    # a checkpoint on disk is read from its config.json
+    folder = tmp_path / grid.model_dir(real, "qwen2.5-0.5b-instruct")
+    folder.mkdir(parents=True)
+    folder.joinpath("config.json").write_text(json.dumps(
+        {"hidden_size": 896, "num_hidden_layers": 24, "intermediate_size": 4864,
+         "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
+         "tie_word_embeddings": True}))
+    assert rates.model_params(real, "qwen2.5-0.5b-instruct", tmp_path) == pytest.approx(
+        0.494, abs=0.01)
+
+
+def test_the_h100_rates_reproduce_the_exact_pairs_measured_speedups(tmp_path):
+    """The decode model against what it was fitted to (docs/validation.md 9): the exact draft's
+    TPOT speedups 2.62/2.45/2.10/1.54 at concurrency 1/4/16/64, within 10 %."""
+    config = load_config(REPO / "config" / "gpu-calibration.yaml")
+    cells = grid.all_cells(config)
+    spec = next(c for c in cells if c.speculator == "calibration")
+    base = next(c for c in cells if c.cell_id == spec.baseline_cell_id)
+    model = rates.CalibratedRates(config, rates.DEVICES["h100"], tmp_path)
+    assert rates.acceptance(config, spec, gpu=True) == rates.EXACT_ACCEPTANCE[True]
+    for level, measured in ((1, 2.62), (4, 2.45), (16, 2.10), (64, 1.54)):
+        projected = model.tpot_ms(base, level) / model.tpot_ms(spec, level)
+        assert projected == pytest.approx(measured, rel=0.10), level
+    assert model.tpot_ms(base, 1) == pytest.approx(6.0, rel=0.05)
+
+
+def test_start_ups_measured_on_this_host_replace_the_rates(tmp_path):
+    config = load_config(REPO / "config" / "gpu-calibration.yaml")
+    cells = grid.cells_by_id(config)
+    spec = next(c for c in cells.values() if c.speculator == "calibration")
+    cid = sessions.config_id(spec.server_config)
+    manifest = tmp_path / layout.session_output(f"{cid}-i0")
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"timing": {"host": socket.gethostname(), "starts": [
+        {"config": cid, "startup_s": s} for s in (100.0, 120.0, 300.0)]}}))
+    other = tmp_path / layout.session_output("0123456789ab-i0")
+    other.write_text(json.dumps({"timing": {"host": "elsewhere", "starts": [
+        {"config": cid, "startup_s": 5.0}]}}))
+    measured = cost.MeasuredStarts(tmp_path)
+    assert measured.by_config == {cid: [100.0, 120.0, 300.0]}
+    model = cost.PlanRates(config, rates.DEVICES["h100"], measured, tmp_path)
+    assert model.startup_s(spec, first=True) == 120.0  # the median, cold or not
+    base = cells[spec.baseline_cell_id]
+    assert model.startup_s(base, first=False) == rates.CalibratedRates(
+        config, rates.DEVICES["h100"], tmp_path).startup_s(base, first=False)
