@@ -271,12 +271,16 @@ def test_7_corrupt_prompt_file(workdir, base):
     path.write_bytes(b"".join(lines[:2] + [b'{"prompt": "cut\n'] + lines[3:]))
     try:
         cell_id = cell_id_of(workdir, configfile)
+        # (the configuration's session log may hold other tests' starts: count them)
+        log = server_log(workdir, configfile, cell_id)
+        starts = log.read_text().count("### sdbench: starting") if log.exists() else 0
         result = cell_cli(workdir, configfile, "--cell", cell_id)
     finally:
         path.write_bytes(original)
     assert result.returncode == 1
     assert "all.jsonl:3: not a valid JSON line" in result.stderr
-    assert not server_log(workdir, configfile, cell_id).exists()  # no server
+    assert (log.read_text().count("### sdbench: starting") if log.exists() else 0) == \
+        starts  # no server
     assert_no_output(workdir, cell_id)
     assert_no_server_left(workdir)
 

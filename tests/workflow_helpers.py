@@ -19,13 +19,14 @@ SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 def snakemake(*args, workdir=None, configfile=None, timeout=600, cwd=None, env=None, gpus=1):
     """Snakemake on the workflow (its workflow/profiles/default applies: --keep-going). On CPU
     the `gpu` resource is how many cells run at once."""
-    cmd = [SNAKEMAKE, "-s", str(REPO / "workflow" / "Snakefile"), "--cores", "2", "--resources",
-           f"gpu={gpus}"]
+    # targets first: --resources and --configfile take every word after them
+    cmd = [SNAKEMAKE, "-s", str(REPO / "workflow" / "Snakefile"), *args, "--cores", "2",
+           "--resources", f"gpu={gpus}"]
     if workdir is not None:
         cmd += ["-d", str(workdir)]
     if configfile is not None:
         cmd += ["--configfile", str(configfile)]
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout,
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                           cwd=cwd or REPO, env=None if env is None else {**os.environ, **env})
 
 
