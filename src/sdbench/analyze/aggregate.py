@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sdbench.analyze.analysis import verdict
+from sdbench.analyze.lossless import lossless_columns, read_all_details
+from sdbench.analyze.stats import mean_interval, verdict
 from sdbench.files import atomic_path
 from sdbench.plan.grid import prefix_caching
 from sdbench.records import read_records, upgrade
@@ -235,26 +236,6 @@ STAT_COLUMNS = ["total_token_throughput", "output_throughput", "mean_tpot_ms", "
                 "spec_decode_acceptance_length", "lossless_exact_share",
                 "lossless_token_agreement", "energy_per_output_token_j", "energy_gain",
                 "gpu_avg_power_w", "gpu_util_pct"]
-CONFIDENCE = 0.95
-
-
-def mean_interval(values: np.ndarray) -> tuple[float, float, float, float]:
-    """(mean, std, low, high): a two-sided 95 % Student-t interval for the mean; the interval is
-    NaN below two values."""
-    from scipy import stats
-
-    values = values[~np.isnan(values)]
-    n = len(values)
-    if n == 0:
-        return (np.nan,) * 4
-    mean = float(values.mean())
-    if n < 2:
-        return mean, np.nan, np.nan, np.nan
-    std = float(values.std(ddof=1))
-    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1)) * std / np.sqrt(n)
-    return mean, std, mean - half, mean + half
-
-
 def interval_covers(group: pd.DataFrame) -> str:
     """What a point's interval covers, in words: how many repeats, over how many server
     instances, with their own seeds or one."""
@@ -368,8 +349,6 @@ def build_summary(record_files: list[str | Path], partial_files: list[str | Path
     lossless check); a cell's per-request detail sits beside its records file (`details`:
     read from there when not given). index: see `apply_index`."""
     from transformers import AutoTokenizer
-
-    from sdbench.analyze.lossless import lossless_columns, read_all_details
 
     frame = summarize(record_files, partial_files, max_failure_share)
     if details is None:

@@ -15,24 +15,11 @@ import math
 import numpy as np
 import pandas as pd
 
+from sdbench.analyze.stats import mean_interval, verdict
+
 SETTING = ["target", "workload", "speculator", "k"]
 OFF = "off"  # no speculation: a candidate everywhere, its speedup is 1 by definition
 BOOTSTRAP = 2000
-NO_INTERVAL = "no clear gain (no interval: one repeat)"
-
-
-def verdict(low: float, high: float) -> str:
-    """What an interval on a speedup says: "speculate" when it lies above 1, "no speculation"
-    below 1, "no clear gain" when it spans 1 (an answer, not a failure)."""
-    if pd.isna(low) or pd.isna(high):
-        return NO_INTERVAL
-    if low > 1:
-        return "speculate"
-    if high < 1:
-        return "no speculation"
-    return "no clear gain"
-
-
 def speculative(frame: pd.DataFrame) -> pd.DataFrame:
     """Speculative rows with a speedup: per-measurement rows (`paired`) or per-point rows
     (`speedup_mean`)."""
@@ -143,8 +130,6 @@ def best_settings(frame: pd.DataFrame) -> pd.DataFrame:
     the setting chosen on all repeats but one, evaluated on the held-out repeat (each in turn),
     with a 95 % interval; the verdict comes from that interval. With one repeat there is no
     held-out estimate and the verdict says so."""
-    from sdbench.analyze.aggregate import mean_interval
-
     rows = []
     for (target, workload), group in speculative(frame).groupby(["target", "workload"]):
         cube = _cube(group)
@@ -186,8 +171,6 @@ def switch_gain(frame: pd.DataFrame) -> pd.DataFrame:
     inflates a gain, so both choices are made on all repeats but one and evaluated on the
     held-out repeat, each in turn: `gain` is the mean held-out advantage of switching, with a
     95 % interval (none with one repeat: then the in-sample gain, biased upward)."""
-    from sdbench.analyze.aggregate import mean_interval
-
     rows = []
     missing = _missing_levels(frame, ["target", "workload"])
     for (target, workload), group in speculative(frame).groupby(["target", "workload"]):
@@ -227,8 +210,6 @@ def dynamic_k_comparison(frame: pd.DataFrame, derived_setting: str) -> pd.DataFr
     baseline measurement) per level with a 95 % interval over repeats, and over all levels
     (geometric mean per repeat). The static k is chosen on the data it is judged by, which
     favours it."""
-    from sdbench.analyze.aggregate import mean_interval
-
     derived = speculative(frame[frame["setting"] == derived_setting])
     rows = []
     for (target, workload, speculator), cell in derived.groupby(

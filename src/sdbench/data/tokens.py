@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sdbench.files import sha256_file
+
 # GPT-4's split pattern (cl100k_base), used for local BPE files unless the spec gives another
 DEFAULT_TIKTOKEN_PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"""
@@ -84,8 +86,6 @@ def load_tokenizer(spec: dict, model_dirs: dict[str, str] | None = None) -> Toke
         ranks = load_tiktoken_bpe(str(path))
         encoding = tiktoken.Encoding(name=path.stem, pat_str=spec.get(
             "pattern", DEFAULT_TIKTOKEN_PATTERN), mergeable_ranks=ranks, special_tokens={})
-        from sdbench.files import sha256_file
-
         describe = {"tiktoken_file": str(path), "sha256": sha256_file(path)}
     return Tokenizer(lambda text: encoding.encode(text, disallowed_special=()),
                      lambda ids: encoding.decode(ids), describe)

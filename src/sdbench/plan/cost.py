@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sdbench import layout
-from sdbench.plan import grid, rates, sessions
+from sdbench.plan import grid, hostcaps, rates, sessions
 from sdbench.plan.config import ConfigError, load_config
 from sdbench.plan.work import SessionWork, session_work
 
@@ -100,8 +100,6 @@ def _supported(config: dict, cells: dict[str, grid.Cell], here: bool) -> tuple[d
     """(cells that will measure, cells unsupported on this host: id -> reason)."""
     if not here:
         return cells, {}
-    from sdbench.plan import hostcaps
-
     plan = hostcaps.host_plan(config, cells)
     skipped = {c: p["unsupported_here"] for c, p in plan.items() if p["unsupported_here"]}
     return {c: cell for c, cell in cells.items() if c not in skipped}, skipped
@@ -253,8 +251,6 @@ def main(argv: list[str] | None = None) -> int:
     device = args.device or config["plan"]["device"]
     here = device == "auto"
     if here:
-        from sdbench.plan import hostcaps
-
         try:
             caps = hostcaps.host_caps()
         except hostcaps.ProbeError:

@@ -45,7 +45,11 @@ import sys
 from pathlib import Path
 
 from sdbench.files import atomic_write_json
+from sdbench.host import cache_dir, dist_version, nvml_session, vllm_distribution
+from sdbench.models.quantize import planned_config
+from sdbench.plan.checks import checkpoint_config
 from sdbench.plan.config import ConfigError
+from sdbench.plan.grid import TRANSFORMERS, cell_models, model_dir
 
 # a record's status when the host cannot run its cell: nothing was measured, `error` says why
 UNSUPPORTED = "unsupported"
@@ -172,15 +176,8 @@ def probe_model(model_dir: str) -> dict:
     return facts
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sdbench"
-
-
 def _host_key() -> str | None:
     """What the host probe's answer depends on; None where vLLM is not installed."""
-    from sdbench.measure.gpumon import nvml_session
-    from sdbench.measure.provenance import _dist_version, vllm_distribution
-
     spec = importlib.util.find_spec("vllm")
     if spec is None:
         return None
@@ -194,7 +191,7 @@ def _host_key() -> str | None:
             gpus = [nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i))
                     for i in range(nvml.nvmlDeviceGetCount())]
     key = {"vllm": vllm_distribution(), "origin": str(spec.origin),
-           "torch": _dist_version("torch"), "flags": flags, "forced": forced_isa(),
+           "torch": dist_version("torch"), "flags": flags, "forced": forced_isa(),
            "gpus": gpus, "probe": 1}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -233,7 +230,7 @@ def host_caps() -> dict | None:
     key = _host_key()
     if key is None:
         return None
-    return _cached(_cache_dir() / f"hostcaps-{key}.json", lambda: _run_probe(["host"]))
+    return _cached(cache_dir() / f"hostcaps-{key}.json", lambda: _run_probe(["host"]))
 
 
 def model_facts(model_dirs: list[str]) -> dict[str, dict]:
@@ -245,7 +242,7 @@ def model_facts(model_dirs: list[str]) -> dict[str, dict]:
         if key is None or not config.is_file():
             continue
         digest = hashlib.sha256(key.encode() + config.read_bytes()).hexdigest()[:16]
-        path = _cache_dir() / f"modelfacts-{digest}.json"
+        path = cache_dir() / f"modelfacts-{digest}.json"
         cached = _read_cached(path)
         if cached is None:
             missing[folder] = path
@@ -391,16 +388,11 @@ def dtype_reason(dtype: str | None, name: str, facts: dict | None, caps: dict) -
 def checkpoint_quantization(config: dict, name: str, root: str | Path = ".") -> dict | None:
     """A model's `quantization_config`: its checkpoint's, or, before a `kind: quantize` model
     is built, the one it will be written with."""
-    from sdbench.plan.checks import checkpoint_config
-    from sdbench.plan.grid import model_dir
-
     checkpoint = checkpoint_config(Path(root) / model_dir(config, name))
     if checkpoint is not None:
         return checkpoint.get("quantization_config")
     source = config["models"][name]["source"]
     if source["kind"] == "quantize":
-        from sdbench.models.quantize import planned_config
-
         return planned_config(source["format"], source["group_size"])
     return None
 
@@ -410,8 +402,6 @@ def _requested_dtype(cell) -> str | None:
 
 
 def _engine_default(cell) -> str | None:
-    from sdbench.plan.grid import TRANSFORMERS
-
     return "bfloat16" if cell.engine == TRANSFORMERS else None
 
 
@@ -420,8 +410,6 @@ def plan_reason(config: dict, cell, caps: dict | None, root: str | Path = ".",
     """Why this host will not run the cell, from what is known before any job (checkpoints
     that exist, formats the workflow will write); None when it can, or cannot yet be known.
     model_reasons: a memo {model name: reason} shared by the cells of one plan."""
-    from sdbench.plan.grid import TRANSFORMERS, cell_models
-
     if caps is None or cell.engine == TRANSFORMERS:
         return None
     memo = {} if model_reasons is None else model_reasons
@@ -472,8 +460,6 @@ def plan_message(plan: dict[str, dict], cells: dict) -> str | None:
 def cell_verdict(config: dict, cell, root: str | Path = ".") -> dict:
     """Before a cell's server starts: {"reason": why this host cannot run it (None: it can),
     "dtype": {"requested", "resolved", "why"}, "host": what the probe saw}."""
-    from sdbench.plan.grid import TRANSFORMERS, cell_models, model_dir
-
     requested = _requested_dtype(cell)
     names = cell_models(cell)
     dirs = {name: str(Path(root) / model_dir(config, name)) for name in names}
@@ -509,8 +495,6 @@ def quantized_dirs(config: dict, names: list[str], root: str | Path = ".") -> li
     """The checkpoint folders of those models that are quantized: only their reading by vLLM
     (activation dtypes, minimum GPU capability) can change a verdict; asking it costs a child
     process that imports vLLM."""
-    from sdbench.plan.grid import model_dir
-
     return [str(Path(root) / model_dir(config, name)) for name in names
             if checkpoint_quantization(config, name, root)]
 

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from sdbench.analyze.aggregate import DERIVED_SETTING
 from sdbench.analyze.analysis import (
     best_settings,
     crossover,
@@ -121,8 +122,6 @@ def load_round(round_name: str, summary: str, points: str, buckets: str, schedul
     every_point = pd.read_parquet(points)
     in_round = every_point["round"] == round_name
     if round_name == "round1":  # and the dynamic-K cells derived from it
-        from sdbench.analyze.aggregate import DERIVED_SETTING
-
         in_round |= every_point["setting"] == DERIVED_SETTING
     all_points = every_point[in_round]
     per_bucket = pd.read_parquet(buckets)
@@ -334,8 +333,6 @@ def dynamic_k_table(frame: pd.DataFrame, schedules: dict[str, list]) -> pd.DataF
 
     frame: per-measurement rows (round 1 and the derived cells); schedules: cell_id -> the
     schedule it measured."""
-    from sdbench.analyze.aggregate import DERIVED_SETTING
-
     table = dynamic_k_comparison(frame, DERIVED_SETTING)
     if table.empty:
         return table

@@ -12,7 +12,9 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from sdbench.analyze.aggregate import DERIVED_SETTING
 from sdbench.analyze.analysis import speculative
+from sdbench.analyze.stats import mean_interval, verdict
 from sdbench.report.plots import METRIC_LABELS, percent_text, speedup_text, stat_text, with_interval
 
 
@@ -157,8 +159,6 @@ def quantized_vs_full_table(points: pd.DataFrame) -> pd.DataFrame:
 def setting_heatmaps(points: pd.DataFrame) -> plt.Figure | None:
     """Round 3: mean speedup per setting (rows) x concurrency, per target, method and workload
     (derived dynamic-K cells are not settings: the round 1 report compares them)."""
-    from sdbench.analyze.aggregate import DERIVED_SETTING
-
     spec = speculative(points[points["setting"] != DERIVED_SETTING])
     if spec.empty:
         return None
@@ -190,9 +190,6 @@ def winners_table(points: pd.DataFrame) -> pd.DataFrame:
     throughput is also given against the default setting's vanilla (a ratio of means), with
     its own paired speedup and the verdict of that interval. Derived dynamic-K cells are not
     settings (the round 1 report compares them)."""
-    from sdbench.analyze.aggregate import DERIVED_SETTING
-    from sdbench.analyze.analysis import verdict
-
     part = points[(points["setting"] != DERIVED_SETTING)
                   & points["output_throughput_mean"].notna()]
     rows = []
@@ -258,8 +255,6 @@ def per_position_plot(frame: pd.DataFrame) -> plt.Figure | None:
 def bucket_speedup_table(data: pd.DataFrame) -> pd.DataFrame:
     """Per-bucket TPOT speedups (the summary's bucket table, `summary.bucket_speedups`): mean
     and 95 % interval over repeats, a column per bucket."""
-    from sdbench.analyze.aggregate import mean_interval
-
     if data.empty:
         return data
     rows = []

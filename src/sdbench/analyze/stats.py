@@ -1,0 +1,40 @@
+"""The interval every speedup carries and the verdict read from it: below the tables
+(`aggregate`) and the analyses (`analysis`), which both state them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+CONFIDENCE = 0.95
+
+
+def mean_interval(values: np.ndarray) -> tuple[float, float, float, float]:
+    """(mean, std, low, high): a two-sided 95 % Student-t interval for the mean; the interval is
+    NaN below two values."""
+    values = values[~np.isnan(values)]
+    n = len(values)
+    if n == 0:
+        return (np.nan,) * 4
+    mean = float(values.mean())
+    if n < 2:
+        return mean, np.nan, np.nan, np.nan
+    std = float(values.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1)) * std / np.sqrt(n)
+    return mean, std, mean - half, mean + half
+
+
+NO_INTERVAL = "no clear gain (no interval: one repeat)"
+
+
+def verdict(low: float, high: float) -> str:
+    """What an interval on a speedup says: "speculate" when it lies above 1, "no speculation"
+    below 1, "no clear gain" when it spans 1 (an answer, not a failure)."""
+    if pd.isna(low) or pd.isna(high):
+        return NO_INTERVAL
+    if low > 1:
+        return "speculate"
+    if high < 1:
+        return "no speculation"
+    return "no clear gain"

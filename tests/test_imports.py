@@ -1,0 +1,124 @@
+"""The package's import graph: no cycles, no import against the layer order, and the package's
+own imports at the top of its modules (docs/development.md states the order)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+# lowest first; a module may import from its own layer (within its folder) and any lower one
+LAYERS = [
+    {"sdbench", "ids", "files", "layout", "logcause", "script_log", "host"},  # ground
+    {"data", "models"},
+    {"plan"},
+    {"records"},
+    {"measure", "analyze"},
+    {"report"},
+]
+
+
+def _name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_name(p): p for p in (SRC / "sdbench").rglob("*.py")}
+
+
+def _imports(module: str) -> list[tuple[str, int, bool]]:
+    """(imported package module, line, at top level) for each import of this package's modules."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text())
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    top = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, *([node.module] if node.module else [])])
+            # `from pkg import mod` imports the module; `from mod import name` the module
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
+                     for a in node.names]
+        else:
+            continue
+        found += [(n, node.lineno, id(node) in top) for n in names if n in MODULES and n != module]
+    return found
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    key = parts[1] if len(parts) > 1 else parts[0]
+    for i, members in enumerate(LAYERS):
+        if key in members:
+            return i
+    raise AssertionError(f"{module} is in no layer of LAYERS: add its folder to the order")
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_every_module_has_a_layer():
+    assert len(MODULES) > 40
+    for module in MODULES:
+        layer(module)
+
+
+def test_no_import_against_the_layer_order():
+    wrong = []
+    for module in MODULES:
+        for target, line, _ in _imports(module):
+            upward = layer(target) > layer(module)
+            sideways = (layer(target) == layer(module) > 0
+                        and _folder(target) != _folder(module))
+            if upward or sideways:
+                wrong.append(f"{MODULES[module].relative_to(SRC)}:{line} imports {target}")
+    assert wrong == []
+
+
+def test_no_import_cycle():
+    graph = {m: {t for t, _, _ in _imports(m)} for m in MODULES}
+    cycles = []
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join([*stack[stack.index(nxt):], nxt]))
+            elif nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+def test_the_package_imports_its_own_modules_at_the_top():
+    inner = [f"{MODULES[m].relative_to(SRC)}:{line} imports {t} inside a function"
+             for m in MODULES for t, line, top in _imports(m) if not top]
+    assert inner == []
+
+
+@pytest.mark.parametrize("source, wrong", [
+    ("from sdbench.measure.gpumon import x\n", "sdbench.measure.gpumon"),
+    ("def f():\n    from sdbench.report import pages\n", "sdbench.report.pages"),
+])
+def test_the_check_sees_an_upward_import(tmp_path, monkeypatch, source, wrong):
+    """The checks above would fail: a plan module importing measure/ (at the top or inside a
+    function) is an upward import."""
+    fake = tmp_path / "sdbench" / "plan" / "fake.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(source)
+    monkeypatch.setitem(MODULES, "sdbench.plan.fake", fake)
+    found = _imports("sdbench.plan.fake")
+    assert [t for t, _, _ in found] == [wrong]
+    assert layer(wrong) > layer("sdbench.plan.fake")
