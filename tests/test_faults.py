@@ -83,7 +83,7 @@ def test_1_server_exits_during_startup_costs_one_cell(workdir, base):
     configfile = write_config(workdir / "f1.yaml", config)
     bad = cell_id_of(workdir, configfile, "ngram")
     good = cell_id_of(workdir, configfile, "vanilla")
-    # no --keep-going here: workflow/profiles/default sets it
+    # no --keep-going here: profiles/default sets it
     result = snakemake(workdir=workdir, configfile=configfile, timeout=900)
     output = result.stdout + result.stderr
     assert result.returncode != 0
@@ -196,7 +196,7 @@ def test_5_interrupt_then_resume(workdir, base):
     for cell_id in cells:
         (workdir / "results" / "cells" / f"{cell_id}.jsonl").unlink(missing_ok=True)
         server_log(workdir, configfile, cell_id).unlink(missing_ok=True)
-    cmd = [SNAKEMAKE, "-s", str(REPO / "workflow" / "Snakefile"), "-d", str(workdir),
+    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir),
            "--configfile", str(configfile), "--cores", "2", "--resources", "gpu=1"]
     # like Ctrl-C in a terminal: SIGINT to snakemake's whole process group
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -362,7 +362,7 @@ def test_11_failed_data_job_is_listed_with_its_cause(e2e_run, base, tmp_path):
 
 def test_12_a_session_killed_at_its_limit_resumes_on_retry(workdir, base):
     """SLURM ends a job at its time limit with SIGTERM; the profile retries failed jobs
-    (workflow/profiles/slurm: retries). The retry measures only the points the killed session
+    (profiles/slurm: retries). The retry measures only the points the killed session
     had not finished: those it had stay in the point cache, untouched."""
     import psutil
 
@@ -377,7 +377,7 @@ def test_12_a_session_killed_at_its_limit_resumes_on_retry(workdir, base):
     shutil.rmtree(points, ignore_errors=True)
     log = workdir / "logs" / "sessions" / f"{session_of(configfile, cell_id)}.log"
     log.unlink(missing_ok=True)
-    cmd = [SNAKEMAKE, "-s", str(REPO / "workflow" / "Snakefile"), "-d", str(workdir),
+    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir),
            "--configfile", str(configfile), "--cores", "2", "--resources", "gpu=1",
            "--retries", "1", f"results/cells/{cell_id}.jsonl"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

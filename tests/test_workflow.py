@@ -1,6 +1,7 @@
 """The workflow plans correctly (dry runs) and passes snakemake --lint."""
 
 import re
+import subprocess
 
 import yaml
 
@@ -42,6 +43,24 @@ def test_real_study_plans(tmp_path):
     assert counts["summary"] == counts["index"] == 1 and counts["report"] == 3
 
 
+def test_the_readme_command_finds_the_root_snakefile_and_the_default_profile(tmp_path):
+    """`snakemake --cores all --resources gpu=1` from the repository root (no -s): Snakemake
+    finds ./Snakefile and reads profiles/default beside it (--keep-going and the rest), and
+    says so."""
+    assert (REPO / "Snakefile").is_file() and not (REPO / "workflow" / "Snakefile").exists()
+    profile = yaml.safe_load((REPO / "profiles" / "default" / "config.yaml").read_text())
+    assert profile["keep-going"] is True and profile["rerun-incomplete"] is True
+    result = subprocess.run(
+        [SNAKEMAKE, "-n", "--cores", "all", "--resources", "gpu=1", "--configfile",
+         str(REPO / "config" / "demo.yaml"), "-d", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=REPO)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    assert re.search(r"Using workflow specific profile \S*profiles/default for setting default "
+                     r"command line arguments", out), out[:3000]
+    assert job_counts(out)["cell"] > 0
+
+
 def test_default_configfile_is_the_real_study(tmp_path):
     # without --configfile the workflow reads config/config.yaml (relative to the working dir)
     (tmp_path / "config").mkdir()
@@ -77,8 +96,6 @@ def test_bad_config_fails_before_any_job(tmp_path):
 
 
 def test_slurm_profile_plans_gpu_runtime_and_memory_per_session(tmp_path):
-    import re
-    import subprocess
     from types import SimpleNamespace
 
     from snakemake_executor_plugin_slurm.utils import set_gres_string
@@ -88,8 +105,8 @@ def test_slurm_profile_plans_gpu_runtime_and_memory_per_session(tmp_path):
 
     # as the README runs it: no --resources (Snakemake would cap each job's gpu to N)
     result = subprocess.run(
-        [SNAKEMAKE, "-s", str(REPO / "workflow" / "Snakefile"), "-d", str(tmp_path), "-n",
-         "--profile", str(REPO / "workflow" / "profiles" / "slurm"), "--configfile",
+        [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n",
+         "--profile", str(REPO / "profiles" / "slurm"), "--configfile",
          str(REPO / "config" / "config.yaml")], capture_output=True, text=True, timeout=300,
         cwd=REPO)
     out = result.stdout + result.stderr
@@ -104,7 +121,7 @@ def test_slurm_profile_plans_gpu_runtime_and_memory_per_session(tmp_path):
     # node has the network and the token, compute nodes may have neither (a dry run does not
     # print which jobs are local: the Snakefile's localrules say it); so is a cell's records
     assert counts["download_model"] == 21 and counts["fetch_source"] == 4
-    block = re.search(r"^localrules:\n((?:\s+\w+,\n)+)", (REPO / "workflow" / "Snakefile")
+    block = re.search(r"^localrules:\n((?:\s+\w+,\n)+)", (REPO / "Snakefile")
                       .read_text(), flags=re.M)
     local = set(re.findall(r"\w+", block.group(1)))
     assert {"download_model", "fetch_source", "cell"} <= local
@@ -120,7 +137,7 @@ def test_slurm_profile_plans_gpu_runtime_and_memory_per_session(tmp_path):
     # time limits from each session's work (cells.runtime: auto), within the cap; a failed
     # job is retried (a session killed at its limit resumes from its points)
     assert len(set(minutes)) > 1 and max(minutes) <= 2880
-    profile = yaml.safe_load((REPO / "workflow" / "profiles" / "slurm" / "config.yaml")
+    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml")
                              .read_text())
     assert profile["retries"] >= 1
     assert gpus_by_target["qwen2.5-72b-instruct"] == {4}

@@ -17,10 +17,10 @@ SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
 def snakemake(*args, workdir=None, configfile=None, timeout=600, cwd=None, env=None, gpus=1):
-    """Snakemake on the workflow (its workflow/profiles/default applies: --keep-going). On CPU
+    """Snakemake on the workflow (its profiles/default applies: --keep-going). On CPU
     the `gpu` resource is how many cells run at once."""
     # targets first: --resources and --configfile take every word after them
-    cmd = [SNAKEMAKE, "-s", str(REPO / "workflow" / "Snakefile"), *args, "--cores", "2",
+    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), *args, "--cores", "2",
            "--resources", f"gpu={gpus}"]
     if workdir is not None:
         cmd += ["-d", str(workdir)]

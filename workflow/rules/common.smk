@@ -5,8 +5,8 @@ import re
 import sys
 from pathlib import Path
 
-# workflow.basedir is workflow/ (the Snakefile's folder); the repository is its parent
-REPO = Path(workflow.basedir).parent
+# workflow.basedir is the main Snakefile's folder: the repository root
+REPO = Path(workflow.basedir)
 SRC = str(REPO / "src")
 sys.path.insert(0, SRC)
 # scripts and notebooks run in child processes: let them import the library too
@@ -50,7 +50,7 @@ HOST_PLAN = hostcaps.host_plan(config, CELLS)
 if workflow.is_main_process and hostcaps.plan_message(HOST_PLAN, CELLS):
     print(hostcaps.plan_message(HOST_PLAN, CELLS), file=sys.stderr)
 # files of the workflow itself, found wherever the working directory is (snakemake -d ...)
-NOTEBOOKS = Path(workflow.basedir) / "notebooks"
+NOTEBOOKS = REPO / "workflow" / "notebooks"
 
 
 def names_regex(names):

@@ -1,10 +1,10 @@
 # Speculative-decoding benchmark workflow for vLLM. Run from the repository root (Snakemake
-# finds workflow/Snakefile there, and its defaults in workflow/profiles/default: --keep-going,
-# so that one failed cell costs that cell only):
+# finds this Snakefile there, and its defaults in profiles/default: --keep-going, so that one
+# failed cell costs that cell only). Rules, scripts, notebooks and schemas live in workflow/:
 #
 #   snakemake --cores all --resources gpu=N                                 # the real study
 #   snakemake --cores all --resources gpu=1 --configfile config/demo.yaml   # the CPU demo
-#   snakemake --profile workflow/profiles/slurm                             # on SLURM
+#   snakemake --profile profiles/slurm                                      # on SLURM
 #
 # A --configfile replaces config/config.yaml (it is not merged into it).
 
@@ -15,15 +15,15 @@ if not workflow.overwrite_configfiles:
 
 # Snakemake's own report (snakemake --report report.zip) bundles the three round reports, the
 # index and the summary tables (outputs marked report(...))
-report: "report/workflow.rst"
+report: "workflow/report/workflow.rst"
 
 
-include: "rules/common.smk"
-include: "rules/data.smk"
-include: "rules/models.smk"
-include: "rules/cells.smk"
-include: "rules/aggregate.smk"
-include: "rules/reports.smk"
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/cells.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/reports.smk"
 
 
 # under a cluster executor these run on the submitting node: downloads need its network (and
