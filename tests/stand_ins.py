@@ -44,7 +44,7 @@ class Stand:
         self.last = made
         return made
 
-    def run_point(self, argv, log=None):
+    def run_point(self, argv, log=None, debug=False):
         args = {flag: value for flag, value in zip(argv, [*argv[1:], ""], strict=True)
                 if flag.startswith("--") and not value.startswith("--")}
         self.points += 1

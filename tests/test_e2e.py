@@ -58,6 +58,34 @@ def test_no_vllm_process_is_left(e2e_run):
     assert server_processes(e2e_run["workdir"]) == []
 
 
+def test_session_logs_have_one_line_per_point(e2e_run):
+    """The load generator's console output (its argument namespace, result tables) stays out of
+    the logs: each point measured by a server is one line, with its load, repeat, instance,
+    throughput, acceptance (speculative cells) and failures."""
+    from sdbench.records import LoadPoint, read_records
+
+    workdir = e2e_run["workdir"]
+    logs = sorted((workdir / "logs" / "sessions").glob("*.log"))
+    text = "\n".join(path.read_text() for path in logs)
+    assert logs and "Namespace(" not in text and "Serving Benchmark Result" not in text
+    lines = re.findall(r"^\[sdbench\] cell (\w+) (.+?, repeat \d+), instance (\d+): (\w+), "
+                       r"([\d.]+) output tok/s .*, (\d+) completed, (\d+) failed$", text, re.M)
+    served = [r for path in (workdir / "results" / "cells").glob("*.jsonl")
+              for r in read_records(path) if r["engine"] == "serve" and r["status"] == "ok"]
+    assert len(served) > 40
+    expected = sorted((r["cell_id"], LoadPoint.of_load(r["load"], r["repeat"]).label,
+                       str(r["server"]["instance"])) for r in served)
+    assert sorted(line[:3] for line in lines) == expected
+    # acceptance where the engine reported it (speculative cells), never for a vanilla cell
+    accepting = {r["cell_id"] for r in served
+                 if r["metrics"].get("spec_decode_acceptance_length") is not None}
+    with_acceptance = {re.match(r"\[sdbench\] cell (\w+)", line).group(1)
+                       for line in text.splitlines()
+                       if line.startswith("[sdbench] cell") and "acceptance length" in line}
+    assert accepting and with_acceptance == accepting
+    assert all(r["speculator"] != "vanilla" for r in served if r["cell_id"] in accepting)
+
+
 def test_the_record_schema_validates_every_record_the_run_writes(e2e_run):
     from sdbench.records import SCHEMA_ID, read_records
 

@@ -12,6 +12,18 @@ from pathlib import Path
 
 from sdbench.logcause import first_line
 
+LOG_LEVEL_ENV = "SDBENCH_LOG_LEVEL"
+LOG_LEVELS = ("info", "debug")
+
+
+def debug_enabled() -> bool:
+    """Whether logs get their debug lines (SDBENCH_LOG_LEVEL=debug: e.g. the load generator's
+    whole argument list and console output); the default, info, keeps one line per point."""
+    level = os.environ.get(LOG_LEVEL_ENV, "info").strip().lower() or "info"
+    if level not in LOG_LEVELS:
+        raise ValueError(f"{LOG_LEVEL_ENV} = {level!r} is not one of {', '.join(LOG_LEVELS)}")
+    return level == "debug"
+
 
 def failure_line(exc: BaseException) -> str:
     """The error as one line: the project's own errors by their message (it names the key, file

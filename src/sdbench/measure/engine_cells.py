@@ -22,6 +22,7 @@ from sdbench.measure.server import Clock, speculative_config
 from sdbench.measure.serving import VllmServer, log_tail
 from sdbench.plan import grid, hostcaps
 from sdbench.plan.sessions import Session
+from sdbench.plan.settings import settings
 from sdbench.records import LoadPoint
 
 
@@ -29,7 +30,7 @@ def engine_job(runs: list[CellRun], out_dir: str | Path) -> dict:
     """What the child process needs (see sdbench.measure.engines): the engine, once, and per
     cell its prompts and the points to measure."""
     cell, config = runs[0].cell, runs[0].config
-    server_cfg, settings = cell.server_config, cell.workload["loadgen"]
+    server_cfg, point_loadgen = cell.server_config, cell.workload["loadgen"]
     draft = server_cfg["draft"]
     return {"engine": cell.engine,
             "target_dir": grid.model_dir(config, server_cfg["target"]["name"]),
@@ -37,9 +38,9 @@ def engine_job(runs: list[CellRun], out_dir: str | Path) -> dict:
             "speculative_config": speculative_config(cell, config),
             "args": run_args(cell, config, runs[0].verdict), "method": server_cfg["method"],
             "k": server_cfg["num_speculative_tokens"], "options": server_cfg["method_options"],
-            "temperature": settings["temperature"], "endpoint": settings["endpoint"],
-            "num_warmups": settings["num_warmups"],
-            "ignore_eos": bool(settings.get("ignore_eos")),
+            "temperature": point_loadgen["temperature"], "endpoint": point_loadgen["endpoint"],
+            "num_warmups": point_loadgen["num_warmups"],
+            "ignore_eos": bool(point_loadgen.get("ignore_eos")),
             "cells": [{"prompts": run.cell.workload["path"],
                        "num_prompts": run.cell.workload["num_prompts"],
                        "shuffle": run.cell.workload["shuffle"],
@@ -64,11 +65,12 @@ def measure_engine(session: Session, runs: list[CellRun], held: slots.Slots, clo
         command = [sys.executable, "-m", "sdbench.measure.engines", str(job_path)]
         log_offset = log_size(server_log)
         cell = runs[0].cell
-        runner = VllmServer(lambda _port: command, host=runs[0].config["server"]["host"],
+        typed = settings(runs[0].config)
+        runner = VllmServer(lambda _port: command, host=typed.server.host,
                             log_path=server_log, env={**cell.server_config["env"],
                                                       **hostcaps.isa_env(), **held.env},
-                            stop_timeout_s=runs[0].config["server"]["stop_timeout_s"])
-        interval_s = runs[0].config["cells"]["gpu_sample_interval_ms"] / 1000.0
+                            stop_timeout_s=typed.server.stop_timeout_s)
+        interval_s = typed.cells.gpu_sample_interval_s
         started = time.time()
         with gpumon.GpuSampler(held.monitor_ids, interval_s) as sampler:
             try:
@@ -94,8 +96,7 @@ def measure_engine(session: Session, runs: list[CellRun], held: slots.Slots, clo
                 # energy over the point's own window (the child's clock is the sampler's)
                 metrics.update(sampler.window_metrics(*metrics["window_perf_counter"],
                                                       metrics["total_output_tokens"]))
-                status, reason = point_status(metrics, None,
-                                              run.config["loadgen"]["max_failure_share"])
+                status, reason = point_status(metrics, None, typed.loadgen.max_failure_share)
                 # the child's window (host monotonic clock) as wall-clock times of this point
                 offset = time.time() - time.perf_counter()
                 start, end = (now(t + offset) for t in metrics["window_perf_counter"])

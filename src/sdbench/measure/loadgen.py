@@ -21,6 +21,8 @@ from sdbench.records import with_latencies
 DETAIL_FIELDS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times",
                  "queue_times", "generated_texts", "errors")
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
+# lines of the load generator's console output logged when it raises
+CONSOLE_TAIL = 20
 
 
 def loadgen_argv(*, host: str, port: int, served_name: str, tokenizer: str, dataset_path: str,
@@ -80,8 +82,12 @@ def preload() -> threading.Thread:
     return thread
 
 
-def run_point(argv: list[str], log: io.TextIOBase | None = None) -> dict[str, Any]:
-    """Run vLLM's load generator with `argv`; its console output goes to `log`."""
+def run_point(argv: list[str], log: io.TextIOBase | None = None,
+              debug: bool = False) -> dict[str, Any]:
+    """Run vLLM's load generator with `argv` and return its result. Its console output (its
+    whole argument namespace, progress and result tables: ~60 lines a point) is kept out of
+    `log` unless `debug`, or unless it raises: then its last lines go to `log` before the
+    error propagates."""
     from vllm.benchmarks import serve
 
     try:
@@ -92,9 +98,16 @@ def run_point(argv: list[str], log: io.TextIOBase | None = None) -> dict[str, An
     parser = FlexibleArgumentParser(description="vllm bench serve")
     serve.add_cli_args(parser)
     args = parser.parse_args(argv)
-    sink = log if log is not None else io.StringIO()
-    with contextlib.redirect_stdout(sink):
-        return serve.main(args)
+    sink = log if debug and log is not None else io.StringIO()
+    try:
+        with contextlib.redirect_stdout(sink):
+            return serve.main(args)
+    except BaseException:
+        if log is not None and sink is not log:
+            tail = sink.getvalue().splitlines()[-CONSOLE_TAIL:]
+            print("\n".join(["load generator output (last lines):", *tail]), file=log,
+                  flush=True)
+        raise
 
 
 def split_result(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list]]:

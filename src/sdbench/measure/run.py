@@ -37,6 +37,25 @@ from sdbench.plan import checks, grid, hostcaps
 from sdbench.plan.config import REPO_ROOT
 from sdbench.plan.hostcaps import UNSUPPORTED
 from sdbench.records import LoadPoint, Record, read_records
+from sdbench.script_log import debug_enabled
+
+
+def point_line(label: str, instance: int, status: str, reason: str, metrics: dict) -> str:
+    """A measured point in one line: load and repeat, server instance, status (and why),
+    throughput, acceptance (speculative cells) and requests completed and failed."""
+    def number(key: str) -> str:
+        value = metrics.get(key)
+        return "n/a" if value is None else f"{value:.1f}"
+
+    acceptance = ""
+    if metrics.get("spec_decode_acceptance_length") is not None:
+        rate = metrics.get("spec_decode_acceptance_rate")
+        acceptance = (f", acceptance length {metrics['spec_decode_acceptance_length']:.2f}"
+                      + ("" if rate is None else f" ({rate:.1f} %)"))
+    return (f"{label}, instance {instance}: {status}{' (' + reason + ')' if reason else ''}, "
+            f"{number('output_throughput')} output tok/s ({number('total_token_throughput')} "
+            f"total){acceptance}, {metrics.get('completed')} completed, "
+            f"{metrics.get('failed')} failed")
 
 
 class CellError(RuntimeError):
@@ -189,6 +208,11 @@ class CellRun:
     def say(self, line: str) -> None:
         print(f"[sdbench] cell {self.cell_id}{line}", file=self.log, flush=True)
 
+    def debug(self, line: str) -> None:
+        """A line for SDBENCH_LOG_LEVEL=debug only."""
+        if debug_enabled():
+            self.say(line)
+
     def record(self, load: dict, repeat: int, metrics: dict, status: str, reason: str,
                server: dict, loadgen_info: dict, started: str,
                finished: str | None = None) -> dict:
@@ -227,10 +251,7 @@ class CellRun:
             raise CellError(f"cell {self.cell_id} ({self.cell.label}), {label}: {first}; later "
                             f"points were not attempted (log: {server_log})"
                             + (f"\n{rest}" if rest else ""))
-        self.say(f" {label}: {status}{' (' + reason + ')' if reason else ''}, "
-                 f"{metrics.get('output_throughput') or float('nan'):.1f} output tok/s "
-                 f"({metrics.get('total_token_throughput') or float('nan'):.1f} total), "
-                 f"{metrics.get('completed')} completed, {metrics.get('failed')} failed")
+        self.say(f" {point_line(label, self.cell.instance_of(repeat), status, reason, metrics)}")
 
     def record_unsupported(self) -> None:
         self.say(f": unsupported here: {self.unsupported}")

@@ -7,6 +7,7 @@ and engine sessions (sdbench.measure.engine_cells).
 from __future__ import annotations
 
 import contextlib
+import shlex
 import socket
 import time
 from pathlib import Path
@@ -28,6 +29,8 @@ from sdbench.measure.serving import VllmServer, log_tail, server_command
 from sdbench.plan import checks, grid, hostcaps
 from sdbench.plan.config import VANILLA, ConfigError
 from sdbench.plan.sessions import Session, config_id
+from sdbench.plan.settings import settings
+from sdbench.script_log import debug_enabled
 
 
 def speculative_config(cell: grid.Cell, config: dict) -> dict | None:
@@ -45,22 +48,22 @@ def cell_server(cell: grid.Cell, config: dict, server_log: str | Path,
                 env: dict | None = None, verdict: dict | None = None) -> VllmServer:
     """The server of the cell's configuration (not started: use it as a context manager).
     `verdict` (hostcaps.cell_verdict) resolves `dtype: host`."""
-    server_cfg, srv = cell.server_config, config["server"]
+    server_cfg, srv = cell.server_config, settings(config).server
     target = server_cfg["target"]["name"]
     target_dir = grid.model_dir(config, target)
     spec = speculative_config(cell, config)
     args = run_args(cell, config, verdict)
 
     def build(port: int) -> list[str]:
-        argv = server_command(target_dir, target, srv["host"], port, args, spec)
+        argv = server_command(target_dir, target, srv.host, port, args, spec)
         if cell.profile == "nsys":
             argv = profiling.wrap_command(argv, profiling.session_name(server_cfg))
         return argv
 
-    return VllmServer(build, host=srv["host"], log_path=server_log,
+    return VllmServer(build, host=srv.host, log_path=server_log,
                       env={**server_cfg["env"], **hostcaps.isa_env(), **(env or {})},
-                      startup_timeout_s=srv["startup_timeout_s"],
-                      stop_timeout_s=srv["stop_timeout_s"])
+                      startup_timeout_s=srv.startup_timeout_s,
+                      stop_timeout_s=srv.stop_timeout_s)
 
 
 def point_settings(cell: grid.Cell, repeat: int, *, warm_up: bool = False,
@@ -215,22 +218,24 @@ class SessionServer:
         load, repeat = run.plan[pid]
         error, result, argv, extra, num_prompts = None, {}, [], {}, None
         started, log_offset = now(), log_size(self.log_path)
-        settings = point_settings(cell, repeat, warm_up=cell.cell_id not in self.cells,
+        chosen = point_settings(cell, repeat, warm_up=cell.cell_id not in self.cells,
                                   ready_check=self.points == 0)
         try:
             num_prompts, extra = run.num_prompts(load, lambda lv: self.probe(run, lv), repeat)
             argv = point_argv(cell, config, self.server, load, run.min_tokens, num_prompts,
-                              settings)
+                              chosen)
         except Exception as exc:  # a probe against a dead endpoint
             error = f"{type(exc).__name__}: {exc}"
+        if argv and cell.cell_id not in self.cells:  # once per cell and server
+            run.debug(f": load generator: vllm bench serve {shlex.join(argv)}")
         profiler = profiling.nsys_session(cell) if self.profiled else None
-        interval_s = config["cells"]["gpu_sample_interval_ms"] / 1000.0
+        interval_s = settings(config).cells.gpu_sample_interval_s
         t0 = time.perf_counter()
         with gpumon.GpuSampler(self.view.monitor_ids, interval_s=interval_s) as sampler, \
                 (profiler.capture(load, repeat) if profiler else contextlib.nullcontext()):
             if error is None:
                 try:
-                    result = loadgen.run_point(argv, log=run.log)
+                    result = loadgen.run_point(argv, log=run.log, debug=debug_enabled())
                 except Exception as exc:  # the load generator raises on a dead endpoint
                     error = f"{type(exc).__name__}: {exc}"
             returned = time.perf_counter()
@@ -244,7 +249,8 @@ class SessionServer:
         metrics, detail = loadgen.split_result(result)
         window = gpumon.request_window(detail, returned, metrics.get("duration"))
         metrics.update(sampler.window_metrics(*window, metrics.get("total_output_tokens")))
-        status, reason = point_status(metrics, error, config["loadgen"]["max_failure_share"])
+        status, reason = point_status(metrics, error,
+                                      settings(config).loadgen.max_failure_share)
         if status == "invalid":
             reason = with_causes(reason, detail, self.log_path, log_offset)
         server = self.server
@@ -254,7 +260,7 @@ class SessionServer:
                 "placement": self.view.reason, "isolation": self.isolation,
                 "instance": cell.instance_of(repeat), "session": self.session.session_id,
                 # points this server measured before (any cell's: the server's state)
-                "points_before": self.points, "warm_up": settings["num_warmups"]}
+                "points_before": self.points, "warm_up": chosen["num_warmups"]}
         if interleaved_with:  # measured in turn with these cells' servers
             info["interleaved_with"] = list(interleaved_with)
         if profiler:
@@ -263,7 +269,7 @@ class SessionServer:
         self.cells.add(cell.cell_id)
         record = run.record(load, repeat, metrics, status, reason, info,
                             {"argv": argv, "num_prompts": num_prompts,
-                             "seed": settings["seed"], **extra}, started)
+                             "seed": chosen["seed"], **extra}, started)
         return {"record": record, "detail": detail}
 
 

@@ -38,6 +38,7 @@ from sdbench.measure.serving import ServerError
 from sdbench.plan import checks, grid, hostcaps
 from sdbench.plan.config import ConfigError
 from sdbench.plan.sessions import Session, config_id, read_manifest, session_points
+from sdbench.plan.settings import settings
 
 
 def measure_plain(session: Session, runs: list[CellRun], held: slots.Slots, clock: Clock,
@@ -161,7 +162,7 @@ def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
                         _first_cells(session, cells)]
                 with slots.held(sum(gpus) if session.interleaved else gpus[0],
                                 label=f"session {session.session_id}",
-                                timeout_s=config["cells"]["slot_timeout_s"]) as held:
+                                timeout_s=settings(config).cells.slot_timeout_s) as held:
                     print(f"[sdbench] session {session.session_id}: {held.reason}", file=log,
                           flush=True)
                     _check_leftovers(held)

@@ -26,6 +26,7 @@ from sdbench.files import atomic_write_json, read_jsonl
 from sdbench.host import cache_dir, nsys_executable, nvml_session, vllm_distribution
 from sdbench.plan import grid
 from sdbench.plan.config import ROUNDS, VANILLA, ConfigError
+from sdbench.plan.settings import settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,7 +287,7 @@ def check_cell_context(config: dict, cell: grid.Cell, root: str | Path = ".") ->
     if limit is None or not folder.is_dir():  # no checkpoint: the server start says so
         return
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    chat = config["loadgen"]["endpoint"] == "chat" and tokenizer.chat_template is not None
+    chat = settings(config).loadgen.endpoint == "chat" and tokenizer.chat_template is not None
     too_long = []
     # a processed prompt file has no blank lines: record i is line i
     for lineno, record in enumerate(read_jsonl(Path(root) / cell.workload["path"]), start=1):

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from sdbench.data.builders import BUILDER_SOURCE, subsets_of
+from sdbench.plan import settings
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -97,6 +98,10 @@ def validate_config(config: dict, source: str = "config") -> dict:
     except WorkflowError as exc:
         raise ConfigError(f"{source}: {_schema_error(config)}") from exc
     check_config(config, source=source)
+    try:
+        settings.build(config)
+    except (KeyError, TypeError) as exc:  # pragma: no cover - the schema fills every key
+        raise ConfigError(f"{source}: settings incomplete after validation: {exc}") from exc
     return config
 
 

@@ -26,6 +26,7 @@ from sdbench.plan.config import (
     method_targets,
     speculator_name,
 )
+from sdbench.plan.settings import method_instances, method_repeats
 
 DEFAULT_SETTING = "default"
 # how a cell measures: a vLLM server + vLLM's load generator (the default, not in the server
@@ -312,8 +313,8 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
     only speculation share one vanilla cell."""
     spec = config[round_name]
     concurrency = tuple(sorted(spec["concurrency"]))
-    repeats = config["loadgen"]["repeats"]
-    instances = config["loadgen"]["server_instances"]
+    repeats = method_repeats(config, {})
+    instances = method_instances(config)
     cells: dict[str, Cell] = {}
     origin: dict[str, str] = {}
 
@@ -346,15 +347,15 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
                         continue
                     label = speculator_name(method)
                     for k in method["k"]:
-                        method_repeats = method.get("repeats", repeats)
+                        repeats_here = method_repeats(config, method)
                         server = server_config(config, target, method["method"], k,
                                                method.get("draft"),
                                                {**method["options"], **extra}, args)
                         add(Cell(cell_id_of(server, workload), round_name, label, server,
-                                 workload, base_id, concurrency, method_repeats, name,
+                                 workload, base_id, concurrency, repeats_here, name,
                                  **rates, profile=method.get("profile"),
                                  interleave=bool(method.get("interleave")),
-                                 instances=method.get("server_instances", instances)),
+                                 instances=method_instances(config, method)),
                             f"{round_name}.methods[{i}] (k={k}, target {target!r}, "
                             f"workload {workload_name!r}{at})")
     if round_name == "round1":
@@ -399,8 +400,7 @@ def _engine_cells(config: dict, engine: str, section: dict, levels: tuple[int, .
             base_server = server_config(config, target, args=args, engine=engine)
             base_id = cell_id_of(base_server, workload)
             cells.append(Cell(base_id, "round1", VANILLA, base_server, workload, None, levels,
-                              config["loadgen"]["repeats"],
-                              instances=config["loadgen"]["server_instances"]))
+                              method_repeats(config, {}), instances=method_instances(config)))
             for method in methods:
                 if target not in method_targets(round1, method):
                     continue
@@ -410,11 +410,8 @@ def _engine_cells(config: dict, engine: str, section: dict, levels: tuple[int, .
                                            args, engine)
                     cells.append(Cell(cell_id_of(server, workload), "round1",
                                       speculator_name(method), server, workload, base_id,
-                                      levels, method.get("repeats",
-                                                         config["loadgen"]["repeats"]),
-                                      instances=method.get(
-                                          "server_instances",
-                                          config["loadgen"]["server_instances"])))
+                                      levels, method_repeats(config, method),
+                                      instances=method_instances(config, method)))
     return cells
 
 
@@ -517,10 +514,9 @@ def dynamic_k_specs(config: dict) -> list[dict]:
     methods = {speculator_name(m): m for m in config["round1"]["methods"]}
     return [{"target": target, "workload": workload, "speculator": entry["speculator"],
              "method": methods[entry["speculator"]],
-             "repeats": entry.get("repeats", config["loadgen"]["repeats"]),
+             "repeats": method_repeats(config, entry),
              # as many server instances as the method's own cells (whose baseline has them)
-             "instances": methods[entry["speculator"]].get(
-                 "server_instances", config["loadgen"]["server_instances"])}
+             "instances": method_instances(config, methods[entry["speculator"]])}
             for entry in config["dynamic_k"]
             for target in method_targets(config["round1"], methods[entry["speculator"]])
             for workload in entry.get("workloads") or config["round1"]["workloads"]]

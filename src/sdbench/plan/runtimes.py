@@ -17,6 +17,7 @@ import math
 
 from sdbench.plan import grid
 from sdbench.plan.sessions import Session, standalone
+from sdbench.plan.settings import settings
 from sdbench.plan.work import session_work
 
 AUTO = "auto"
@@ -31,8 +32,9 @@ class ConservativeRates:
     start: what even the slowest job of the study reaches."""
 
     def __init__(self, config: dict):
-        self.rates = config["cells"]["work_rates"]
-        self.startup_limit_s = float(config["server"]["startup_timeout_s"])
+        typed = settings(config)
+        self.rates = typed.cells.work_rates
+        self.startup_limit_s = float(typed.server.startup_timeout_s)
 
     def request_s(self, cell: grid.Cell, prompt: float, output: float,
                   concurrency: int) -> float:
@@ -56,21 +58,21 @@ def session_minutes(config: dict, session: Session, cells: dict[str, grid.Cell],
                     attempt: int = 1) -> int:
     """The `runtime` (minutes) of one session job on its `attempt`-th try; the prompt sets'
     data cards are read where they are built."""
-    fixed = config["cells"]["runtime"]
-    if fixed != AUTO:
-        return int(fixed)
+    limits = settings(config).cells
+    if limits.runtime != AUTO:
+        return int(limits.runtime)
     work = session_work(session, cells, ConservativeRates(config))
     minutes = max(ASSEMBLE_MINUTES, math.ceil(work.total_s / 60)) * attempt
-    return min(minutes, config["cells"]["max_runtime"])
+    return min(minutes, limits.max_runtime)
 
 
 def cell_minutes(config: dict, cell: grid.Cell, attempt: int = 1) -> int:
     """The `runtime` of a job that measures one cell alone (a derived dynamic-K cell): its
     sessions one after another."""
-    fixed = config["cells"]["runtime"]
-    if fixed != AUTO:
-        return int(fixed)
+    limits = settings(config).cells
+    if limits.runtime != AUTO:
+        return int(limits.runtime)
     seconds = sum(session_work(s, {cell.cell_id: cell}, ConservativeRates(config)).total_s
                   for s in standalone(cell).values())
     minutes = max(ASSEMBLE_MINUTES, math.ceil(seconds / 60)) * attempt
-    return min(minutes, config["cells"]["max_runtime"])
+    return min(minutes, limits.max_runtime)

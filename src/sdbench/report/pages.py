@@ -15,6 +15,8 @@ import pandas as pd
 
 from sdbench import layout
 from sdbench.analyze.summary import write_tables
+from sdbench.data.builders import subsets_of
+from sdbench.data.sources import raw_path
 from sdbench.files import atomic_path, atomic_write_text
 from sdbench.layout import SummaryTables, cell_log, error_output, partial_output
 from sdbench.logcause import first_line, job_cause
@@ -22,6 +24,7 @@ from sdbench.plan import grid, lock
 from sdbench.plan.config import REPO_ROOT
 from sdbench.plan.grid import Cell
 from sdbench.plan.hostcaps import UNSUPPORTED
+from sdbench.plan.settings import settings
 from sdbench.records import LoadPoint, RecordError, read_records
 
 OFFLINE_TEMPLATE = REPO_ROOT / "workflow" / "notebooks" / "templates" / "offline.html.j2"
@@ -150,9 +153,6 @@ def cell_status(cell_output: str | Path) -> tuple[str, str]:
 def failed_jobs(config: dict, root: str | Path = ".") -> list[dict]:
     """Data and model jobs whose output is missing and whose log holds an error: {job, output,
     log, error} (the error: the exception the job's log ends with)."""
-    from sdbench.data.builders import subsets_of
-    from sdbench.data.sources import raw_path
-
     root = Path(root)
     candidates = []
     used = {d["source"] for d in config["datasets"].values()}
@@ -304,7 +304,7 @@ def salvage(config: dict, cells: list[tuple[Cell, str]], reports: dict[str, str]
         summary = None
         if complete or partial:
             frame, _ = write_tables(tables, complete, partial,
-                                    config["loadgen"]["max_failure_share"], model_dirs, index,
+                                    settings(config).loadgen.max_failure_share, model_dirs, index,
                                     [s for s in schedules if Path(s).exists()])
             summary = tables.summary
             points = problem_points(frame)
