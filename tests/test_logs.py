@@ -1,6 +1,9 @@
 """Cell logs: one line per point; debug lines only at SDBENCH_LOG_LEVEL=debug."""
 
+import argparse
 import io
+import sys
+import types
 
 import pytest
 
@@ -33,27 +36,44 @@ def test_log_level_comes_from_the_environment(monkeypatch):
         script_log.debug_enabled()
 
 
-def test_the_load_generator_console_stays_out_of_the_log_unless_it_fails(monkeypatch):
-    """Its ~60 lines a point (argument namespace, result tables) go nowhere; when it raises,
-    its last lines go to the log; at debug level all of it does."""
-    from vllm.benchmarks import serve
+def _stand_in_load_generator(monkeypatch) -> None:
+    """vLLM's `vllm.benchmarks.serve` and its argument parser, as modules of their own: the
+    test is about what reaches the log, and importing vLLM takes most of a minute here."""
+    def add_cli_args(parser):
+        parser.add_argument("--num-prompts", type=int)
 
     def main(args):
-        print(f"Namespace({args.num_prompts})")
+        print(f"Namespace(num_prompts={args.num_prompts})")
         print("============ Serving Benchmark Result ============")
         if args.num_prompts == 13:
             raise ConnectionError("endpoint gone")
         return {"completed": args.num_prompts}
 
-    monkeypatch.setattr(serve, "main", main)
-    argv = ["--model", "m", "--dataset-name", "custom", "--dataset-path", "p", "--num-prompts"]
+    serve = types.ModuleType("vllm.benchmarks.serve")
+    serve.add_cli_args, serve.main = add_cli_args, main
+    parsers = types.ModuleType("vllm.utils.argparse_utils")
+    parsers.FlexibleArgumentParser = argparse.ArgumentParser
+    modules = {"vllm": types.ModuleType("vllm"), "vllm.benchmarks": types.ModuleType("b"),
+               "vllm.benchmarks.serve": serve, "vllm.utils": types.ModuleType("u"),
+               "vllm.utils.argparse_utils": parsers}
+    modules["vllm.benchmarks"].serve = serve
+    modules["vllm.utils"].argparse_utils = parsers
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+
+
+def test_the_load_generator_console_stays_out_of_the_log_unless_it_fails(monkeypatch):
+    """Its ~60 lines a point (argument namespace, result tables) go nowhere; when it raises,
+    its last lines go to the log; at debug level all of it does."""
+    _stand_in_load_generator(monkeypatch)
     log = io.StringIO()
-    assert loadgen.run_point([*argv, "4"], log=log) == {"completed": 4}
+    assert loadgen.run_point(["--num-prompts", "4"], log=log) == {"completed": 4}
     assert log.getvalue() == ""
     with pytest.raises(ConnectionError):
-        loadgen.run_point([*argv, "13"], log=log)
-    assert log.getvalue().splitlines() == ["load generator output (last lines):", "Namespace(13)",
-                                           "============ Serving Benchmark Result ============"]
+        loadgen.run_point(["--num-prompts", "13"], log=log)
+    assert log.getvalue().splitlines() == [
+        "load generator output (last lines):", "Namespace(num_prompts=13)",
+        "============ Serving Benchmark Result ============"]
     debug_log = io.StringIO()
-    loadgen.run_point([*argv, "5"], log=debug_log, debug=True)
-    assert "Namespace(5)" in debug_log.getvalue()
+    loadgen.run_point(["--num-prompts", "5"], log=debug_log, debug=True)
+    assert "Namespace(num_prompts=5)" in debug_log.getvalue()

@@ -39,8 +39,9 @@ def points_of(workdir, cell_id):
 
 
 def measured_levels(log_text):
-    """Concurrency levels the load generator was run with, from the cell's log."""
-    return [int(m) for m in re.findall(r"max_concurrency=(\d+)", log_text)]
+    """Concurrency levels measured, from the cell's log (one line per measured point)."""
+    return [int(m) for m in re.findall(r"^\[sdbench\] cell \w+ concurrency (\d+), repeat \d+, "
+                                       r"instance \d+: ", log_text, re.M)]
 
 
 def test_adding_a_level_measures_only_that_level(e2e_run, workdir):
