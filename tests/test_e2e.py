@@ -60,8 +60,9 @@ def test_no_vllm_process_is_left(e2e_run):
 
 def test_session_logs_have_one_line_per_point(e2e_run):
     """The load generator's console output (its argument namespace, result tables) stays out of
-    the logs: each point measured by a server is one line, with its load, repeat, instance,
-    throughput, acceptance (speculative cells) and failures."""
+    the logs: each point measured (by a server or an offline or Transformers engine) is one
+    line, with its load, repeat, instance, throughput, acceptance (speculative cells) and
+    failures."""
     from sdbench.records import LoadPoint, read_records
 
     workdir = e2e_run["workdir"]
@@ -71,8 +72,9 @@ def test_session_logs_have_one_line_per_point(e2e_run):
     lines = re.findall(r"^\[sdbench\] cell (\w+) (.+?, repeat \d+), instance (\d+): (\w+), "
                        r"([\d.]+) output tok/s .*, (\d+) completed, (\d+) failed$", text, re.M)
     served = [r for path in (workdir / "results" / "cells").glob("*.jsonl")
-              for r in read_records(path) if r["engine"] == "serve" and r["status"] == "ok"]
-    assert len(served) > 40
+              for r in read_records(path) if r["status"] == "ok"]
+    assert len(served) > 40 and {r["engine"] for r in served} == {"serve", "offline",
+                                                                  "transformers"}
     expected = sorted((r["cell_id"], LoadPoint.of_load(r["load"], r["repeat"]).label,
                        str(r["server"]["instance"])) for r in served)
     assert sorted(line[:3] for line in lines) == expected
@@ -226,7 +228,7 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
     # paired by repeat with vanilla of the same engine, target, server arguments, workload
     # and load point (concurrency, batch size or request rate)
     round2_targets = 4 - len(host["unsupported"])
-    assert len(spec) == 18 + 4 + 4 + 4 * round2_targets + 4 + 4
+    assert len(spec) == 18 + 4 + 2 + 4 * round2_targets + 4 + 4
     assert (spec["target"] == spec["target_vanilla"]).all()
     assert (spec["engine"] == spec["engine_vanilla"]).all()
     assert spec["request_rate"].notna().sum() == 3 * 2
@@ -293,9 +295,9 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
 
 def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run, host):
     points = pd.read_parquet(e2e_run["workdir"] / "results" / "summary_points.parquet")
-    # round 1: 5 server cells x 3 points, offline 2 x 2, Transformers 4 x 1; rounds 2 and 3:
+    # round 1: 5 server cells x 3 points, offline 2 x 2, Transformers 2 x 1; rounds 2 and 3:
     # 10 x 2; the derived cell: 2
-    assert len(points) == 15 + 4 + 4 + 20 + 2 and (points["repeats"] == 2).all()
+    assert len(points) == 15 + 4 + 2 + 20 + 2 and (points["repeats"] == 2).all()
     skipped = points["target"].isin(host["unsupported"])
     assert (points.loc[skipped, "status"] == "2 unsupported").all()
     assert points.loc[skipped, "speedup_mean"].isna().all()
