@@ -66,7 +66,8 @@ def cell_files(workdir, configfile) -> list[str]:
     """The records files of every cell of the config (Snakemake targets)."""
     listing = cell_cli(workdir, configfile, "--list")
     assert listing.returncode == 0, listing.stderr
-    return [f"results/cells/{line.split()[0]}.jsonl" for line in listing.stdout.splitlines()]
+    return [f"results/cells/{cell}.jsonl"
+            for cell in re.findall(r"^([0-9a-f]{12})  ", listing.stdout, flags=re.M)]
 
 
 def assert_no_server_left(workdir):
