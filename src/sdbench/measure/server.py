@@ -74,12 +74,12 @@ def point_settings(cell: grid.Cell, repeat: int, *, warm_up: bool = False,
     a fresh server per point (a warm-up sends one of the point's own prompts, and a proposer
     with state across requests would learn its answer); the readiness check (one request of
     the first prompt) only before a server's first point (the server answered /health)."""
-    settings = {**cell.workload["loadgen"], "seed": points.repeat_seed(cell, repeat)}
+    chosen = {**cell.workload["loadgen"], "seed": points.repeat_seed(cell, repeat)}
     if grid.isolation(cell.server_config) == grid.FRESH_PER_POINT or not warm_up:
-        settings["num_warmups"] = 0
+        chosen["num_warmups"] = 0
     if not ready_check:
-        settings["ready_check_timeout_s"] = 0
-    return settings
+        chosen["ready_check_timeout_s"] = 0
+    return chosen
 
 
 def point_argv(cell: grid.Cell, config: dict, server: VllmServer, load: dict,

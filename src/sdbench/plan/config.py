@@ -98,10 +98,7 @@ def validate_config(config: dict, source: str = "config") -> dict:
     except WorkflowError as exc:
         raise ConfigError(f"{source}: {_schema_error(config)}") from exc
     check_config(config, source=source)
-    try:
-        settings.build(config)
-    except (KeyError, TypeError) as exc:  # pragma: no cover - the schema fills every key
-        raise ConfigError(f"{source}: settings incomplete after validation: {exc}") from exc
+    settings.build(config)
     return config
 
 

@@ -1,5 +1,5 @@
-"""Typed, read-only views of the settings sections the code reads most: `loadgen`, `cells`,
-`server` and each round's methods.
+"""Typed, read-only views of the settings sections the code reads most: `loadgen`, `cells` and
+`server` (the rounds and their methods are still read from the validated dict).
 
 They are built from a validated config (`sdbench.plan.config.validate_config` builds them
 once): the schema (workflow/schemas/config.schema.yaml) is the one place for defaults, so
