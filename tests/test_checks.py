@@ -12,6 +12,7 @@ from sdbench.measure.cell import measure_cell
 from sdbench.measure.run import CellError
 from sdbench.plan import checks, grid
 from sdbench.plan.config import ConfigError, validate_config
+from sdbench.plan.settings import Setting, Speculator
 
 
 def test_installed_vllm_features_are_read_and_cached(tmp_path, monkeypatch):
@@ -28,15 +29,18 @@ def test_installed_vllm_features_are_read_and_cached(tmp_path, monkeypatch):
     checks.vllm_features.cache_clear()
 
 
+def _speculator(method: str, options: dict) -> Speculator:
+    return Speculator(method, method, (2,), None, None, options, None, False, 1, 1)
+
+
 def test_speculator_entries_are_checked_against_vllm():
     features = checks.VllmFeatures("9.9", frozenset({"ngram"}), frozenset({"prompt_lookup_min"}))
-    checks.check_speculator({"method": "ngram", "options": {"prompt_lookup_min": 2}}, "m",
-                            features)
+    checks.check_speculator(_speculator("ngram", {"prompt_lookup_min": 2}), "m", features)
     with pytest.raises(ConfigError, match=r"m.method = 'medusa' .* vLLM 9.9 \(it has: \['ngram'"):
-        checks.check_speculator({"method": "medusa", "options": {}}, "m", features)
+        checks.check_speculator(_speculator("medusa", {}), "m", features)
     with pytest.raises(ConfigError, match=r"m.options.lookahead .* vLLM 9.9"):
-        checks.check_speculator({"method": "ngram", "options": {"lookahead": 1}}, "m", features)
-    checks.check_speculator({"method": "anything", "options": {}}, "m", None)  # no vLLM here
+        checks.check_speculator(_speculator("ngram", {"lookahead": 1}), "m", features)
+    checks.check_speculator(_speculator("anything", {}), "m", None)  # no vLLM here
 
 
 def _with_models(tmp_path, demo_config_raw, target_vocab, draft_vocab, options=None):
@@ -60,19 +64,18 @@ def test_round_settings_are_checked_against_vllm(demo_config_raw):
     features = checks.VllmFeatures("0.32.0", frozenset({"draft_model"}),
                                    frozenset({"max_model_len"}),
                                    frozenset({"enable_chunked_prefill"}))
-    good = {"name": "ok", "server": {"enable_chunked_prefill": False},
-            "speculative": {"max_model_len": 512}}
+    good = Setting("ok", {"enable_chunked_prefill": False}, {"max_model_len": 512})
     checks.check_setting(good, "round3.settings[0]", features)
     with pytest.raises(ConfigError) as info:
-        checks.check_setting({**good, "name": "dyn", "speculative": {
-            "num_speculative_tokens_per_batch_size": [[1, 4, 2]]}}, "round3.settings[1]",
+        checks.check_setting(Setting("dyn", good.server, {
+            "num_speculative_tokens_per_batch_size": [[1, 4, 2]]}), "round3.settings[1]",
             features)
     message = str(info.value)
     assert "round3.settings[1] ('dyn').speculative.num_speculative_tokens_per_batch_size" \
         in message and "vLLM 0.32.0" in message
     with pytest.raises(ConfigError, match=r"\('old'\).server.enable_prefix_magic is not a server"):
-        checks.check_setting({"name": "old", "server": {"enable_prefix_magic": 1},
-                              "speculative": {}}, "round3.settings[2]", features)
+        checks.check_setting(Setting("old", {"enable_prefix_magic": 1}, {}),
+                             "round3.settings[2]", features)
     # the installed vLLM knows the demo's settings; a misspelt one stops the whole config
     raw = copy.deepcopy(demo_config_raw)
     checks.check_installed(validate_config(copy.deepcopy(raw)))

@@ -6,7 +6,7 @@ import yaml
 
 from sdbench import layout
 from sdbench.plan import grid
-from sdbench.plan.config import ConfigError, validate_config
+from sdbench.plan.config import ROUNDS, ConfigError, validate_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,12 +20,12 @@ def test_demo_grid_shape():
 
     demo_config = validate_config(yaml.safe_load((REPO / "config" / "demo.yaml").read_text()))
     cells = grid.all_cells(demo_config)
-    rounds = {r: [c for c in cells if c.round == r] for r in grid.ROUNDS}
+    rounds = {r: [c for c in cells if c.round == r] for r in ROUNDS}
     # round 1 (server only): vanilla, ngram and the EAGLE head (k=3) on the target; vanilla and
     # the calibration draft (k=5) on the deeper target; round 2: vanilla + draft k=3 on one
     # bucket, on the target and its W8A8, GPTQ and AWQ copies; round 3: one vanilla and the
     # short draft context
-    assert [len(rounds[r]) for r in grid.ROUNDS] == [5, 8, 2]
+    assert [len(rounds[r]) for r in ROUNDS] == [5, 8, 2]
     assert len({c.cell_id for c in cells}) == 15
     assert {c.speculator for c in cells} == {"vanilla", "ngram", "calibration",
                                              "eagle-untrained-plumbing", "draft-6l-plumbing"}

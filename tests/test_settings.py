@@ -39,12 +39,40 @@ def test_a_changed_section_builds_them_again():
 
 
 def test_repeats_and_instances_of_a_method():
+    raw = _demo()
+    method = raw["round1"]["methods"][0]
+    method.pop("repeats", None)
+    method.pop("server_instances", None)
+    raw["round1"]["methods"][1]["repeats"] = 7
+    raw["round1"]["methods"][1]["server_instances"] = 3
+    config = validate_config(raw)
+    first, second = settings.settings(config).rounds["round1"].methods[:2]
+    assert (first.repeats, first.server_instances) == (
+        config["loadgen"]["repeats"], config["loadgen"]["server_instances"])
+    assert (second.repeats, second.server_instances) == (7, 3)
+
+
+def test_rounds_are_typed_with_their_methods_settings_and_engines():
     config = validate_config(_demo())
-    default = config["loadgen"]["repeats"]
-    assert settings.method_repeats(config, {}) == default
-    assert settings.method_repeats(config, {"repeats": default + 2}) == default + 2
-    assert settings.method_instances(config) == config["loadgen"]["server_instances"]
-    assert settings.method_instances(config, {"server_instances": 3}) == 3
+    typed = settings.settings(config)
+    assert list(typed.rounds) == [r for r in settings.ROUNDS if config.get(r)]
+    round1 = typed.rounds["round1"]
+    raw = config["round1"]
+    assert round1.concurrency == tuple(sorted(raw["concurrency"]))
+    assert [m.name for m in round1.methods] == [settings.speculator_name(m)
+                                                for m in raw["methods"]]
+    assert [s.name for s in round1.settings] == [s["name"] for s in raw["settings"]]
+    assert set(round1.all_targets) >= set(raw["targets"])
+    for method, spec in zip(round1.methods, raw["methods"], strict=True):
+        assert round1.method_targets(method) == tuple(spec.get("targets") or raw["targets"])
+        assert settings.thawed(method.options) == spec["options"]
+        assert round1.method(method.name) is method
+    with pytest.raises(KeyError):
+        round1.method("no-such-method")
+    with pytest.raises(TypeError):
+        round1.methods[0].options["x"] = 1
+    config["round1"]["concurrency"] = [64, 2]
+    assert settings.settings(config).rounds["round1"].concurrency == (2, 64)
 
 
 def test_an_unvalidated_section_names_the_missing_key():

@@ -223,8 +223,9 @@ def dynamic_k_inputs(wildcards):
         "prompts": grid.workload_spec(config, wildcards.workload)["path"],
         "target": model_input(wildcards.target),
     }
-    if spec["method"].get("draft"):
-        inputs["draft"] = model_input(spec["method"]["draft"])
+    draft = grid.dynamic_k_method(config, spec).draft
+    if draft:
+        inputs["draft"] = model_input(draft)
     return inputs
 
 

@@ -25,8 +25,8 @@ from sdbench.data.builders import request_bound
 from sdbench.files import atomic_write_json, read_jsonl
 from sdbench.host import cache_dir, nsys_executable, nvml_session, vllm_distribution
 from sdbench.plan import grid
-from sdbench.plan.config import ROUNDS, VANILLA, ConfigError
-from sdbench.plan.settings import settings
+from sdbench.plan.config import ConfigError
+from sdbench.plan.settings import Setting, Speculator, settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,16 +117,16 @@ def check_quantization(config: dict, name: str, root: str | Path = ".",
             "at the checkpoint you meant")
 
 
-def check_speculator(spec: dict, where: str, features: VllmFeatures | None,
+def check_speculator(spec: Speculator, where: str, features: VllmFeatures | None,
                      source: str = "config") -> None:
     """A round's method entry against the installed vLLM."""
     if features is None:
         return
-    if spec["method"] not in features.methods:
+    if spec.method not in features.methods:
         raise ConfigError(
-            f"{source}: {where}.method = {spec['method']!r} is not a speculative method of the "
+            f"{source}: {where}.method = {spec.method!r} is not a speculative method of the "
             f"installed vLLM {features.version} (it has: {sorted(features.methods)})")
-    unknown = sorted(set(spec["options"]) - features.options)
+    unknown = sorted(set(spec.options) - features.options)
     if unknown:
         raise ConfigError(
             f"{source}: {where}.options.{unknown[0]} is not a speculative_config setting of the "
@@ -134,7 +134,7 @@ def check_speculator(spec: dict, where: str, features: VllmFeatures | None,
             f"{sorted(features.options - {'method', 'model', 'num_speculative_tokens'})}")
 
 
-def check_setting(setting: dict, where: str, features: VllmFeatures | None,
+def check_setting(setting: Setting, where: str, features: VllmFeatures | None,
                   source: str = "config") -> None:
     """A round's server-parameter setting against the installed vLLM: a key it does not know
     would be refused by the server, or worse ignored; it is refused here, by name."""
@@ -142,10 +142,10 @@ def check_setting(setting: dict, where: str, features: VllmFeatures | None,
         return
     for part, known, what in (("server", features.server_args, "server argument (EngineArgs)"),
                               ("speculative", features.options, "speculative_config setting")):
-        unknown = sorted(set(setting.get(part) or {}) - known)
+        unknown = sorted(set(getattr(setting, part)) - known)
         if unknown:
             raise ConfigError(
-                f"{source}: {where} ({setting['name']!r}).{part}.{unknown[0]} is not a {what} "
+                f"{source}: {where} ({setting.name!r}).{part}.{unknown[0]} is not a {what} "
                 f"of the installed vLLM {features.version}; the setting cannot be measured "
                 "with this vLLM. Remove it, fix its name, or install a vLLM that has it.")
 
@@ -315,13 +315,10 @@ def check_cell_context(config: dict, cell: grid.Cell, root: str | Path = ".") ->
 def check_installed(config: dict, root: str | Path = ".", source: str = "config") -> None:
     """All checks that need the installed vLLM and whichever checkpoints already exist."""
     features = vllm_features()
-    for round_name in ROUNDS:
-        if not config.get(round_name):
-            continue
-        for i, spec in enumerate(config[round_name]["methods"]):
-            if spec["method"] != VANILLA:
-                check_speculator(spec, f"{round_name}.methods[{i}]", features, source)
-        for i, setting in enumerate(config[round_name]["settings"]):
+    for round_name, spec in settings(config).rounds.items():
+        for i, method in enumerate(spec.methods):
+            check_speculator(method, f"{round_name}.methods[{i}]", features, source)
+        for i, setting in enumerate(spec.settings):
             check_setting(setting, f"{round_name}.settings[{i}]", features, source)
     cells = grid.all_cells(config)
     for name in sorted({name for cell in cells for name in grid.cell_models(cell)}):

@@ -15,6 +15,7 @@ import yaml
 
 from sdbench.data.builders import BUILDER_SOURCE, subsets_of
 from sdbench.plan import settings
+from sdbench.plan.settings import ROUNDS
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -67,12 +68,6 @@ class ConfigError(ValueError):
 CROSS_REQUEST_STATE = {"suffix": ("suffix_decoding_max_cached_requests", 0)}
 
 
-def speculator_name(spec: dict) -> str:
-    """A method entry's label: its `name`, else the method (with the draft's key, if any)."""
-    return spec.get("name") or (spec["method"] if spec.get("draft") is None
-                                else f"{spec['method']}-{spec['draft']}")
-
-
 def load_config(path: str | Path) -> dict:
     """Read a YAML config file, validate it (defaults filled in) and return it."""
     path = Path(path)
@@ -97,8 +92,8 @@ def validate_config(config: dict, source: str = "config") -> dict:
         validate(config, str(SCHEMA_PATH), set_default=True)
     except WorkflowError as exc:
         raise ConfigError(f"{source}: {_schema_error(config)}") from exc
+    settings.build(config)  # the schema filled in every default the typed settings read
     check_config(config, source=source)
-    settings.build(config)
     return config
 
 
@@ -173,12 +168,12 @@ def _check_dataset(source: str, name: str, dataset: dict, sources: dict) -> None
             _fail(source, f"{key}.prompt_tokens_range", [low, high], "needs low <= high")
 
 
-ROUNDS = ("round1", "round2", "round3")
 RESERVED_OPTIONS = {"method", "num_speculative_tokens", "model"}
 
 
 def _check_round(source: str, round_name: str, spec: dict, config: dict) -> None:
     models = config["models"]
+    typed = settings.settings(config).rounds[round_name]
     for i, target in enumerate(spec["targets"]):
         if target not in models:
             _fail(source, f"{round_name}.targets[{i}]", target,
@@ -222,7 +217,7 @@ def _check_round(source: str, round_name: str, spec: dict, config: dict) -> None
                   "of its points runs in a fresh server of its own; it cannot take turns "
                   "with a baseline server (remove one of the two)")
         draft_tp = method_spec["options"].get("draft_tensor_parallel_size")
-        for target in method_targets(spec, method_spec) if draft_tp is not None else []:
+        for target in typed.method_targets(typed.methods[i]) if draft_tp is not None else []:
             tp = models[target].get("tensor_parallel_size", 1)
             if draft_tp not in (1, tp):
                 _fail(source, f"{key}.options.draft_tensor_parallel_size", draft_tp,
@@ -276,20 +271,9 @@ def _check_round(source: str, round_name: str, spec: dict, config: dict) -> None
 DERIVED_KINDS = ("truncate", "quantize", "eagle_head", "deepen", "random_init")
 
 
-def method_targets(round_spec: dict, method_spec: dict) -> list[str]:
-    """The targets a round's method runs on: its own `targets`, else the round's."""
-    return method_spec.get("targets") or round_spec["targets"]
-
-
-def all_targets(round_spec: dict) -> list[str]:
-    """A round's targets and its methods' own, in order, once."""
-    return list(dict.fromkeys(round_spec["targets"] + [
-        t for method in round_spec["methods"] for t in method.get("targets") or []]))
-
-
-def _check_round1_extras(source: str, round1: dict) -> None:
+def _check_round1_extras(source: str, round1: dict, typed: settings.Round) -> None:
     """offline / transformers sections: they name round 1 workloads and methods."""
-    names = {speculator_name(m): m for m in round1["methods"]}
+    names = {m.name: m for m in typed.methods}
     for section in ("offline", "transformers"):
         spec = round1.get(section)
         if not spec:
@@ -302,9 +286,9 @@ def _check_round1_extras(source: str, round1: dict) -> None:
             if name not in names:
                 _fail(source, f"round1.{section}.speculators[{j}]", name,
                       f"must name a round 1 method: {sorted(names)}")
-            if section == "transformers" and names[name]["method"] not in TRANSFORMERS_METHODS:
+            if section == "transformers" and names[name].method not in TRANSFORMERS_METHODS:
                 _fail(source, f"round1.transformers.speculators[{j}]", name,
-                      f"method {names[name]['method']!r} has no Transformers counterpart; "
+                      f"method {names[name].method!r} has no Transformers counterpart; "
                       f"these do: {sorted(TRANSFORMERS_METHODS)}")
 
 
@@ -358,8 +342,9 @@ def check_config(config: dict, source: str = "config") -> None:
         if config.get(round_name):
             _check_round(source, round_name, config[round_name], config)
     round1 = config["round1"]
-    _check_round1_extras(source, round1)
-    names = [speculator_name(spec) for spec in round1["methods"]]
+    typed = settings.settings(config).rounds["round1"]
+    _check_round1_extras(source, round1, typed)
+    names = [method.name for method in typed.methods]
     for i, entry in enumerate(config["dynamic_k"]):
         if entry["speculator"] not in names:
             _fail(source, f"dynamic_k[{i}].speculator", entry["speculator"],

@@ -26,6 +26,7 @@ from pathlib import Path
 from sdbench import layout
 from sdbench.plan import grid, hostcaps, rates, sessions
 from sdbench.plan.config import ConfigError, load_config
+from sdbench.plan.settings import settings
 from sdbench.plan.work import SessionWork, session_work
 
 PARTS = ("round1", "round2", "round3", "dynamic-K")
@@ -112,7 +113,7 @@ def derived_cells(config: dict) -> list[grid.Cell]:
     for n, spec in enumerate(grid.dynamic_k_specs(config)):
         placeholder = grid.dynamic_k_placeholder(config, spec)
         server = {**placeholder.server_config,
-                  "num_speculative_tokens": max(spec["method"]["k"]),
+                  "num_speculative_tokens": max(grid.dynamic_k_method(config, spec).k),
                   "method_options": {**placeholder.server_config["method_options"],
                                      "derived": n}}
         out.append(replace(placeholder, cell_id=f"derived{n}", server_config=server))
@@ -184,8 +185,8 @@ def format_sessions(result: dict) -> str:
 
 
 def _assumptions(config: dict, device: rates.DeviceRates) -> list[str]:
-    methods = sorted({m["method"] for r in ("round1", "round2", "round3") if config.get(r)
-                      for m in config[r]["methods"]})
+    methods = sorted({m.method for spec in settings(config).rounds.values()
+                      for m in spec.methods})
     assumed = ", ".join(f"{m} {rates.ACCEPTANCE.get(m, 0.5):.2f}" for m in methods)
     return [f"rates: {device.name}: {device.source}",
             f"acceptance assumed per drafted token: {assumed or 'none'}; an exact draft "

@@ -18,15 +18,11 @@ from sdbench.layout import model_folder, processed_path
 from sdbench.plan.config import (
     CROSS_REQUEST_STATE,
     DERIVED_KINDS,
-    ROUNDS,
     TRANSFORMERS_METHODS,
     VANILLA,
     ConfigError,
-    all_targets,
-    method_targets,
-    speculator_name,
 )
-from sdbench.plan.settings import method_instances, method_repeats
+from sdbench.plan.settings import Engine, Speculator, settings, thawed
 
 DEFAULT_SETTING = "default"
 # how a cell measures: a vLLM server + vLLM's load generator (the default, not in the server
@@ -311,10 +307,8 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
     A setting's `server` arguments apply to both (vanilla under the same arguments is the
     baseline); its `speculative` keys only to the speculative cells. Settings that change
     only speculation share one vanilla cell."""
-    spec = config[round_name]
-    concurrency = tuple(sorted(spec["concurrency"]))
-    repeats = method_repeats(config, {})
-    instances = method_instances(config)
+    spec = settings(config).rounds[round_name]
+    loadgen = settings(config).loadgen
     cells: dict[str, Cell] = {}
     origin: dict[str, str] = {}
 
@@ -328,34 +322,29 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
         cells[cell.cell_id] = cell
         origin[cell.cell_id] = where
 
-    rates = dict(request_rates=tuple(sorted(spec["request_rates"])),
-                 burstiness=spec["burstiness"])
-    for setting in spec["settings"]:
-        args, extra, name = setting["server"], setting["speculative"], setting["name"]
+    rates = dict(request_rates=spec.request_rates, burstiness=spec.burstiness)
+    for setting in spec.settings:
+        args, extra, name = thawed(setting.server), thawed(setting.speculative), setting.name
         at = "" if name == DEFAULT_SETTING else f", setting {name!r}"
-        for target in all_targets(spec):
-            for workload_name in spec["workloads"]:
+        for target in spec.all_targets:
+            for workload_name in spec.workloads:
                 workload = workload_spec(config, workload_name)
                 base_server = server_config(config, target, args=args)
                 base_id = cell_id_of(base_server, workload)
-                add(Cell(base_id, round_name, VANILLA, base_server, workload, None, concurrency,
-                         repeats, name if args else DEFAULT_SETTING, **rates,
-                         instances=instances),
+                add(Cell(base_id, round_name, VANILLA, base_server, workload, None,
+                         spec.concurrency, loadgen.repeats, name if args else DEFAULT_SETTING,
+                         **rates, instances=loadgen.server_instances),
                     f"{round_name} vanilla for target {target!r}, workload {workload_name!r}{at}")
-                for i, method in enumerate(spec["methods"]):
-                    if target not in method_targets(spec, method):
+                for i, method in enumerate(spec.methods):
+                    if target not in spec.method_targets(method):
                         continue
-                    label = speculator_name(method)
-                    for k in method["k"]:
-                        repeats_here = method_repeats(config, method)
-                        server = server_config(config, target, method["method"], k,
-                                               method.get("draft"),
-                                               {**method["options"], **extra}, args)
-                        add(Cell(cell_id_of(server, workload), round_name, label, server,
-                                 workload, base_id, concurrency, repeats_here, name,
-                                 **rates, profile=method.get("profile"),
-                                 interleave=bool(method.get("interleave")),
-                                 instances=method_instances(config, method)),
+                    for k in method.k:
+                        server = server_config(config, target, method.method, k, method.draft,
+                                               {**thawed(method.options), **extra}, args)
+                        add(Cell(cell_id_of(server, workload), round_name, method.name, server,
+                                 workload, base_id, spec.concurrency, method.repeats, name,
+                                 **rates, profile=method.profile, interleave=method.interleave,
+                                 instances=method.server_instances),
                             f"{round_name}.methods[{i}] (k={k}, target {target!r}, "
                             f"workload {workload_name!r}{at})")
     if round_name == "round1":
@@ -383,69 +372,63 @@ def with_baseline_repeats(cells: list[Cell], extra: dict[str, int] | None = None
             if cell.is_baseline and cell.cell_id in wanted else cell for cell in cells]
 
 
-def _engine_cells(config: dict, engine: str, section: dict, levels: tuple[int, ...],
-                  k_values: list[int] | None = None, args: dict | None = None) -> list[Cell]:
+def _engine_cells(config: dict, engine: str, section: Engine,
+                  args: dict | None = None) -> list[Cell]:
     """Round 1 cells of another engine: vanilla and the chosen methods on each of their
     targets and the chosen workloads, each paired with that engine's vanilla cell."""
-    round1 = config["round1"]
-    chosen = section.get("speculators")
-    methods = [m for m in round1["methods"]
-               if (speculator_name(m) in chosen if chosen is not None
-                   else engine != TRANSFORMERS or m["method"] in TRANSFORMERS_METHODS)]
-    targets = list(dict.fromkeys(t for m in methods for t in method_targets(round1, m)))
+    round1 = settings(config).rounds["round1"]
+    loadgen = settings(config).loadgen
+    chosen = section.speculators
+    methods = [m for m in round1.methods
+               if (m.name in chosen if chosen is not None
+                   else engine != TRANSFORMERS or m.method in TRANSFORMERS_METHODS)]
+    targets = list(dict.fromkeys(t for m in methods for t in round1.method_targets(m)))
     cells = []
-    for target in targets or round1["targets"]:
-        for workload_name in section.get("workloads") or round1["workloads"]:
+    for target in targets or round1.targets:
+        for workload_name in section.workloads or round1.workloads:
             workload = workload_spec(config, workload_name)
             base_server = server_config(config, target, args=args, engine=engine)
             base_id = cell_id_of(base_server, workload)
-            cells.append(Cell(base_id, "round1", VANILLA, base_server, workload, None, levels,
-                              method_repeats(config, {}), instances=method_instances(config)))
+            cells.append(Cell(base_id, "round1", VANILLA, base_server, workload, None,
+                              section.batch_sizes, loadgen.repeats,
+                              instances=loadgen.server_instances))
             for method in methods:
-                if target not in method_targets(round1, method):
+                if target not in round1.method_targets(method):
                     continue
-                for k in k_values or method["k"]:
-                    server = server_config(config, target, method["method"], k,
-                                           method.get("draft"), method["options"],
-                                           args, engine)
-                    cells.append(Cell(cell_id_of(server, workload), "round1",
-                                      speculator_name(method), server, workload, base_id,
-                                      levels, method_repeats(config, method),
-                                      instances=method_instances(config, method)))
+                for k in section.k or method.k:
+                    server = server_config(config, target, method.method, k, method.draft,
+                                           thawed(method.options), args, engine)
+                    cells.append(Cell(cell_id_of(server, workload), "round1", method.name,
+                                      server, workload, base_id, section.batch_sizes,
+                                      method.repeats, instances=method.server_instances))
     return cells
 
 
 def offline_cells(config: dict) -> list[Cell]:
     """vLLM's offline engine (LLM.generate) over round 1's batch-size sweep."""
-    section = config["round1"].get("offline")
-    if not section:
-        return []
-    return _engine_cells(config, OFFLINE, section, tuple(sorted(section["batch_sizes"])),
-                         section.get("k"))
+    section = settings(config).rounds["round1"].offline
+    return [] if section is None else _engine_cells(config, OFFLINE, section)
 
 
 def transformers_cells(config: dict) -> list[Cell]:
     """The Transformers reference at batch size 1 (assisted generation vs plain generate)."""
-    section = config["round1"].get("transformers")
-    if section is None:
-        return []
-    return _engine_cells(config, TRANSFORMERS, section, (1,), section.get("k"),
-                         {"dtype": section.get("dtype", "bfloat16")})
+    section = settings(config).rounds["round1"].transformers
+    return [] if section is None else _engine_cells(config, TRANSFORMERS, section,
+                                                    {"dtype": section.dtype})
 
 
 def _cells_and_rounds(config: dict) -> dict[str, tuple[Cell, list[str]]]:
     """cell id -> (the cell as the first round defines it, every round that uses it)."""
     found: dict[str, tuple[Cell, list[str]]] = {}
-    for round_name in ROUNDS:
-        if config.get(round_name):
-            for cell in round_cells(config, round_name):
-                first, rounds = found.setdefault(cell.cell_id, (cell, []))
-                rounds.append(round_name)
-                # a baseline two rounds pair differently: the most of either
-                if (cell.repeats, cell.instances) != (first.repeats, first.instances):
-                    found[cell.cell_id] = (replace(
-                        first, repeats=max(cell.repeats, first.repeats),
-                        instances=max(cell.instances, first.instances)), rounds)
+    for round_name in settings(config).rounds:
+        for cell in round_cells(config, round_name):
+            first, rounds = found.setdefault(cell.cell_id, (cell, []))
+            rounds.append(round_name)
+            # a baseline two rounds pair differently: the most of either
+            if (cell.repeats, cell.instances) != (first.repeats, first.instances):
+                found[cell.cell_id] = (replace(
+                    first, repeats=max(cell.repeats, first.repeats),
+                    instances=max(cell.instances, first.instances)), rounds)
     return found
 
 
@@ -486,7 +469,8 @@ def cell_rounds(config: dict) -> dict[str, list[str]]:
 
 def round_targets(config: dict) -> list[str]:
     """Targets of every round (a method's own targets included), in order, once."""
-    return list(dict.fromkeys(t for r in ROUNDS if config.get(r) for t in all_targets(config[r])))
+    return list(dict.fromkeys(t for spec in settings(config).rounds.values()
+                              for t in spec.all_targets))
 
 
 def full_precision(config: dict, name: str) -> str | None:
@@ -510,16 +494,25 @@ def summary_index(config: dict) -> dict:
 
 
 def dynamic_k_specs(config: dict) -> list[dict]:
-    """The derived dynamic-K cells: one per round 1 target x listed workload x speculator."""
-    methods = {speculator_name(m): m for m in config["round1"]["methods"]}
-    return [{"target": target, "workload": workload, "speculator": entry["speculator"],
-             "method": methods[entry["speculator"]],
-             "repeats": method_repeats(config, entry),
+    """The derived dynamic-K cells: one per round 1 target x listed workload x speculator.
+    Plain data (a Snakemake job's params; `method`: the method's config entry, so that a
+    changed method reruns its derived cell), read as typed with `dynamic_k_method`."""
+    round1 = settings(config).rounds["round1"]
+    entries = dict(zip([m.name for m in round1.methods], config["round1"]["methods"],
+                       strict=True))
+    return [{"target": target, "workload": workload, "speculator": entry.speculator,
+             "method": entries[entry.speculator], "repeats": entry.repeats,
              # as many server instances as the method's own cells (whose baseline has them)
-             "instances": method_instances(config, methods[entry["speculator"]])}
-            for entry in config["dynamic_k"]
-            for target in method_targets(config["round1"], methods[entry["speculator"]])
-            for workload in entry.get("workloads") or config["round1"]["workloads"]]
+             "instances": method.server_instances}
+            for entry in settings(config).dynamic_k
+            for method in [round1.method(entry.speculator)]
+            for target in round1.method_targets(method)
+            for workload in entry.workloads or round1.workloads]
+
+
+def dynamic_k_method(config: dict, spec: dict) -> Speculator:
+    """The round 1 method a derived dynamic-K cell's schedule is for."""
+    return settings(config).rounds["round1"].method(spec["speculator"])
 
 
 def dynamic_k_baseline(config: dict, spec: dict) -> str:
@@ -540,27 +533,26 @@ def dynamic_k_repeats(config: dict) -> dict[str, int]:
 
 def dynamic_k_placeholder(config: dict, spec: dict) -> Cell:
     """The derived cell before its schedule is known (for listings): id 'derived'."""
-    method = spec["method"]
-    server = server_config(config, spec["target"], method["method"], None, method.get("draft"),
-                           method["options"])
+    method = dynamic_k_method(config, spec)
+    server = server_config(config, spec["target"], method.method, None, method.draft,
+                           thawed(method.options))
     return Cell("derived", "round3", f"{spec['speculator']}+dynamic-k", server,
                 workload_spec(config, spec["workload"]), None,
-                tuple(sorted(config["round1"]["concurrency"])), spec["repeats"],
+                settings(config).rounds["round1"].concurrency, spec["repeats"],
                 instances=spec["instances"])
 
 
 def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]]) -> Cell:
     """The cell that measures a derived num_speculative_tokens_per_batch_size schedule (Round
     3), paired with the same vanilla cell as round 1's."""
-    method = spec["method"]
-    k = max([entry[2] for entry in schedule] + [min(method["k"])])
-    options = {**method["options"], "num_speculative_tokens_per_batch_size": schedule}
-    server = server_config(config, spec["target"], method["method"], k, method.get("draft"),
-                           options)
+    method = dynamic_k_method(config, spec)
+    k = max([entry[2] for entry in schedule] + [min(method.k)])
+    options = {**thawed(method.options), "num_speculative_tokens_per_batch_size": schedule}
+    server = server_config(config, spec["target"], method.method, k, method.draft, options)
     workload = workload_spec(config, spec["workload"])
     return Cell(cell_id_of(server, workload), "round3", f"{spec['speculator']}+dynamic-k", server,
                 workload, dynamic_k_baseline(config, spec),
-                tuple(sorted(config["round1"]["concurrency"])), spec["repeats"],
+                settings(config).rounds["round1"].concurrency, spec["repeats"],
                 instances=spec["instances"])
 
 

@@ -1,10 +1,13 @@
-"""Typed, read-only views of the settings sections the code reads most: `loadgen`, `cells` and
-`server` (the rounds and their methods are still read from the validated dict).
+"""Typed, read-only views of the settings sections the code reads most: `loadgen`, `cells`,
+`server`, the rounds (their methods, settings and other engines) and `dynamic_k`. Models,
+sources, datasets and workloads are read from the validated dict (the data and model stages
+below `plan/` take them as dicts).
 
 They are built from a validated config (`sdbench.plan.config.validate_config` builds them
 once): the schema (workflow/schemas/config.schema.yaml) is the one place for defaults, so
-nothing here supplies its own, and each fact derived from several keys (how often a method's
-cells are measured, on how many server instances) is computed in one function below.
+nothing here supplies its own, and each fact derived from several keys is computed in one
+place below (how often a method's cells are measured, on how many server instances:
+`Speculator.of`; the targets a method runs on: `Round.method_targets`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,16 @@ def _frozen(value: Any) -> Any:
         return MappingProxyType({k: _frozen(v) for k, v in value.items()})
     if isinstance(value, list):
         return tuple(_frozen(v) for v in value)
+    return value
+
+
+def thawed(value: Any) -> Any:
+    """A frozen value as the config had it (dicts and lists): what goes into a cell's server
+    config, whose id hashes it."""
+    if isinstance(value, Mapping):
+        return {k: thawed(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [thawed(v) for v in value]
     return value
 
 
@@ -79,21 +92,158 @@ class Server(_Section):
     env: Mapping[str, str]
 
 
+def speculator_name(spec: Mapping) -> str:
+    """A method entry's label: its `name`, else the method (with the draft's key, if any)."""
+    return spec.get("name") or (spec["method"] if spec.get("draft") is None
+                                else f"{spec['method']}-{spec['draft']}")
+
+
+def _sorted(values) -> tuple:
+    return tuple(sorted(values))
+
+
+def _names(values) -> tuple[str, ...] | None:
+    """An optional list of names (None: not given, the default applies)."""
+    return None if values is None else tuple(values)
+
+
+@dataclass(frozen=True)
+class Speculator:
+    """One speculative method of a round (an entry of `roundN.methods`)."""
+
+    name: str  # the report label (`speculator_name`)
+    method: str
+    k: tuple[int, ...]
+    draft: str | None
+    targets: tuple[str, ...] | None  # its own targets (None: the round's)
+    options: Mapping[str, Any]
+    profile: str | None
+    interleave: bool
+    repeats: int  # its own `repeats`, else loadgen's
+    server_instances: int  # its own `server_instances`, else loadgen's
+
+    @classmethod
+    def of(cls, spec: Mapping, loadgen: Loadgen) -> Speculator:
+        return cls(speculator_name(spec), spec["method"], tuple(spec["k"]), spec.get("draft"),
+                   _names(spec.get("targets")), _frozen(spec["options"]), spec.get("profile"),
+                   bool(spec["interleave"]), int(spec.get("repeats") or loadgen.repeats),
+                   int(spec.get("server_instances") or loadgen.server_instances))
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A round's server-parameter setting: `server` arguments for all its cells, `speculative`
+    keys for its speculative cells."""
+
+    name: str
+    server: Mapping[str, Any]
+    speculative: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Round 1's `offline` or `transformers` section: the methods mirrored on another engine
+    (None: the default, every method that engine can run; every round 1 workload)."""
+
+    workloads: tuple[str, ...] | None
+    speculators: tuple[str, ...] | None
+    k: tuple[int, ...] | None
+    batch_sizes: tuple[int, ...] = (1,)  # offline's sweep; Transformers runs at batch 1
+    dtype: str | None = None  # Transformers' torch dtype
+
+    @classmethod
+    def of(cls, section: Mapping) -> Engine:
+        return cls(_names(section.get("workloads")), _names(section.get("speculators")),
+                   _names(section.get("k")), _sorted(section.get("batch_sizes") or (1,)),
+                   section.get("dtype"))
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round (config `round1`, `round2`, `round3`)."""
+
+    name: str
+    targets: tuple[str, ...]
+    workloads: tuple[str, ...]
+    concurrency: tuple[int, ...]  # sorted
+    request_rates: tuple[float, ...]  # sorted
+    burstiness: float
+    methods: tuple[Speculator, ...]
+    settings: tuple[Setting, ...]
+    offline: Engine | None
+    transformers: Engine | None
+
+    @classmethod
+    def of(cls, name: str, spec: Mapping, loadgen: Loadgen) -> Round:
+        return cls(name, tuple(spec["targets"]), tuple(spec["workloads"]),
+                   _sorted(spec["concurrency"]), _sorted(spec["request_rates"]),
+                   float(spec["burstiness"]),
+                   tuple(Speculator.of(m, loadgen) for m in spec["methods"]),
+                   tuple(Setting(s["name"], _frozen(s.get("server") or {}),
+                                 _frozen(s.get("speculative") or {}))
+                         for s in spec["settings"]),
+                   Engine.of(spec["offline"]) if spec.get("offline") else None,
+                   # an empty transformers section still asks for the reference
+                   Engine.of(spec["transformers"]) if spec.get("transformers") is not None
+                   else None)
+
+    def method_targets(self, method: Speculator) -> tuple[str, ...]:
+        """The targets a method runs on: its own `targets`, else the round's."""
+        return method.targets or self.targets
+
+    @property
+    def all_targets(self) -> tuple[str, ...]:
+        """The round's targets and its methods' own, in order, once."""
+        return tuple(dict.fromkeys(self.targets + tuple(
+            t for method in self.methods for t in method.targets or ())))
+
+    def method(self, name: str) -> Speculator:
+        """A method by its report name (KeyError if the round has none of that name)."""
+        for method in self.methods:
+            if method.name == name:
+                return method
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class DynamicK:
+    """An entry of `dynamic_k`: a round 1 method whose schedule is derived and measured."""
+
+    speculator: str
+    workloads: tuple[str, ...] | None  # None: every round 1 workload
+    repeats: int  # its own `repeats`, else loadgen's
+
+
+ROUNDS = ("round1", "round2", "round3")
+
+
 @dataclass(frozen=True)
 class Settings:
     loadgen: Loadgen
     cells: Cells
     server: Server
+    rounds: Mapping[str, Round]  # the rounds the config has, in order
+    dynamic_k: tuple[DynamicK, ...]
 
     @classmethod
     def of(cls, config: Mapping) -> Settings:
-        return cls(Loadgen.of(config["loadgen"]), Cells.of(config["cells"]),
-                   Server.of(config["server"]))
+        loadgen = Loadgen.of(config["loadgen"])
+        rounds = {name: Round.of(name, config[name], loadgen) for name in ROUNDS
+                  if config.get(name)}
+        return cls(loadgen, Cells.of(config["cells"]), Server.of(config["server"]),
+                   MappingProxyType(rounds),
+                   tuple(DynamicK(e["speculator"], _names(e.get("workloads")),
+                                  int(e.get("repeats") or loadgen.repeats))
+                         for e in config.get("dynamic_k") or ()))
 
 
-SECTIONS = ("loadgen", "cells", "server")
+SECTIONS = ("loadgen", "cells", "server", "dynamic_k") + ROUNDS
 # id(config) -> (the config, a copy of its sections when built, the settings)
 _BUILT: dict[int, tuple[Mapping, dict, Settings]] = {}
+
+
+def _sections(config: Mapping) -> dict:
+    return {s: _frozen(config.get(s)) for s in SECTIONS}
 
 
 def build(config: Mapping) -> Settings:
@@ -101,7 +251,7 @@ def build(config: Mapping) -> Settings:
     built = Settings.of(config)
     if len(_BUILT) > 64:
         _BUILT.clear()
-    _BUILT[id(config)] = (config, {s: _frozen(config[s]) for s in SECTIONS}, built)
+    _BUILT[id(config)] = (config, _sections(config), built)
     return built
 
 
@@ -109,19 +259,6 @@ def settings(config: Mapping) -> Settings:
     """The typed settings of `config`: those built when it was validated, or built again if
     its sections changed since (tests and derived configs edit a validated config)."""
     kept = _BUILT.get(id(config))
-    if kept is not None and kept[0] is config and all(
-            kept[1][s] == _frozen(config[s]) for s in SECTIONS):
+    if kept is not None and kept[0] is config and kept[1] == _sections(config):
         return kept[2]
     return build(config)
-
-
-def method_repeats(config: Mapping, method: Mapping) -> int:
-    """How often a method's cells measure each point: its own `repeats`, else loadgen's."""
-    return int(method.get("repeats") or settings(config).loadgen.repeats)
-
-
-def method_instances(config: Mapping, method: Mapping | None = None) -> int:
-    """Over how many server instances a method's repeats are spread: its own
-    `server_instances`, else loadgen's (a baseline takes the most of its pairs: grid)."""
-    own = (method or {}).get("server_instances")
-    return int(own or settings(config).loadgen.server_instances)
