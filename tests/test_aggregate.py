@@ -71,9 +71,18 @@ def test_points_have_paired_speedups_with_t_intervals():
     assert sorted(frame.loc[frame["cell_id"] == "ng", "speedup"]) == pytest.approx(sorted(ratios))
     point = aggregate_points(frame).set_index("cell_id").loc["ng"]
     half = stats.t.ppf(0.975, 2) * np.std(ratios, ddof=1) / np.sqrt(3)
-    assert point["speedup_mean"] == pytest.approx(1.4)
-    assert point["speedup_ci_low"] == pytest.approx(1.4 - half)
-    assert point["speedup_ci_high"] == pytest.approx(1.4 + half)
+    assert point["speedup_unpooled_mean"] == pytest.approx(1.4)
+    assert point["speedup_unpooled_ci_low"] == pytest.approx(1.4 - half)
+    assert point["speedup_unpooled_ci_high"] == pytest.approx(1.4 + half)
+    # the verdict's interval: one server instance, so the repeats are the units, on the log
+    # scale around their geometric mean (one point: nothing to pool with)
+    logs = np.log(ratios)
+    log_half = stats.t.ppf(0.975, 2) * np.std(logs, ddof=1) / np.sqrt(3)
+    assert point["speedup_mean"] == pytest.approx(np.exp(logs.mean()))  # geometric
+    assert point["speedup_ci_low"] == pytest.approx(np.exp(logs.mean() - log_half))
+    assert point["speedup_ci_high"] == pytest.approx(np.exp(logs.mean() + log_half))
+    assert point["speedup_df"] == 2 and point["speedup_mde"] > 1
+    assert "within one server instance only" in point["interval_covers"]
     assert point["repeats"] == point["repeats_ok"] == point["repeats_paired"] == 3
     one = aggregate_points(add_speedups(records_frame(rows[:2]))).set_index("cell_id").loc["ng"]
     assert one["speedup_mean"] == pytest.approx(1.5) and math.isnan(one["speedup_ci_low"])

@@ -59,7 +59,8 @@ def test_round1_report_is_offline_html_without_code(tmp_path, repo):
     synthetic_summary(tmp_path)
     page = render_round1(tmp_path, repo)
     assert "Best speedup per method and workload" in page
-    assert "1.40× [" in page and "95 % Student-t interval" in page
+    assert "1.40× [" in page and "pooled noise model" in page
+    assert "Precision: what this design can resolve" in page and "detects ≥" in page
     assert "crossover" in page.lower() and "Best setting per workload and load" in page
     assert "unit test" in page
     assert "<title>Round 1 — unit test</title>" in page

@@ -16,7 +16,12 @@ records its output tokens relative to its baseline's (`output_drift`), flagged a
 `summarize` gives one row per measurement (cell, concurrency, repeat); `aggregate_points` one
 row per point (cell, concurrency) with the mean, the standard deviation and a 95 % Student-t
 interval over the repeats of every throughput, latency and speedup: for a speedup, over the
-per-repeat ratios (each repeat divided by the baseline's same repeat).
+per-repeat ratios (each repeat divided by the baseline's same repeat). The headline speedup's
+estimate (a geometric mean), interval and verdict come from the pooled noise model
+(`sdbench.analyze.noise`: server instances as units, variance pooled over the points of the
+same engine, target, method and level), with the smallest speedup the design could have told
+from 1 (`speedup_mde`); the mean and interval over the point's own repeats are kept as
+`speedup_unpooled_*`.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from sdbench.analyze.lossless import lossless_columns, read_all_details
+from sdbench.analyze.noise import point_key, point_noise
 from sdbench.analyze.stats import mean_interval, verdict
 from sdbench.files import atomic_path
 from sdbench.plan.grid import prefix_caching
@@ -157,8 +163,11 @@ def add_speedups(frame: pd.DataFrame) -> pd.DataFrame:
     for column in metrics + list(PAIR_CHECKS):
         if column not in frame:
             frame[column] = np.nan
-    base = frame.loc[ok, KEY + metrics + list(PAIR_CHECKS)].rename(
-        columns={"cell_id": "_base", **{m: f"baseline_{m}" for m in metrics},
+    if "server_instance" not in frame:
+        frame["server_instance"] = np.nan
+    base = frame.loc[ok, KEY + metrics + list(PAIR_CHECKS) + ["server_instance"]].rename(
+        columns={"cell_id": "_base", "server_instance": "baseline_server_instance",
+                 **{m: f"baseline_{m}" for m in metrics},
                  **{c: f"_pair_{c}" for c in PAIR_CHECKS}})
     # vanilla rows are their own baseline
     own = frame["baseline_cell_id"].fillna(frame["cell_id"])
@@ -302,6 +311,7 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
         rows.append(row)
     points = pd.DataFrame(rows)
     if "speedup_ci_low" in points:
+        points = with_pooled_intervals(points, frame)
         # what each point's interval says ("no clear gain" when it spans 1); none for vanilla
         points["verdict"] = [
             verdict(low, high) if method != "vanilla" and pd.notna(mean) else None
@@ -316,6 +326,34 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
     return points.sort_values(["round", "target", "workload", "engine", "method", "k", "load",
                                "concurrency", "request_rate"],
                               na_position="first").reset_index(drop=True)
+
+
+def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
+    """The speedup of every speculative point from the pooled noise model: its estimate (the
+    geometric mean of its units: server instances, or repeats on one instance), its interval
+    (the Student-t interval around the arithmetic mean of its own repeats kept as
+    `speedup_unpooled_mean`, `speedup_unpooled_ci_low/high`), their degrees of freedom, the
+    minimum detectable speedup, and what the interval covers."""
+    points = points.assign(speedup_unpooled_mean=points["speedup_mean"],
+                           speedup_unpooled_ci_low=points["speedup_ci_low"],
+                           speedup_unpooled_ci_high=points["speedup_ci_high"],
+                           speedup_df=np.nan, speedup_mde=np.nan)
+    noise = point_noise(frame)
+    found = {point_key(*k): row for k, row in zip(
+        noise[["cell_id", "concurrency", "request_rate"]].itertuples(index=False, name=None),
+        noise.to_dict("records"), strict=True)}
+    for i, point in enumerate(zip(points["cell_id"], points["concurrency"],
+                                  points["request_rate"], strict=True)):
+        row = found.get(point_key(*point))
+        if row is None:
+            continue
+        at = points.index[i]
+        # the estimate the interval is around: the geometric mean of its units
+        points.loc[at, ["speedup_mean", "speedup_ci_low", "speedup_ci_high", "speedup_df",
+                        "speedup_mde"]] = [np.exp(row["center"]), row["low"], row["high"],
+                                           row["df"], row["mde"]]
+        points.loc[at, "interval_covers"] = f"{points.loc[at, 'interval_covers']}; {row['covers']}"
+    return points
 
 
 def apply_index(frame: pd.DataFrame, index: dict | None) -> pd.DataFrame:

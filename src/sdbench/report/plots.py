@@ -23,6 +23,7 @@ from sdbench.analyze.analysis import (
     speculative,
     switch_gain,
 )
+from sdbench.analyze.noise import precision
 
 sns.set_theme(style="whitegrid", context="notebook")
 
@@ -197,6 +198,67 @@ def with_interval(mean: float, low: float, high: float, unit: str = "×") -> str
 
 def speedup_text(row) -> str:
     return with_interval(row["speedup_mean"], row["speedup_ci_low"], row["speedup_ci_high"])
+
+
+def _sd_text(value) -> str:
+    """A standard deviation of a log as a percentage with one decimal ("–" where none)."""
+    return "–" if value is None or pd.isna(value) else f"{value * 100:.1f} %"
+
+
+def _design_text(units, seconds, per_unit: int) -> str:
+    if units is None or pd.isna(units):
+        return "more than 64 units"
+    text = f"{int(units)} × {per_unit} repeats"
+    if seconds is not None and pd.notna(seconds):
+        text += f" (+{seconds / 60:.1f} min measuring per point)" if seconds else " (as run)"
+    return text
+
+
+UNIT_NAMES = {"instances": "speculative server instances",
+              "baseline instances": "baseline server instances",
+              "within": "repeats on one server (within-server noise only)"}
+
+
+def precision_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The noise this run measured per engine, target, method and level (standard deviations
+    of the log speedup and of the baseline's log throughput, ≈ shares), the minimum detectable
+    speedup, and the units per point (repeats per unit as run) that would resolve ±5 % and
+    ±10 %, with the measuring time they add per point (both sides)."""
+    table = precision(frame)
+    if table.empty:
+        return table
+    level = [f"c={int(c)}" if pd.notna(c) else f"{r:g} req/s"
+             for c, r in zip(table["concurrency"], table["request_rate"], strict=True)]
+    return pd.DataFrame({
+        "engine": table["engine"], "target": table["target"], "method": table["method"],
+        "level": level, "unit": table["unit"].map(UNIT_NAMES), "points": table["points"],
+        "units × repeats per point": [f"{u} × {r}" for u, r in zip(
+            table["units per point"], table["repeats per unit"], strict=True)],
+        "unit sd": table["unit sd"].map(_sd_text),
+        "within sd": table["within sd (speedup)"].map(_sd_text),
+        "between-instance sd": table["between sd (speedup)"].map(_sd_text),
+        "baseline within / between sd": [f"{_sd_text(w)} / {_sd_text(b)}" for w, b in zip(
+            table["baseline within sd"], table["baseline between sd"], strict=True)],
+        "pooled df": table["df"].map(lambda v: f"{v:.0f}"),
+        "detects ≥": table["mde"].map(lambda v: "–" if pd.isna(v) else f"{v:.2f}×"),
+        "for ±5 %": [_design_text(u, t, r) for u, t, r in zip(
+            table["units for ±5%"], table["added measuring s per point, ±5%"],
+            table["repeats per unit"], strict=True)],
+        "for ±10 %": [_design_text(u, t, r) for u, t, r in zip(
+            table["units for ±10%"], table["added measuring s per point, ±10%"],
+            table["repeats per unit"], strict=True)]})
+
+
+def verdict_text(verdict, mde) -> str | None:
+    """A point's verdict with the smallest speedup its design could have told from 1 (80 %
+    power): what "no clear gain" means here."""
+    if verdict is None or pd.isna(verdict):
+        return None
+    if pd.isna(mde):
+        return verdict
+    if verdict == "no clear gain":
+        return f"no clear gain (this design could not see gains below {mde:.2f}×)"
+    return f"{verdict} (detects ≥ {mde:.2f}×)"
 
 
 def max_speedup_table(points: pd.DataFrame) -> pd.DataFrame:
@@ -458,13 +520,17 @@ def speedup_note(points: pd.DataFrame) -> str:
         "device, vLLM build, dtype, prompt count and prefix-cache state (prefix caching is "
         "off unless a setting turns it on); other pairs get no speedup and are listed with "
         "their issue.\n\n"
-        "**Intervals**: a 95 % Student-t interval over repeats (none with one repeat), each "
-        "repeat with "
+        "**Intervals**: a speedup's 95 % interval comes from the study's pooled noise model: "
+        "the repeats averaged per server instance, their variance pooled over the points of "
+        "the same engine, target, method and concurrency unless those differ in noise "
+        "(Student t on the log scale with the pooled degrees of freedom; the interval over a "
+        "point's own repeats is the points table's `speedup_unpooled_ci_*`), each repeat with "
         f"its own seed. Here they cover: {listed}."
         + (" They do **not** cover the difference between two starts of the same server "
            "configuration (up to 26 % measured on an H100): set `loadgen.server_instances` "
            "to spread repeats over fresh servers." if one_server else "")
-        + " Verdicts come from intervals: *no clear gain* when the interval spans 1.")
+        + " Verdicts come from intervals: *no clear gain* when the interval spans 1; beside "
+        "each, the smallest speedup the design could have told from 1 with 80 % power.")
 
 
 def measurement_counts(frame: pd.DataFrame) -> str:
@@ -492,7 +558,9 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
             points["total_token_throughput_mean"], points["total_token_throughput_ci_low"],
             points["total_token_throughput_ci_high"], strict=True)],
         "speedup": [speedup_text(r) for _, r in points.iterrows()],
-        "verdict": points.get("verdict"),
+        "verdict": [verdict_text(v, m) for v, m in zip(
+            points.get("verdict", pd.Series(None, index=points.index)),
+            points.get("speedup_mde", pd.Series(np.nan, index=points.index)), strict=True)],
         "total-token speedup": [stat_text(r, "total_speedup") for _, r in points.iterrows()],
         "output drift": [_drift_text(r) for _, r in points.iterrows()],
         "pair issue": points.get("pair_issues"),
