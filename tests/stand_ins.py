@@ -2,6 +2,7 @@
 (sessions, groups): they log what they were asked; the real ones run in the end-to-end and
 fault tests."""
 
+import threading
 import time
 
 from sdbench.measure import loadgen, server
@@ -53,7 +54,8 @@ class Stand:
         workload = args["--dataset-path"]
         n = int(args["--num-prompts"])
         self.events.append(("point", workload, int(args["--seed"]),
-                            int(args["--num-warmups"]), int(args["--ready-check-timeout-sec"])))
+                            int(args["--num-warmups"]), int(args["--ready-check-timeout-sec"]),
+                            int(args.get("--max-concurrency", 0)), n))
         failed = 0
         for path, status in self.fail.items():
             if path in workload and status == "invalid":
@@ -71,7 +73,14 @@ class Stand:
         return [e for e in self.events if e[0] == "point"]
 
 
+def _no_import() -> threading.Thread:
+    """The load generator's background import, done: nothing to import here."""
+    thread = threading.Thread(target=lambda: None)
+    thread.start()
+    return thread
+
+
 def use(stand, monkeypatch):
     monkeypatch.setattr(server, "cell_server", stand.server)
     monkeypatch.setattr(loadgen, "run_point", stand.run_point)
-    monkeypatch.setattr(loadgen, "preload", lambda: None)
+    monkeypatch.setattr(loadgen, "preload", _no_import)

@@ -469,18 +469,13 @@ def test_13_a_new_workload_starts_each_server_once_and_a_cell_can_be_asked_alone
     assert (workdir / target).is_file()
     assert log.read_text().count("### sdbench: starting") == starts + 1
 
-    # its definition changed (another cell): asked for alone, its session measures it alone
+    # its definition changed (another cell): asked for alone, one session measures it alone
+    # (planned only: running it would be one more start of the session above)
     config["workloads"]["news_0.25k"]["num_prompts"] = 3
     third = write_config(workdir / "f13c.yaml", config)
     changed = next(line.split()[0] for line in cell_cli(workdir, third, "--list").stdout
                    .splitlines() if "vanilla | smollm2-135m | news_0.25k" in line)
     assert changed != news
-    target = f"results/cells/{changed}.jsonl"
-    plan = snakemake("-n", target, workdir=workdir, configfile=third)
+    plan = snakemake("-n", f"results/cells/{changed}.jsonl", workdir=workdir, configfile=third)
     assert job_counts(plan.stdout + plan.stderr) == {"session": 1, "cell": 1}
-    done = snakemake(target, workdir=workdir, configfile=third, timeout=900)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert log.read_text().count("### sdbench: starting") == starts + 2
-    records = [json.loads(x) for x in (workdir / target).read_text().splitlines()]
-    assert [r["metrics"]["completed"] for r in records] == [3]
     assert_no_server_left(workdir)

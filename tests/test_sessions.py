@@ -13,7 +13,7 @@ from sdbench import layout
 from sdbench.files import read_jsonl
 from sdbench.measure import cell as cellmod
 from sdbench.measure import groups, points, server, session
-from sdbench.plan import checks, grid, hostcaps, sessions
+from sdbench.plan import checks, grid, hostcaps, rates, sessions, work
 from sdbench.plan.config import ConfigError, validate_config
 from sdbench.records import LoadPoint
 
@@ -72,6 +72,42 @@ def test_server_instances_per_method_and_a_baseline_spreads_as_far_as_its_cells(
     pair = next(c for c in cells.values() if c.speculator == "calibration"
                 and c.engine == grid.SERVE)
     assert pair.instances == cells[pair.baseline_cell_id].instances == 2
+
+
+def test_with_warm_up_levels_each_new_concurrency_is_warmed_by_a_wave(served_dir,
+                                                                       demo_config_raw,
+                                                                       monkeypatch):
+    """A GPU's first batches of a new size are slow: with `loadgen.warm_up_levels` an untimed
+    run of one wave of the workload's prompts at each concurrency goes before the server's
+    first point there (another seed than the points'), and the plan counts it."""
+    demo_config_raw["loadgen"]["warm_up_levels"] = True
+    demo_config = validate_config(demo_config_raw)
+    cells, vanilla = vanilla_session(demo_config)
+    stand = Stand()
+    use(stand, monkeypatch)
+    session.run_session(vanilla, cells, demo_config, layout.session_output(vanilla.session_id))
+    closed = [p for p in stand.point_events() if p[5]]  # closed-loop runs, in order
+    seeds = {points.repeat_seed(cells[c], r) for c in vanilla.cells
+             for r in range(cells[c].repeats)}
+    waves = [p for p in closed if p[2] not in seeds]
+    levels = sorted({p[5] for p in closed})
+    # one wave per concurrency, before the first measured point there, with the level's prompts
+    assert sorted(p[5] for p in waves) == levels and len(levels) > 1
+    for wave in waves:
+        later = closed[closed.index(wave) + 1]
+        assert later[5] == wave[5] and later[2] in seeds and wave[3] == 0
+        assert wave[6] == wave[5]  # one wave: as many prompts as the concurrency
+    measured = [p for p in closed if p[2] in seeds]
+    assert len(measured) == sum(len([lv for lv in cells[c].load_points()
+                                     if lv["mode"] != "rate"]) * cells[c].repeats
+                                for c in vanilla.cells)
+    # the work model counts the waves: more measuring than without them
+    plain = validate_config({**demo_config_raw,
+                             "loadgen": {**demo_config_raw["loadgen"], "warm_up_levels": None}})
+    speeds = rates.CalibratedRates(demo_config, rates.DEVICES["h100"])
+    with_levels = work.session_work(vanilla, cells, speeds).measuring_s
+    cells_plain, session_plain = vanilla_session(plain)
+    assert with_levels > work.session_work(session_plain, cells_plain, speeds).measuring_s
 
 
 def test_a_fresh_server_per_point_is_counted_per_point_and_refuses_to_take_turns(

@@ -66,17 +66,20 @@ def cell_server(cell: grid.Cell, config: dict, server_log: str | Path,
                       stop_timeout_s=srv.stop_timeout_s)
 
 
+# the seed of a level's untimed warm-up run is the repeat's plus this (its prompts come first in
+# another order than any measured repeat's)
+LEVEL_WARM_UP_SEED = 100_000
+
+
 def point_settings(cell: grid.Cell, repeat: int, *, warm_up: bool = False,
                    ready_check: bool = True) -> dict:
-    """The load generator's settings for one repeat: its own seed; warm-up requests (the
-    workload's own prompts) only before a cell's first point in its server (later points find
-    it warm; each warm-up request costs a whole output, minutes on a slow target), and none in
-    a fresh server per point (a warm-up sends one of the point's own prompts, and a proposer
-    with state across requests would learn its answer); the readiness check (one request of
-    the first prompt) only before a server's first point (the server answered /health)."""
-    chosen = {**cell.workload["loadgen"], "seed": points.repeat_seed(cell, repeat)}
-    if grid.isolation(cell.server_config) == grid.FRESH_PER_POINT or not warm_up:
-        chosen["num_warmups"] = 0
+    """The load generator's settings for one repeat: its own seed; warm-up requests
+    (`grid.warm_up_requests`) before a cell's first point on its server, `warm_up` (later
+    points find it warm; each warm-up request costs a whole output, minutes on a slow target);
+    the readiness check (one request of the first prompt) only before a server's first point
+    (the server answered /health)."""
+    chosen = {**cell.workload["loadgen"], "seed": points.repeat_seed(cell, repeat),
+              "num_warmups": grid.warm_up_requests(cell, warm_up)}
     if not ready_check:
         chosen["ready_check_timeout_s"] = 0
     return chosen
@@ -163,6 +166,7 @@ class SessionServer:
         self.target = run.cell.server_config["target"]["name"]
         self.points = 0
         self.cells: set[str] = set()
+        self.levels: set[int | None] = set()  # concurrencies measured on this server
         self.probes: dict[tuple, float] = {}
         self.profiled = run.cell.profile == "nsys"
 
@@ -211,6 +215,21 @@ class SessionServer:
         run.report(load, repeat, record["status"], record["error"] or "", record["metrics"],
                    self.log_path)
 
+    def warm_level(self, run: CellRun, load: dict, prompts: int, chosen: dict) -> None:
+        """An untimed run of `prompts` of the workload's prompts at the point's concurrency
+        (another seed than any repeat's: other prompts first), before the server's first point
+        there; a failure shows in the point that follows."""
+        settings_here = {**chosen, "num_warmups": 0,
+                         "seed": chosen["seed"] + LEVEL_WARM_UP_SEED}
+        t0 = time.perf_counter()
+        try:
+            loadgen.run_point(point_argv(run.cell, run.config, self.server, load,
+                                         run.min_tokens, prompts, settings_here), log=run.log)
+        except Exception as exc:  # the point that follows fails and says why
+            print(f"[sdbench] warm-up at concurrency {load['concurrency']} failed: "
+                  f"{type(exc).__name__}: {exc}", file=run.log, flush=True)
+        self.clock.measuring_s += time.perf_counter() - t0
+
     def measure(self, run: CellRun, pid: tuple, interleaved_with: list[str] = ()) -> dict:
         """Measure one point of `run` on this server; the point's record and detail. A point
         that could not be measured is "failed" (the caller decides what follows)."""
@@ -218,8 +237,12 @@ class SessionServer:
         load, repeat = run.plan[pid]
         error, result, argv, extra, num_prompts = None, {}, [], {}, None
         started, log_offset = now(), log_size(self.log_path)
+        level = load.get("concurrency") if load["mode"] != "rate" else None
         chosen = point_settings(cell, repeat, warm_up=cell.cell_id not in self.cells,
-                                  ready_check=self.points == 0)
+                                ready_check=self.points == 0)
+        wave = grid.level_warm_up(cell, None if level in self.levels else level)
+        if wave:
+            self.warm_level(run, load, wave, chosen)
         try:
             num_prompts, extra = run.num_prompts(load, lambda lv: self.probe(run, lv), repeat)
             argv = point_argv(cell, config, self.server, load, run.min_tokens, num_prompts,
@@ -260,13 +283,15 @@ class SessionServer:
                 "placement": self.view.reason, "isolation": self.isolation,
                 "instance": cell.instance_of(repeat), "session": self.session.session_id,
                 # points this server measured before (any cell's: the server's state)
-                "points_before": self.points, "warm_up": chosen["num_warmups"]}
+                "points_before": self.points, "warm_up": chosen["num_warmups"],
+                "level_warm_up": wave}
         if interleaved_with:  # measured in turn with these cells' servers
             info["interleaved_with"] = list(interleaved_with)
         if profiler:
             info["profile"] = str(profiler.report(load, repeat))
         self.points += 1
         self.cells.add(cell.cell_id)
+        self.levels.add(level)
         record = run.record(load, repeat, metrics, status, reason, info,
                             {"argv": argv, "num_prompts": num_prompts,
                              "seed": chosen["seed"], **extra}, started)

@@ -157,27 +157,35 @@ def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
                         fail(run, failed, f"{type(exc).__name__}: {exc}")
                 due = [r for r in due if r.cell_id not in failed]
             if due:
-                loadgen.preload()  # overlaps the first server's start-up
-                gpus = [grid.cell_gpus(cells[c].server_config) for c in
-                        _first_cells(session, cells)]
-                with slots.held(sum(gpus) if session.interleaved else gpus[0],
-                                label=f"session {session.session_id}",
-                                timeout_s=settings(config).cells.slot_timeout_s) as held:
-                    print(f"[sdbench] session {session.session_id}: {held.reason}", file=log,
-                          flush=True)
-                    _check_leftovers(held)
-                    if session.engine != grid.SERVE:
-                        engine_cells.measure_engine(session, due, held, clock, failed)
-                    elif session.interleaved:
-                        groups.measure_group(session, cells, due, held, clock, failed, config)
-                    elif session.fresh_per_point:
-                        measure_fresh(session, due, held, clock,
-                                      layout.session_server_log(session.session_id,
-                                                                session.lead), failed)
-                    else:
-                        measure_plain(session, due, held, clock,
-                                      layout.session_server_log(session.session_id,
-                                                                session.lead), failed)
+                # overlaps the first server's start-up; joined before the session ends (not
+                # when it is interrupted: a signal's exit does not wait), so that no import runs
+                # on in the background of whatever the process does next
+                importer = loadgen.preload()
+                try:
+                    gpus = [grid.cell_gpus(cells[c].server_config) for c in
+                            _first_cells(session, cells)]
+                    with slots.held(sum(gpus) if session.interleaved else gpus[0],
+                                    label=f"session {session.session_id}",
+                                    timeout_s=settings(config).cells.slot_timeout_s) as held:
+                        print(f"[sdbench] session {session.session_id}: {held.reason}", file=log,
+                              flush=True)
+                        _check_leftovers(held)
+                        if session.engine != grid.SERVE:
+                            engine_cells.measure_engine(session, due, held, clock, failed)
+                        elif session.interleaved:
+                            groups.measure_group(session, cells, due, held, clock, failed, config)
+                        elif session.fresh_per_point:
+                            measure_fresh(session, due, held, clock,
+                                          layout.session_server_log(session.session_id,
+                                                                    session.lead), failed)
+                        else:
+                            measure_plain(session, due, held, clock,
+                                          layout.session_server_log(session.session_id,
+                                                                    session.lead), failed)
+                except Exception:
+                    importer.join()
+                    raise
+                importer.join()
     except BaseException as exc:
         message = f"{type(exc).__name__}: {exc}"
         for cell_id in session.cells:

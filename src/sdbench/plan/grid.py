@@ -176,7 +176,7 @@ def subset_definition(config: dict, dataset: str, subset: str) -> dict:
 
 
 # load-generator settings added after cells were measured: in the identity only when set
-OPTIONAL_LOADGEN = ("duration_s", "prompts_per_concurrency")
+OPTIONAL_LOADGEN = ("duration_s", "prompts_per_concurrency", "warm_up_levels")
 
 
 def workload_spec(config: dict, name: str) -> dict:
@@ -256,6 +256,29 @@ def isolation(server: dict) -> str:
     if stateful and server["method_options"].get(stateful[0], stateful[1]) != stateful[1]:
         return FRESH_PER_POINT
     return SHARED
+
+
+def warm_up_requests(cell: Cell, first_of_cell: bool) -> int:
+    """The load generator's warm-up requests (`loadgen.num_warmups`, the first prompt again and
+    again) before a cell's first point on a server; none in a fresh server per point (a warm-up
+    sends one of the point's own prompts, and a proposer with state across requests would
+    learn its answer)."""
+    if isolation(cell.server_config) == FRESH_PER_POINT or not first_of_cell:
+        return 0
+    return cell.workload["loadgen"].get("num_warmups", 0)
+
+
+def level_warm_up(cell: Cell, new_level: int | None) -> int:
+    """With `loadgen.warm_up_levels`: the prompts of an untimed run at `new_level` (a
+    concurrency this server has not measured yet), one wave of the workload's own prompts,
+    before the first point there. A GPU's first batches of a new size are slow (kernels,
+    CUDA-graph shapes, compiled plans), and a batch of one prompt repeated does not warm them
+    (an H200's exact-draft server still ran its first point at concurrency 16 24 % slower
+    after one). None in a fresh server per point."""
+    if (not new_level or not cell.workload["loadgen"].get("warm_up_levels")
+            or isolation(cell.server_config) == FRESH_PER_POINT):
+        return 0
+    return min(new_level, cell.workload["num_prompts"])
 
 
 def sends_baseline_counts(cell: Cell) -> bool:

@@ -54,6 +54,7 @@ class Loadgen(_Section):
     temperature: float
     repeats: int
     num_warmups: int
+    warm_up_levels: bool | None
     seed: int
     server_instances: int
     ignore_eos: bool

@@ -119,6 +119,7 @@ def session_work(session: Session, cells: dict[str, grid.Cell], rates: Rates,
     measuring, startup, served = 0.0, 0.0, set()
     firsts: dict[str, grid.Cell] = {}
     points_per_config: dict[str, int] = {}
+    levels: dict[str, set] = {}  # concurrencies each configuration's server has measured
     for cell_id in session.cells:
         cell = cells[cell_id]
         if cell_id not in cards:
@@ -130,9 +131,13 @@ def session_work(session: Session, cells: dict[str, grid.Cell], rates: Rates,
             first_of_cell = cell_id not in served and not fresh
             first_of_server = (fresh or points_per_config.get(cid, 0) == 0) and bool(
                 cell.workload["loadgen"].get("ready_check_timeout_s"))
+            level = load.get("concurrency") if load["mode"] != "rate" else None
+            seen = set() if fresh else levels.setdefault(cid, set())
+            wave = grid.level_warm_up(cell, None if level in seen else level)
             measuring += point_seconds(cell, load, rates, cards[cell_id],
-                                       cell.workload["loadgen"].get("num_warmups", 0)
-                                       if first_of_cell else 0, first_of_server)
+                                       grid.warm_up_requests(cell, first_of_cell) + wave,
+                                       first_of_server)
+            seen.add(level)
             served.add(cell_id)
             points_per_config[cid] = points_per_config.get(cid, 0) + 1
             if fresh:
