@@ -348,3 +348,14 @@ def test_provenance_lists_cpu_records_and_the_dtype_they_ran_in(tmp_path):
 
     points = aggregate_points(frame)
     assert sorted(target_label(points)) == ["t (float32)", "t-gptq (gptq)"]
+
+
+def test_verdicts_say_how_small_a_gain_the_design_could_see():
+    assert plots.verdict_text("no clear gain", 1.25) == (
+        "no clear gain (this design could not see gains below 1.25×)")
+    # one degree of freedom: a minimum detectable speedup of thousands says nothing useful
+    assert plots.verdict_text("no clear gain", 2007.4) == (
+        "no clear gain (this design could not see even a 10× gain)")
+    assert plots.verdict_text("speculate", 1.04) == "speculate (detects ≥ 1.04×)"
+    assert plots.mde_text(52.0) == "> 10×" and plots.mde_text(float("nan")) == "–"
+    assert plots.verdict_text(None, 1.1) is None

@@ -199,15 +199,18 @@ def _instances(group: pd.DataFrame, column: str) -> np.ndarray:
     return group[column].fillna(0).to_numpy(dtype=float)
 
 
+def _dof(df: float) -> str:
+    return f"{df:.0f} degree{'' if round(df) == 1 else 's'} of freedom"
+
+
 def _pooling(points: int, p: float, df: float, apart: bool) -> str:
     if points > 1:
         return (f"variance pooled over {points} points of its engine, target, method and level "
-                f"({df:.0f} degrees of freedom; Bartlett p = {p:.2f})")
+                f"({_dof(df)}; Bartlett p = {p:.2f})")
     if apart:
-        return (f"its own variance ({df:.0f} degrees of freedom): its noise differs from the "
-                f"other points of its engine, target, method and level (Bartlett p < "
-                f"{HOMOGENEITY_P})")
-    return f"its own variance ({df:.0f} degrees of freedom)"
+        return (f"its own variance ({_dof(df)}): its noise differs from the other points of "
+                f"its engine, target, method and level (Bartlett p < {HOMOGENEITY_P})")
+    return f"its own variance ({_dof(df)})"
 
 
 def _anova(groups: list[np.ndarray]) -> tuple[float, float, float, float]:

@@ -240,13 +240,24 @@ def precision_table(frame: pd.DataFrame) -> pd.DataFrame:
         "baseline within / between sd": [f"{_sd_text(w)} / {_sd_text(b)}" for w, b in zip(
             table["baseline within sd"], table["baseline between sd"], strict=True)],
         "pooled df": table["df"].map(lambda v: f"{v:.0f}"),
-        "detects ≥": table["mde"].map(lambda v: "–" if pd.isna(v) else f"{v:.2f}×"),
+        "detects ≥": table["mde"].map(mde_text),
         "for ±5 %": [_design_text(u, t, r) for u, t, r in zip(
             table["units for ±5%"], table["added measuring s per point, ±5%"],
             table["repeats per unit"], strict=True)],
         "for ±10 %": [_design_text(u, t, r) for u, t, r in zip(
             table["units for ±10%"], table["added measuring s per point, ±10%"],
             table["repeats per unit"], strict=True)]})
+
+
+# above this, a minimum detectable speedup says only that the design sees nothing useful
+MDE_SHOWN = 10.0
+
+
+def mde_text(mde) -> str:
+    """'1.25×'; '> 10×' for a design that could see no useful gain (one degree of freedom)."""
+    if mde is None or pd.isna(mde):
+        return "–"
+    return f"> {MDE_SHOWN:g}×" if mde > MDE_SHOWN else f"{mde:.2f}×"
 
 
 def verdict_text(verdict, mde) -> str | None:
@@ -257,8 +268,10 @@ def verdict_text(verdict, mde) -> str | None:
     if pd.isna(mde):
         return verdict
     if verdict == "no clear gain":
+        if mde > MDE_SHOWN:
+            return f"no clear gain (this design could not see even a {MDE_SHOWN:g}× gain)"
         return f"no clear gain (this design could not see gains below {mde:.2f}×)"
-    return f"{verdict} (detects ≥ {mde:.2f}×)"
+    return f"{verdict} (detects ≥ {mde_text(mde)})"
 
 
 def max_speedup_table(points: pd.DataFrame) -> pd.DataFrame:
