@@ -69,13 +69,13 @@ def _units(y: np.ndarray, spec: np.ndarray, base: np.ndarray) -> tuple[str, np.n
 
 def _point_row(y: np.ndarray, spec: np.ndarray, base: np.ndarray) -> dict:
     kind, unit = _units(y, spec, base)
-    labels, index = np.unique(unit, return_inverse=True)
-    means = np.array([y[index == i].mean() for i in range(len(labels))])
-    within = float(sum(((y[index == i] - means[i]) ** 2).sum() for i in range(len(labels))))
-    return {"kind": kind, "n": len(y), "units": len(labels),
-            "per_unit": int(round(len(y) / len(labels))), "center": float(means.mean()),
-            "ss_units": float(((means - means.mean()) ** 2).sum()), "df_units": len(labels) - 1,
-            "ss_within": within, "df_within": len(y) - len(labels)}
+    groups = [y[unit == u] for u in np.unique(unit)]
+    ss_units, df_units, ss_within, df_within = _anova(groups)
+    return {"kind": kind, "n": len(y), "units": len(groups),
+            "per_unit": int(round(len(y) / len(groups))),
+            "center": float(np.mean([g.mean() for g in groups])),
+            "ss_units": ss_units, "df_units": df_units,
+            "ss_within": ss_within, "df_within": df_within}
 
 
 def _bartlett_p(ss: np.ndarray, df: np.ndarray) -> float:
