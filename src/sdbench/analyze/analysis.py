@@ -14,7 +14,9 @@ import math
 
 import numpy as np
 import pandas as pd
+from scipy import optimize, special, stats
 
+from sdbench.analyze.noise import correlations, covariance, point_noise
 from sdbench.analyze.stats import mean_interval, verdict
 
 SETTING = ["target", "workload", "speculator", "k"]
@@ -61,48 +63,91 @@ def _geo(values: np.ndarray) -> float:
     return float(np.exp(np.log(np.clip(values, 1e-9, None)).mean())) if len(values) else np.nan
 
 
-def _crossing(levels: list[int], values: list[float]) -> float | None:
-    """The concurrency where `values` first falls below 1, interpolated in log2(concurrency);
-    None if it never does; the lowest level if it is below 1 from the start."""
-    for i, (level, value) in enumerate(zip(levels, values, strict=True)):
-        if np.isnan(value) or value >= 1:
+def crossing(levels: list[int], logs: np.ndarray) -> float | None:
+    """The concurrency where the log speedup first falls below 0 (the speedup below 1),
+    interpolated linearly in log2(concurrency); None if it never does; the lowest level if it
+    is below from the start."""
+    for i, (level, value) in enumerate(zip(levels, logs, strict=True)):
+        if np.isnan(value) or value >= 0:
             continue
-        if i == 0:
+        if i == 0 or np.isnan(logs[i - 1]):
             return float(level)
-        prev_level, prev = levels[i - 1], values[i - 1]
-        if np.isnan(prev):
-            return float(level)
-        x0, x1 = math.log2(prev_level), math.log2(level)
-        return float(2 ** (x0 + (prev - 1) / (prev - value) * (x1 - x0)))
+        x0, x1 = math.log2(levels[i - 1]), math.log2(level)
+        return float(2 ** (x0 + logs[i - 1] / (logs[i - 1] - value) * (x1 - x0)))
     return None
 
 
-def crossover(frame: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
-    """Per target/workload/method/k (from per-measurement rows): the concurrency where the mean
-    speedup falls below 1, and a 95 % bootstrap interval for it (repeats resampled with
-    replacement, whole repeats across levels; a resample that never falls below 1 counts as
-    beyond the highest level). Levels measured without a speedup are listed, never dropped
-    silently."""
+GRID = 200  # points per interval between two levels where the crossover's test is made
+
+
+def _crossover_set(levels: list[int], logs: np.ndarray, cov: np.ndarray,
+                   dfs: np.ndarray) -> tuple[float | None, float | None, str]:
+    """The 95 % confidence set of the concurrency where the speedup first falls below 1, by
+    inverting the test of "the speedup is 1 here" at every concurrency x (between two measured
+    levels, the log speedup interpolated in log2 x, its variance from the levels' covariance):
+    the first crossing lies at an x whose interval includes 1, and before the first x whose
+    interval lies below 1. (low, high, how it reads): high None when no x is clearly below 1
+    (the speedup may stay above 1 beyond the levels measured); low = high = the lowest level
+    when it is clearly below 1 there."""
+    xs, lines, halves = [], [], []
+    w = np.linspace(0, 1, GRID + 1) if len(levels) > 1 else np.zeros(1)
+    for i in range(max(1, len(levels) - 1)):
+        j = min(i + 1, len(levels) - 1)
+        a, b = (1 - w) ** 2 * cov[i, i], w ** 2 * cov[j, j]
+        # the interpolation's degrees of freedom: Welch-Satterthwaite over its two parts
+        with np.errstate(divide="ignore", invalid="ignore"):
+            df = (a + b) ** 2 / (a ** 2 / dfs[i] + b ** 2 / dfs[j])
+        t = np.where(df > 0, stats.t.ppf(0.975, np.where(df > 0, df, 1)), np.inf)
+        xs.append(np.log2(levels[i]) + w * (np.log2(levels[j]) - np.log2(levels[i])))
+        lines.append((1 - w) * logs[i] + w * logs[j])
+        halves.append(t * np.sqrt(a + b + 2 * w * (1 - w) * cov[i, j]))
+    x, line, half = (np.concatenate(v) for v in (xs, lines, halves))
+    below = np.flatnonzero(line + half < 0)
+    end = below[0] if len(below) else len(x)  # the first crossing comes before this
+    plausible = np.flatnonzero(np.abs(line[:end]) <= half[:end])
+    if end == 0:
+        return float(levels[0]), float(levels[0]), "below 1 at the lowest level"
+    high = None if end == len(x) else float(2 ** x[end])
+    if not len(plausible):  # clearly above 1 up to where it is clearly below
+        return (float(levels[-1]), None, "above 1 at every level") if high is None else \
+            (float(2 ** x[end - 1]), high, "test inverted")
+    return float(2 ** x[plausible[0]]), high, "test inverted"
+
+
+def _noise(spec: pd.DataFrame, noise: pd.DataFrame | None) -> pd.DataFrame:
+    """The pooled noise model's points at concurrency levels (given, or from `spec`)."""
+    noise = point_noise(spec) if noise is None else noise
+    return noise[noise["request_rate"].isna()] if not noise.empty else noise
+
+
+def crossover(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per target/workload/method/k (from per-measurement rows): the concurrency where the
+    speedup (the geometric mean of each level's units, `noise.point_noise`) falls below 1,
+    interpolated in log2(concurrency), and its 95 % confidence set from the pooled noise model:
+    the concurrencies where the interpolated speedup's interval includes 1, with the levels'
+    correlation (one server instance measures them all) pooled over the cells of the run.
+    `crossover_high` None: the set reaches the highest level (the crossover may lie beyond).
+    Levels measured without a speedup are listed, never dropped silently."""
     rows = []
     missing = _missing_levels(frame, SETTING)
-    rng = np.random.default_rng(seed)
-    for key, group in speculative(frame).groupby(SETTING, dropna=False):
-        table = group.pivot_table(index="repeat", columns="concurrency", values="speedup")
-        levels = [int(c) for c in table.columns]
-        cross = _crossing(levels, table.mean(axis=0).tolist())
-        values = table.to_numpy(dtype=float)
-        low = high = None
-        if len(values) > 1:
-            picks = rng.integers(0, len(values), size=(BOOTSTRAP, len(values)))
-            found = [_crossing(levels, np.nanmean(values[p], axis=0).tolist()) for p in picks]
-            beyond = float(levels[-1]) * 2  # sorts above every measured level
-            sample = np.array([beyond if c is None else c for c in found])
-            low, high = (float(np.percentile(sample, q)) for q in (2.5, 97.5))
-            low, high = (None if v >= beyond else v for v in (low, high))
+    spec = speculative(frame)
+    noise = _noise(spec, noise)
+    rho = correlations(noise) if not noise.empty else {}
+    for key, group in spec.groupby(SETTING, dropna=False):
+        points = noise[noise["cell_id"].isin(group["cell_id"].unique())].sort_values(
+            "concurrency")
+        if points.empty or points["concurrency"].duplicated().any():
+            continue
+        levels = [int(c) for c in points["concurrency"]]
+        logs = points["center"].to_numpy(float)
+        cross = crossing(levels, logs)
+        low, high, how = _crossover_set(levels, logs, covariance(points, rho),
+                                        points["df"].to_numpy(float))
         rows.append({**dict(zip(SETTING, key, strict=True)), "crossover": cross,
                      "crossover_low": low, "crossover_high": high,
-                     "interval": (f"bootstrap over {len(values)} repeats" if len(values) > 1
-                                  else "none (one repeat)"),
+                     "interval": (f"pooled noise model ({how})" if np.isfinite(
+                         points["df"]).all() and (points["df"] > 0).all()
+                         else "none (no spread measured)"),
                      "levels": f"{levels[0]}–{levels[-1]}",
                      "missing_levels": ", ".join(map(str, missing.get(key, []))) or None,
                      "reading": ("above 1 at every level measured" if cross is None else
@@ -149,54 +194,167 @@ def best_settings(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _choose(cube: pd.DataFrame, repeats: list) -> tuple[str, dict]:
-    """On these repeats: (the best static setting by geometric mean over levels, level -> the
-    best setting there)."""
-    part = cube.loc[:, cube.columns.get_level_values("repeat").isin(repeats)]
-    means = part.T.groupby(level="concurrency").mean().T  # setting x level
-    return means.apply(_geo, axis=1).idxmax(), means.idxmax(axis=0).to_dict()
+def _choices(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """table: (draws, settings, levels) of log speedups -> per draw (the static setting with
+    the best mean over levels, the best setting at each level)."""
+    return table.mean(axis=2).argmax(axis=1), table.argmax(axis=1)
 
 
-def _evaluate(cube: pd.DataFrame, static: str, switch: dict, repeat) -> tuple[float, float]:
-    """(geometric-mean speedup of the static choice, of the per-level choices) on one repeat."""
-    at = cube.xs(repeat, axis=1, level="repeat")
-    return (_geo(at.loc[static].to_numpy()),
-            _geo([at.loc[switch[c], c] for c in at.columns]))
+def _gain(table: np.ndarray, static: np.ndarray, switch: np.ndarray) -> np.ndarray:
+    """Per draw: the mean log speedup over levels of the per-level choices less that of the
+    static choice, both read from `table` (draws, settings, levels)."""
+    draws = np.arange(table.shape[0])[:, None]
+    levels = np.arange(table.shape[2])[None, :]
+    return (table[draws, switch, levels].mean(axis=1)
+            - table[np.arange(table.shape[0]), static].mean(axis=1))
 
 
-def switch_gain(frame: pd.DataFrame) -> pd.DataFrame:
+def _log_mass(low: float, high: float) -> float:
+    """log(Φ(high) − Φ(low)), accurate far in either tail."""
+    if low > 0:  # both in the upper tail: through the survival function
+        a, b = special.log_ndtr(-low), special.log_ndtr(-high)
+    else:
+        a, b = special.log_ndtr(high), special.log_ndtr(low)
+    return a + np.log1p(-np.exp(min(b - a, 0.0))) if b < a else -np.inf
+
+
+def _truncated_cdf(x: float, mean: float, sd: float, low: float, high: float) -> float:
+    """The distribution function at x of a normal (mean, sd) truncated to [low, high]."""
+    lo, hi, at = ((v - mean) / sd for v in (low, high, x))
+    total = _log_mass(lo, hi)
+    if not np.isfinite(total):  # all the mass beyond the truncation: a step at the end
+        return float(at > (hi if lo > 0 else lo))
+    return float(np.clip(np.exp(_log_mass(lo, at) - total), 0.0, 1.0))
+
+
+def _selection(center: np.ndarray, static: int, switch: np.ndarray) -> tuple[np.ndarray,
+                                                                              np.ndarray]:
+    """The picks as linear constraints A y <= b on the measured log speedups y (settings x
+    levels flattened, speculation off's row left out: it is 0 without error): the static pick
+    has the best mean over levels, each level's pick the best value there."""
+    settings, levels = center.shape
+    unit = np.eye((settings - 1) * levels).reshape(settings - 1, levels, -1)
+    row = np.vstack([unit, np.zeros((1, levels, unit.shape[2]))])  # off: no y
+    rows = [row[s].mean(axis=0) - row[static].mean(axis=0) for s in range(settings)
+            if s != static]
+    rows += [row[s, c] - row[switch[c], c] for c in range(levels) for s in range(settings)
+             if s != switch[c]]
+    return np.array(rows), np.zeros(len(rows))
+
+
+BETA = 0.005  # the share of the error rate the hybrid interval spends on its outer bound
+
+
+def _picked_gain(center: np.ndarray, cov: np.ndarray,
+                 df: float) -> tuple[float, float, float]:
+    """(log gain of the per-level picks over the static pick, its 95 % interval) from the log
+    speedups `center` (settings x levels, speculation off last) whose errors have covariance
+    `cov` (settings but off, level by level within a setting) estimated with `df` degrees of
+    freedom (the standard errors widened by the Student t factor).
+
+    The picks are made on the same data, which makes the gain read on it optimistic. Given the
+    picks (linear constraints on the data) the gain's estimate is a normal truncated to where
+    other picks would have been made (Lee, Sun, Sun and Taylor 2016); that alone can give
+    unbounded intervals, so the hybrid of Andrews, Kitagawa and McCloskey (2024, "Inference on
+    winners") also truncates it to within the simultaneous bound of every gain the study could
+    have picked (level 1 − BETA) and inverts the conditional test at (0.05 − BETA) ÷ (1 −
+    BETA): coverage at least 95 %, a median-unbiased estimate, never wider than that bound."""
+    static, switch = (c[0] for c in _choices(center[None]))
+    settings, levels = center.shape
+    eta = np.zeros((settings, levels))
+    eta[switch, range(levels)] += 1 / levels
+    eta[static] -= 1 / levels
+    eta = eta[:-1].ravel()
+    y = center[:-1].ravel()
+    observed = float(eta @ y)
+    var = float(eta @ cov @ eta)
+    if not np.any(eta) or var <= 0:  # the same setting picked everywhere: no gain, exactly
+        return observed, observed, observed
+    if not (np.isfinite(df) and df > 0):
+        return observed, np.nan, np.nan
+    widen = stats.t.ppf(0.975, df) / stats.norm.ppf(0.975)
+    sd = np.sqrt(var) * widen
+    # the simultaneous bound: the largest error of any static-vs-switch gain, redrawn
+    rng = np.random.default_rng(0)
+    values, vectors = np.linalg.eigh(cov)
+    errors = np.zeros((BOOTSTRAP, settings, levels))
+    errors[:, :-1] = (rng.standard_normal((BOOTSTRAP, len(cov)))
+                      @ (vectors * np.sqrt(np.clip(values, 0, None))).T * widen).reshape(
+        BOOTSTRAP, settings - 1, levels)
+    worst = np.maximum(errors.max(axis=1).mean(axis=1) - errors.mean(axis=2).min(axis=1),
+                       errors.mean(axis=2).max(axis=1) - errors.min(axis=1).mean(axis=1))
+    bound = float(np.quantile(worst, 1 - BETA))
+    a, b = _selection(center, static, switch)
+    direction = cov @ eta / float(eta @ cov @ eta)
+    rest = y - direction * observed
+    slope, room = a @ direction, b - a @ rest
+    with np.errstate(divide="ignore", invalid="ignore"):
+        low = np.max(room[slope < 0] / slope[slope < 0], initial=-np.inf)
+        high = np.min(room[slope > 0] / slope[slope > 0], initial=np.inf)
+    level = (0.05 - BETA) / (1 - BETA)
+
+    def mean_at(share: float) -> float:
+        """The gain whose truncated distribution puts `share` of its mass below `observed`."""
+        def f(mean):
+            return _truncated_cdf(observed, mean, sd, max(low, mean - bound),
+                                  min(high, mean + bound)) - share
+        lo, hi = observed - bound, observed + bound
+        if f(lo) <= 0:
+            return lo
+        if f(hi) >= 0:
+            return hi
+        return float(optimize.brentq(f, lo, hi))
+
+    return mean_at(0.5), mean_at(1 - level / 2), mean_at(level / 2)
+
+
+def switch_gain(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per target and workload: the best single static setting (highest geometric-mean speedup
     over the levels every setting has) against a per-load switch (the best setting at each
-    level), speculation off a candidate in both. Choosing the best of many noisy settings
-    inflates a gain, so both choices are made on all repeats but one and evaluated on the
-    held-out repeat, each in turn: `gain` is the mean held-out advantage of switching, with a
-    95 % interval (none with one repeat: then the in-sample gain, biased upward)."""
+    level), speculation off a candidate in both, each point's speedup the geometric mean of its
+    units (`noise.point_noise`). `gain` is what the switch the study picks gains over the
+    static setting it picks. Picking the best of noisy settings makes the gain read on the same
+    data too high; given the picks, its estimate and 95 % interval come from the pooled noise
+    model (the points' standard errors and correlations: the cells at one level share a
+    baseline, the levels of one cell its server instances) by `_picked_gain`."""
     rows = []
     missing = _missing_levels(frame, ["target", "workload"])
-    for (target, workload), group in speculative(frame).groupby(["target", "workload"]):
-        cube = _cube(group)
-        complete = [c for c in cube.columns.get_level_values("concurrency").unique()
-                    if not cube.xs(c, axis=1, level="concurrency").isna().all(axis=1).any()]
-        if not complete:
+    spec = speculative(frame)
+    noise = _noise(spec, noise)
+    if noise.empty:
+        return pd.DataFrame()
+    rho = correlations(noise)
+    label = {c: f"{s} k={int(k)}" for c, s, k in zip(spec["cell_id"], spec["speculator"],
+                                                      spec["k"], strict=True)}
+    for (target, workload), group in spec.groupby(["target", "workload"]):
+        points = noise[noise["cell_id"].isin(group["cell_id"].unique())].assign(
+            setting=lambda p: p["cell_id"].map(label))
+        counts = points.groupby("concurrency")["setting"].nunique()
+        complete = sorted(int(c) for c, n in counts.items()
+                          if n == points["setting"].nunique())
+        points = points[points["concurrency"].isin(complete)].sort_values(
+            ["setting", "concurrency"])
+        if points.empty or points.duplicated(["setting", "concurrency"]).any():
             continue
-        cube = cube.loc[:, cube.columns.get_level_values("concurrency").isin(complete)]
-        repeats = sorted(cube.columns.get_level_values("repeat").unique())
-        static, switch = _choose(cube, repeats)
-        if len(repeats) > 1:
-            held = [_evaluate(cube, *_choose(cube, [r for r in repeats if r != out]), out)
-                    for out in repeats]
-            evaluation = f"held out: each of {len(repeats)} repeats in turn"
-        else:
-            held = [_evaluate(cube, static, switch, repeats[0])]
-            evaluation = "in-sample (one repeat): biased upward"
-        statics, switches = np.array(held).T
-        gain, _, low, high = mean_interval(switches / statics - 1)
+        settings = list(dict.fromkeys(points["setting"])) + [OFF]
+        shape = (len(settings), len(complete))
+        center = np.zeros(shape)
+        center[:-1] = points["center"].to_numpy(float).reshape(shape[0] - 1, shape[1])
+        static, switch = (c[0] for c in _choices(center[None]))
+        df = float(points["df"].median())
+        gain, low, high = _picked_gain(center, covariance(points, rho), df)
         rows.append({"target": target, "workload": workload,
-                     "static_best": static, "static_speedup": float(statics.mean()),
-                     "switch_speedup": float(switches.mean()), "gain": gain,
-                     "gain_ci_low": low, "gain_ci_high": high, "evaluation": evaluation,
-                     "switch_choice": ", ".join(f"c={int(c)}: {s}"
-                                                for c, s in sorted(switch.items())),
+                     "static_best": settings[static],
+                     "static_speedup": float(np.exp(center[static].mean())),
+                     "switch_speedup": float(np.exp(center[switch, range(shape[1])].mean())),
+                     "gain": float(np.expm1(gain)), "gain_ci_low": float(np.expm1(low)),
+                     "gain_ci_high": float(np.expm1(high)),
+                     "evaluation": ("all repeats, given the picks (post-selection interval "
+                                    f"from the pooled noise model, {df:.0f} degrees of "
+                                    "freedom)" if np.isfinite(low) else
+                                    "in-sample (no spread measured): biased upward"),
+                     "switch_choice": ", ".join(f"c={c}: {settings[i]}"
+                                                for c, i in zip(complete, switch, strict=True)),
                      "levels": len(complete),
                      "missing_levels": ", ".join(map(str, missing.get((target, workload),
                                                                       []))) or None})

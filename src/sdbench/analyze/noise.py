@@ -74,6 +74,9 @@ def _point_row(y: np.ndarray, spec: np.ndarray, base: np.ndarray) -> dict:
     return {"kind": kind, "n": len(y), "units": len(groups),
             "per_unit": int(round(len(y) / len(groups))),
             "center": float(np.mean([g.mean() for g in groups])),
+            # each unit's mean, by unit: what points measured on the same units share
+            "unit_means": {float(u): float(g.mean())
+                           for u, g in zip(np.unique(unit), groups, strict=True)},
             "ss_units": ss_units, "df_units": df_units,
             "ss_within": ss_within, "df_within": df_within}
 
@@ -138,8 +141,8 @@ def _with_class(noise: pd.DataFrame) -> pd.DataFrame:
         # the points of one baseline share its instances' offsets: what the pool knows of the
         # baselines' spread has the baselines' degrees of freedom, not the points'
         baselines_df = float(group[pool].drop_duplicates("baseline")["df_units"].sum())
-        for (_, row), pooled, own_ss, own_df in zip(group.iterrows(), pool, ss, df,
-                                                    strict=True):
+        for row, pooled, own_ss, own_df in zip(group.to_dict("records"), pool, ss, df,
+                                               strict=True):
             var, dof = ((ss[pool].sum() / df[pool].sum(), df[pool].sum()) if pooled
                         else (own_ss / own_df if own_df else np.nan, own_df))
             se2 = var / row["units"]
@@ -152,7 +155,7 @@ def _with_class(noise: pd.DataFrame) -> pd.DataFrame:
                 # both parts come from the one unit variance: its degrees of freedom
                 if pooled:
                     dof = baselines_df
-            rows.append({**row.to_dict(), "pooled_points": int(pool.sum()) if pooled else 1,
+            rows.append({**row, "pooled_points": int(pool.sum()) if pooled else 1,
                          "homogeneity_p": p,
                          # left out of its class's pool: its noise differs
                          "set_apart": bool(not pooled and own_df > 0 and (df > 0).sum() > 1),
@@ -220,6 +223,64 @@ def _anova(groups: list[np.ndarray]) -> tuple[float, float, float, float]:
     within = float(sum(((g - g.mean()) ** 2).sum() for g in groups))
     return (float(((means - means.mean()) ** 2).sum()), len(groups) - 1, within,
             sum(len(g) for g in groups) - len(groups))
+
+
+LEVELS, SETTINGS, OTHER = "levels of one cell", "cells at one level", "one baseline"
+
+
+def _relation(a: dict, b: dict) -> str | None:
+    """How two points' errors are related: the levels of one cell share its server instances,
+    the cells of one baseline at one level share the baseline's measurements, at different
+    levels its instances; points of different baselines are independent (None)."""
+    if a["cell_id"] == b["cell_id"]:
+        return LEVELS
+    if a["baseline"] != b["baseline"]:
+        return None
+    same_level = (point_key(None, a["concurrency"], a["request_rate"])
+                  == point_key(None, b["concurrency"], b["request_rate"]))
+    return SETTINGS if same_level else OTHER
+
+
+def correlations(noise: pd.DataFrame) -> dict[str, float]:
+    """The correlation of two points' errors, per relation (`_relation`), pooled over every
+    pair of points that measured at least two units in common (the unit means' cross products
+    about their means over those units, summed over pairs, over the root of the products of
+    their sums of squares): the levels of one cell share its instances' offsets, the cells at
+    one level share their baseline's noise. Points of different baselines are independent, and
+    a relation no pair measured has no entry (read as 0)."""
+    sums: dict[str, np.ndarray] = {}
+    for rows in (group.to_dict("records") for _, group in noise.groupby("baseline", sort=False)):
+        for i, a in enumerate(rows):
+            for b in rows[i + 1:]:
+                common = sorted(set(a["unit_means"]) & set(b["unit_means"]))
+                relation = _relation(a, b)
+                if len(common) < 2 or relation is None:
+                    continue
+                x = np.array([a["unit_means"][u] for u in common])
+                y = np.array([b["unit_means"][u] for u in common])
+                x, y = x - x.mean(), y - y.mean()
+                sums.setdefault(relation, np.zeros(3))
+                sums[relation] += [(x * y).sum(), (x * x).sum(), (y * y).sum()]
+    return {relation: float(np.clip(xy / np.sqrt(xx * yy), -1, 1)) if xx > 0 and yy > 0
+            else 0.0 for relation, (xy, xx, yy) in sums.items()}
+
+
+def covariance(points: pd.DataFrame, rho: dict[str, float]) -> np.ndarray:
+    """The covariance of the points' log speedup estimates: each point's standard error from
+    the pooled model, their correlation per relation (`correlations`), made positive
+    semi-definite."""
+    rows = points.to_dict("records")
+    se = points["se"].to_numpy(float)
+    corr = np.eye(len(rows))
+    for i, a in enumerate(rows):
+        for j in range(i + 1, len(rows)):
+            b = rows[j]
+            corr[i, j] = corr[j, i] = rho.get(_relation(a, b), 0.0)
+    values, vectors = np.linalg.eigh(corr)
+    corr = (vectors * np.clip(values, 0, None)) @ vectors.T
+    scale = np.sqrt(np.clip(np.diag(corr), 1e-12, None))
+    corr /= np.outer(scale, scale)
+    return corr * np.outer(se, se)
 
 
 def _server_spread(frame: pd.DataFrame) -> pd.DataFrame:

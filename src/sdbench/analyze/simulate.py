@@ -25,8 +25,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
-from sdbench.analyze.noise import point_noise
+from sdbench.analyze.analysis import crossing, crossover, switch_gain
+from sdbench.analyze.noise import minimum_detectable, point_noise
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -70,6 +72,78 @@ def study_frame(design: Design, speedup: float, rng: np.random.Generator) -> pd.
     return pd.DataFrame(rows)
 
 
+LEVELS = (1, 4, 16)
+# true speedups of three settings at LEVELS (the log speedup linear in log2 concurrency):
+# they cross 1 at different loads, and the best setting changes with load
+CURVES = {
+    "crossing": ((1.5, 1.05, 0.75), (1.35, 1.1, 0.9), (1.2, 1.08, 0.97)),
+    # three equal settings: nothing to gain by switching
+    "tied": ((1.3, 1.05, 0.85),) * 3,
+}
+
+
+def levels_frame(design: Design, curves, rng: np.random.Generator) -> pd.DataFrame:
+    """Per-measurement rows of a study of `len(curves)` settings at LEVELS on `design.workloads`
+    workloads (each with its baseline): a server instance's offset is shared by all the levels
+    it measures, the measurement noise is drawn per run."""
+    d = design
+    rows = []
+    for w in range(d.workloads):
+        base_offset = rng.normal(0, d.instance_noise, d.baseline_instances)
+        base_noise = rng.normal(0, d.measurement_noise, (len(LEVELS), d.repeats))
+        for k, curve in enumerate(curves):
+            offset = rng.normal(0, d.instance_noise, d.instances)
+            noise = rng.normal(0, d.measurement_noise, (len(LEVELS), d.repeats))
+            for i, level in enumerate(LEVELS):
+                for r in range(d.repeats):
+                    log_ratio = (np.log(curve[i]) + offset[r % d.instances] + noise[i, r]
+                                 - base_offset[r % d.baseline_instances] - base_noise[i, r])
+                    rows.append({"cell_id": f"w{w}k{k}", "concurrency": level,
+                                 "request_rate": np.nan, "repeat": r,
+                                 "baseline_cell_id": f"w{w}", "engine": "serve",
+                                 "target": "t", "method": "m", "load": "concurrency",
+                                 "workload": f"w{w}", "speculator": "m", "k": k + 1,
+                                 "paired": True, "speedup": float(np.exp(log_ratio)),
+                                 "server_instance": r % d.instances,
+                                 "baseline_server_instance": r % d.baseline_instances})
+    return pd.DataFrame(rows)
+
+
+def _true_gain(curves, table: pd.DataFrame) -> float:
+    """The true log gain of the switch and static setting a `switch_gain` row picked."""
+    truth = {f"m k={k + 1}": np.log(curve) for k, curve in enumerate(curves)}
+    truth["off"] = np.zeros(len(LEVELS))
+    picks = dict(part.split(": ") for part in table["switch_choice"].split(", "))
+    switch = np.mean([truth[picks[f"c={c}"]][i] for i, c in enumerate(LEVELS)])
+    return float(switch - truth[table["static_best"]].mean())
+
+
+def run_derived(design: Design, scenario: str, studies: int, seed: int = 0) -> dict:
+    """Coverage of the crossover's confidence set (of the true crossover: where the true curve
+    falls below 1, or beyond the levels) and of the switch gain's interval (of the true gain of
+    the switch and static setting the study picked)."""
+    rng = np.random.default_rng(seed)
+    curves = CURVES[scenario]
+    true_cross = [crossing(list(LEVELS), np.log(curve)) for curve in curves]
+    cross_hits, gain_hits, widths = [], [], []
+    for _ in range(studies):
+        frame = levels_frame(design, curves, rng)
+        noise = point_noise(frame)
+        for row in crossover(frame, noise).to_dict("records"):
+            truth = true_cross[int(row["k"]) - 1]
+            high = np.inf if pd.isna(row["crossover_high"]) else row["crossover_high"]
+            cross_hits.append(bool(high == np.inf) if truth is None
+                              else row["crossover_low"] <= truth <= high)
+        for row in switch_gain(frame, noise).to_dict("records"):
+            truth = np.expm1(_true_gain(curves, row))
+            gain_hits.append(row["gain_ci_low"] <= truth <= row["gain_ci_high"])
+            widths.append(row["gain_ci_high"] - row["gain_ci_low"])
+    return {**asdict(design), "scenario": scenario, "studies": studies,
+            "crossover coverage": float(np.mean(cross_hits)),
+            "switch gain coverage": float(np.mean(gain_hits)),
+            "switch gain interval width": float(np.median(widths))}
+
+
 def run_design(design: Design, speedup: float, studies: int, seed: int = 0) -> dict:
     """Coverage of the true speedup, the share of points called "speculate", the median
     minimum detectable effect stated, and what the intervals say they cover."""
@@ -100,19 +174,29 @@ def _design_rows(design: Design, studies: int) -> list[dict]:
     return rows
 
 
-def grid(studies: int, workers: int | None = None) -> pd.DataFrame:
+def _derived_rows(design: Design, studies: int) -> list[dict]:
+    return [run_derived(design, scenario, studies) for scenario in CURVES]
+
+
+def grid(studies: int, workers: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the speedup's coverage, power and MDE per design; the crossover's and switch gain's
+    coverage per design with several instances)."""
     designs = [
         # one speculative instance: its baseline on two (which the model borrows from)
         Design(repeats, instances, 2 if instances == 1 else instances, inst_noise, meas_noise)
         for repeats, instances, inst_noise, meas_noise in itertools.product(
             (2, 3, 5), (1, 2, 3, 5), (0.0, 0.05), (0.02, 0.10))
         if instances <= repeats]
+    derived = [d for d in designs if d.repeats in (3, 5) and d.instances > 1]
     with ProcessPoolExecutor(workers or os.cpu_count()) as pool:
         done = pool.map(_design_rows, designs, [studies] * len(designs))
-        return pd.DataFrame([row for rows in done for row in rows])
+        derived_done = pool.map(_derived_rows, derived, [studies] * len(derived))
+        return (pd.DataFrame([row for rows in done for row in rows]),
+                pd.DataFrame([row for rows in derived_done for row in rows]))
 
 
-def write_table(table: pd.DataFrame, path: Path, studies: int) -> None:
+def write_table(table: pd.DataFrame, path: Path, studies: int,
+                derived: pd.DataFrame | None = None) -> None:
     lines = ["# Precision of the speedup intervals: simulated coverage and power", "",
              f"Generated by `python -m sdbench.analyze.simulate` ({studies} simulated studies "
              "per row; `sdbench.analyze.simulate` says how a study is simulated). "
@@ -131,6 +215,83 @@ def write_table(table: pd.DataFrame, path: Path, studies: int) -> None:
             f"{row['speedup']:.2f} | {row['coverage']:.1%} | {row['called']:.1%} | "
             f"{row['mde']:.3f} | {'' if power is None or pd.isna(power) else f'{power:.1%}'} "
             f"| {row['covers']} |")
+    if derived is not None and not derived.empty:
+        lines += ["", "## The crossover and the switch gain", "",
+                  "Three settings of one method at concurrency "
+                  f"{', '.join(map(str, LEVELS))} on two workloads, each with its baseline "
+                  "(`CURVES`): *crossing*, three settings whose speedups cross 1 at "
+                  "different loads and whose best setting changes with load; *tied*, three "
+                  "equal settings (true speedups "
+                  f"{', '.join(f'{v:g}' for v in CURVES['tied'][0])}). A server instance's "
+                  "offset is shared by every level it measures. Crossover coverage: the "
+                  "share of 95 % confidence sets (`analysis.crossover`) that contain where "
+                  "the true curve falls below 1. Switch gain coverage: the share of 95 % "
+                  "intervals (`analysis.switch_gain`) that contain the true gain of the "
+                  "switch and static setting the study picked; width: the interval's median "
+                  "width (on the speedup ratio).", "",
+                  "| repeats | instances | instance noise | measurement noise | scenario | "
+                  "crossover coverage | switch gain coverage | switch gain interval width |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for row in derived.to_dict("records"):
+            lines.append(
+                f"| {row['repeats']} | {row['instances']} | {row['instance_noise']:.0%} | "
+                f"{row['measurement_noise']:.0%} | {row['scenario']} | "
+                f"{row['crossover coverage']:.1%} | {row['switch gain coverage']:.1%} | "
+                f"{row['switch gain interval width']:.3f} |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+# Variance components measured on one H100 at the 7B shape (vLLM 0.26.0, issue 34): standard
+# deviations of log output throughput. A difference d between two runs gives sd d / sqrt(2);
+# a range r over three instances sd r / 1.69 (the expected range of three normal draws).
+COMPONENTS_7B = {
+    1: {"speculative within": 0.031 / np.sqrt(2), "baseline within": 0.019 / np.sqrt(2),
+        "baseline between": 0.001 / 1.69},
+    16: {"speculative within": 0.126 / np.sqrt(2), "baseline within": 0.019 / np.sqrt(2),
+         "baseline between": 0.013 / 1.69},
+}
+DESIGNS = ((2, 2), (3, 3), (4, 2), (4, 4), (6, 3), (6, 6), (8, 4))
+
+
+def design_rows(points: tuple[int, ...] = (2, 14, 35)) -> pd.DataFrame:
+    """Per concurrency, design (repeats, instances; repeats spread evenly) and number of
+    points pooled in a class: the interval's half-width and the minimum detectable speedup
+    the noise model would give with COMPONENTS_7B (the speculative server's spread between
+    instances taken as the baseline's, as the model does when it cannot see it)."""
+    rows = []
+    for level, parts in COMPONENTS_7B.items():
+        for (repeats, instances), pooled in itertools.product(DESIGNS, points):
+            per = repeats // instances
+            var = (2 * parts["baseline between"] ** 2
+                   + (parts["speculative within"] ** 2 + parts["baseline within"] ** 2) / per)
+            se, df = np.sqrt(var / instances), pooled * (instances - 1)
+            rows.append({"concurrency": level, "repeats": repeats, "instances": instances,
+                         "points pooled": pooled,
+                         "half-width": float(np.expm1(stats.t.ppf(0.975, df) * se)),
+                         "mde": minimum_detectable(se, df),
+                         "starts": instances, "measuring": repeats})
+    return pd.DataFrame(rows)
+
+
+def write_defaults(path: Path) -> None:
+    table = design_rows()
+    lines = ["# Designs at the 7B shape: what repeats and server instances buy", "",
+             "Generated by `python -m sdbench.analyze.simulate --defaults` from the variance "
+             "components measured on one H100 at the 7B shape (vLLM 0.26.0; "
+             "`simulate.COMPONENTS_7B`: a speculative server's runs differed by 3.1 % at "
+             "concurrency 1 and 12.6 % at 16, a vanilla server's by up to 1.9 %, three vanilla "
+             "instances by 0.1 % and 1.3 %). Half-width: of the 95 % interval on the speedup; "
+             "MDE: the smallest speedup told from 1 with 80 % power "
+             "(`noise.minimum_detectable`); points pooled: the points of one engine, target, "
+             "method and level whose variance the model pools (the calibration config has 2; "
+             "a method of the real config's round 1 has its k values × 7 workloads: 14 to "
+             "35). Starts grow with instances, measuring time with repeats.", "",
+             "| concurrency | repeats | instances | points pooled | half-width | MDE |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for row in table.to_dict("records"):
+        lines.append(f"| {row['concurrency']} | {row['repeats']} | {row['instances']} | "
+                     f"{row['points pooled']} | ±{row['half-width']:.1%} | "
+                     f"{row['mde']:.3f} |")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -138,8 +299,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--studies", type=int, default=500)
     parser.add_argument("--out", default=str(REPO / "docs" / "precision-simulation.md"))
+    parser.add_argument("--defaults", action="store_true",
+                        help="write docs/design-defaults.md (no simulation) instead")
     args = parser.parse_args(argv)
-    write_table(grid(args.studies), Path(args.out), args.studies)
+    if args.defaults:
+        write_defaults(REPO / "docs" / "design-defaults.md")
+        print("wrote docs/design-defaults.md")
+        return 0
+    table, derived = grid(args.studies)
+    write_table(table, Path(args.out), args.studies, derived)
     print(f"wrote {args.out}")
     return 0
 
