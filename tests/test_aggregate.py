@@ -5,7 +5,9 @@ import pandas as pd
 import pytest
 
 from sdbench.analyze.aggregate import add_speedups, records_frame, summarize
+from sdbench.analyze.prompts import prompt_intervals, with_prompt_intervals
 from sdbench.files import write_jsonl
+from sdbench.records import LoadPoint
 
 from helpers import record
 
@@ -100,3 +102,53 @@ def test_failure_threshold_is_applied_when_summarizing():
     assert "3 of 100 requests failed" in strict.loc[0, "error"]
     lenient = apply_failure_threshold(strict, 0.05)
     assert list(lenient["status"]) == ["ok", "ok"] and lenient.loc[0, "error"] is None
+
+
+def _prompt_frame(spec_latencies, base_latencies, outputs, repeats=2):
+    """One speculative point and its baseline's, every repeat with the same prompts."""
+    frame = pd.DataFrame([{"cell_id": "s", "baseline_cell_id": "b", "method": "ngram",
+                           "concurrency": 4, "request_rate": np.nan, "repeat": r,
+                           "paired": True} for r in range(repeats)])
+    key = {r: LoadPoint.of(4, None, r).key for r in range(repeats)}
+    detail = {side: {key[r]: {"input_lens": [10] * len(outputs), "output_lens": outputs,
+                              "latencies": list(lat), "errors": [""] * len(outputs)}
+                     for r in range(repeats)}
+              for side, lat in (("s", spec_latencies), ("b", base_latencies))}
+    return frame, detail
+
+
+def test_the_prompt_sampling_interval_is_a_paired_bootstrap_over_prompts():
+    rng = np.random.default_rng(3)
+    outputs = [64] * 200
+    base = rng.uniform(1.0, 3.0, 200)
+    # the same speedup on every prompt: which prompts were drawn does not matter
+    frame, detail = _prompt_frame(base / 1.5, base, outputs)
+    row = prompt_intervals(frame, detail).iloc[0]
+    assert row["prompts"] == 200 and row["prompt_sd"] == pytest.approx(0, abs=1e-12)
+    # half the prompts gain 2x, half nothing: the spread the delta method gives a ratio
+    ratio = np.where(np.arange(200) % 2 == 0, 2.0, 1.0)
+    frame, detail = _prompt_frame(base / ratio, base, outputs)
+    row = prompt_intervals(frame, detail).iloc[0]
+    spec = base / ratio
+    r = spec.sum() / base.sum()  # the log speedup is -log(r)
+    delta = np.sqrt(np.var(spec - r * base, ddof=1) / 200) / (r * base.mean())
+    assert row["prompt_sd"] == pytest.approx(delta, rel=0.15)
+    assert row["prompt_low"] < 0 < row["prompt_high"]
+    # other prompts on one side: no interval
+    detail["b"][LoadPoint.of(4, None, 1).key]["input_lens"] = [11] * 200
+    assert prompt_intervals(frame, detail).empty
+
+
+def test_points_carry_the_prompt_and_the_combined_interval():
+    rng = np.random.default_rng(4)
+    base = rng.uniform(1.0, 3.0, 100)
+    frame, detail = _prompt_frame(base / np.where(np.arange(100) % 2 == 0, 1.8, 1.2), base,
+                                  [64] * 100)
+    points = pd.DataFrame({"cell_id": ["s"], "concurrency": [4], "request_rate": [np.nan],
+                           "speedup_mean": [1.45], "speedup_ci_low": [1.40],
+                           "speedup_ci_high": [1.50], "speedup_df": [6.0]})
+    row = with_prompt_intervals(points, frame, detail).iloc[0]
+    assert row["speedup_prompts_ci_low"] < 1.45 < row["speedup_prompts_ci_high"]
+    # both sources together: wider than either alone
+    assert row["speedup_both_ci_low"] < min(1.40, row["speedup_prompts_ci_low"])
+    assert row["speedup_both_ci_high"] > max(1.50, row["speedup_prompts_ci_high"])

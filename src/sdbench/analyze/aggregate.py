@@ -34,6 +34,7 @@ import pandas as pd
 
 from sdbench.analyze.lossless import lossless_columns, read_all_details
 from sdbench.analyze.noise import point_key, point_noise
+from sdbench.analyze.prompts import with_prompt_intervals
 from sdbench.analyze.stats import mean_interval, verdict
 from sdbench.files import atomic_path
 from sdbench.plan.grid import prefix_caching
@@ -398,4 +399,4 @@ def build_summary(record_files: list[str | Path], partial_files: list[str | Path
     lossless = lossless_columns(frame, details, encoders)
     frame = frame.merge(lossless, on=KEY, how="left", validate="one_to_one")
     frame = apply_index(frame, index)
-    return frame, aggregate_points(frame)
+    return frame, with_prompt_intervals(aggregate_points(frame), frame, details)

@@ -325,7 +325,8 @@ def _fmt(x) -> str:
 
 def crossover_table(frame: pd.DataFrame) -> pd.DataFrame:
     """From the per-measurement rows of round 1: where each setting's speedup falls below 1,
-    with a bootstrap interval over repeats and the levels measured without a speedup."""
+    with its confidence set from the pooled noise model and the levels measured without a
+    speedup."""
     table = crossover(frame[frame["round"] == "round1"])
     if table.empty:
         return table
@@ -538,7 +539,13 @@ def speedup_note(points: pd.DataFrame) -> str:
         "the same engine, target, method and concurrency unless those differ in noise "
         "(Student t on the log scale with the pooled degrees of freedom; the interval over a "
         "point's own repeats is the points table's `speedup_unpooled_ci_*`), each repeat with "
-        f"its own seed. Here they cover: {listed}."
+        f"its own seed. Here they cover: {listed}. They hold the prompts fixed: the same "
+        "prompts are sent in every repeat, so the points table's **over prompts** column "
+        "gives the part that comes from which prompts were drawn (a paired bootstrap over "
+        "prompts of output tokens per second of request time, both sides and every repeat "
+        "resampled together) and, after *both*, an interval for the servers' noise and the "
+        "prompt sample together: the one to read for prompts of the same workload not in "
+        "this sample."
         + (" They do **not** cover the difference between two starts of the same server "
            "configuration (up to 26 % measured on an H100): set `loadgen.server_instances` "
            "to spread repeats over fresh servers." if one_server else "")
@@ -571,6 +578,7 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
             points["total_token_throughput_mean"], points["total_token_throughput_ci_low"],
             points["total_token_throughput_ci_high"], strict=True)],
         "speedup": [speedup_text(r) for _, r in points.iterrows()],
+        "over prompts": [_prompt_text(r) for _, r in points.iterrows()],
         "verdict": [verdict_text(v, m) for v, m in zip(
             points.get("verdict", pd.Series(None, index=points.index)),
             points.get("speedup_mde", pd.Series(np.nan, index=points.index)), strict=True)],
@@ -593,6 +601,19 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
     if out["round"].nunique() <= 1:
         empty.append("round")
     return out.drop(columns=empty)
+
+
+def _prompt_text(row) -> str:
+    """'[1.10, 1.35] · both [1.05, 1.41]': the speedup's prompt-sampling interval and the one
+    for the servers' noise and the prompts together ("–" where there is no detail)."""
+    low, high = row.get("speedup_prompts_ci_low"), row.get("speedup_prompts_ci_high")
+    if low is None or pd.isna(low) or pd.isna(high):
+        return "–"
+    text = f"[{low:.2f}, {high:.2f}]"
+    both = row.get("speedup_both_ci_low"), row.get("speedup_both_ci_high")
+    if both[0] is not None and pd.notna(both[0]) and pd.notna(both[1]):
+        text += f" · both [{both[0]:.2f}, {both[1]:.2f}]"
+    return text
 
 
 def _drift_text(row) -> str:
