@@ -8,6 +8,7 @@ from sdbench.analyze.aggregate import add_speedups, records_frame, summarize
 from sdbench.analyze.prompts import prompt_intervals, with_prompt_intervals
 from sdbench.files import write_jsonl
 from sdbench.records import LoadPoint
+from sdbench.report.plots import _prompt_text
 
 from helpers import record
 
@@ -152,3 +153,6 @@ def test_points_carry_the_prompt_and_the_combined_interval():
     # both sources together: wider than either alone
     assert row["speedup_both_ci_low"] < min(1.40, row["speedup_prompts_ci_low"])
     assert row["speedup_both_ci_high"] > max(1.50, row["speedup_prompts_ci_high"])
+    text = _prompt_text(row)
+    assert " of 100 prompts · both [" in text and text.startswith(
+        f"[{row['speedup_prompts_ci_low']:.2f}, ")

@@ -54,13 +54,14 @@ def _point(rows: pd.DataFrame, details: dict[str, dict]) -> np.ndarray | None:
 
 def prompt_intervals(frame: pd.DataFrame, details: dict[str, dict],
                      seed: int = 0) -> pd.DataFrame:
-    """One row per speculative point with paired repeats and per-request detail on both
-    sides: `prompts`, `prompt_sd` (the standard deviation of the log speedup over prompt
+    """One row per speculative closed-loop point with paired repeats and per-request detail on
+    both sides: `prompts`, `prompt_sd` (the standard deviation of the log speedup over prompt
     resamples) and the percentile interval's offsets `prompt_low`/`prompt_high` on the log
     scale (to add to the point's log speedup)."""
     rng = np.random.default_rng(seed)
+    # closed loop only: under an open loop the duration follows the arrivals, not the latency
     paired = frame[(frame["method"] != "vanilla") & frame["paired"].fillna(False).astype(bool)
-                   ].drop_duplicates(POINT + ["repeat"])
+                   & frame["request_rate"].isna()].drop_duplicates(POINT + ["repeat"])
     rows = []
     for key, group in paired.groupby(POINT, dropna=False, sort=False):
         sums = _point(group, details)
@@ -89,8 +90,8 @@ def with_prompt_intervals(points: pd.DataFrame, frame: pd.DataFrame,
     interval for both (`speedup_both_ci_low/high`: the pooled server-noise standard error and
     the prompt-sampling one added in quadrature, Welch-Satterthwaite degrees of freedom)."""
     points = points.copy()
-    for column in ("speedup_prompt_sd", "speedup_prompts_ci_low", "speedup_prompts_ci_high",
-                   "speedup_both_ci_low", "speedup_both_ci_high"):
+    for column in ("speedup_prompts", "speedup_prompt_sd", "speedup_prompts_ci_low",
+                   "speedup_prompts_ci_high", "speedup_both_ci_low", "speedup_both_ci_high"):
         points[column] = np.nan
     table = prompt_intervals(frame, details)
     if table.empty:
@@ -104,9 +105,9 @@ def with_prompt_intervals(points: pd.DataFrame, frame: pd.DataFrame,
         if row is None or pd.isna(points.at[at, "speedup_mean"]):
             continue
         center = np.log(points.at[at, "speedup_mean"])
-        points.loc[at, ["speedup_prompt_sd", "speedup_prompts_ci_low",
+        points.loc[at, ["speedup_prompts", "speedup_prompt_sd", "speedup_prompts_ci_low",
                         "speedup_prompts_ci_high"]] = [
-            row["prompt_sd"], np.exp(center + row["prompt_low"]),
+            row["prompts"], row["prompt_sd"], np.exp(center + row["prompt_low"]),
             np.exp(center + row["prompt_high"])]
         low, high, df = (points.at[at, c] for c in ("speedup_ci_low", "speedup_ci_high",
                                                      "speedup_df"))

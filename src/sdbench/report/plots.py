@@ -604,12 +604,13 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def _prompt_text(row) -> str:
-    """'[1.10, 1.35] · both [1.05, 1.41]': the speedup's prompt-sampling interval and the one
-    for the servers' noise and the prompts together ("–" where there is no detail)."""
+    """'[1.10, 1.35] of 6 prompts · both [1.05, 1.41]': the speedup's prompt-sampling interval
+    (and the number of prompts it resamples) and the one for the servers' noise and the
+    prompts together ("–" where there is no detail)."""
     low, high = row.get("speedup_prompts_ci_low"), row.get("speedup_prompts_ci_high")
     if low is None or pd.isna(low) or pd.isna(high):
         return "–"
-    text = f"[{low:.2f}, {high:.2f}]"
+    text = f"[{low:.2f}, {high:.2f}] of {int(row['speedup_prompts'])} prompts"
     both = row.get("speedup_both_ci_low"), row.get("speedup_both_ci_high")
     if both[0] is not None and pd.notna(both[0]) and pd.notna(both[1]):
         text += f" · both [{both[0]:.2f}, {both[1]:.2f}]"
