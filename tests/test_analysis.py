@@ -14,6 +14,7 @@ from sdbench.analyze.analysis import (
     switch_gain,
     verdict,
 )
+from sdbench.report.plots import crossover_table
 
 
 def points(rows):
@@ -176,3 +177,13 @@ def test_derived_schedule_takes_the_best_k_per_load_and_0_where_none_pays():
     assert json.loads(json.dumps(schedule)) == schedule  # plain ints: it goes into vLLM's JSON
     with pytest.raises(ValueError, match="no measured speedups for 'eagle'"):
         derive_schedule(data, "t", "w", "eagle")
+
+
+def test_the_crossover_table_says_where_the_set_reaches_beyond_the_levels():
+    table = crossover_table(measurements([
+        ("ngram", 2, 1, 1.4), ("ngram", 2, 4, 1.2), ("ngram", 2, 16, 0.8),
+        ("ngram", 4, 1, 1.1), ("ngram", 4, 16, 1.05)], spread=0.1)).set_index("k")
+    # 1.05 at the top level, never clearly below 1: the crossover may lie beyond
+    assert table.loc[4, "95 % interval"].endswith(", beyond the levels measured]")
+    low, high = table.loc[2, "95 % interval"].strip("[]").split(", ")
+    assert 1 < float(low) < 8 < float(high) < 16

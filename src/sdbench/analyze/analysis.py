@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, special, stats
 
-from sdbench.analyze.noise import correlations, covariance, point_noise
+from sdbench.analyze.noise import correlations, covariance, dof_text, point_noise
 from sdbench.analyze.stats import mean_interval, verdict
 
 SETTING = ["target", "workload", "speculator", "k"]
@@ -350,8 +350,8 @@ def switch_gain(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.Da
                      "gain": float(np.expm1(gain)), "gain_ci_low": float(np.expm1(low)),
                      "gain_ci_high": float(np.expm1(high)),
                      "evaluation": ("all repeats, given the picks (post-selection interval "
-                                    f"from the pooled noise model, {df:.0f} degrees of "
-                                    "freedom)" if np.isfinite(low) else
+                                    f"from the pooled noise model, {dof_text(df)})"
+                                    if np.isfinite(low) else
                                     "in-sample (no spread measured): biased upward"),
                      "switch_choice": ", ".join(f"c={c}: {settings[i]}"
                                                 for c, i in zip(complete, switch, strict=True)),

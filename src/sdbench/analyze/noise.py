@@ -202,18 +202,19 @@ def _instances(group: pd.DataFrame, column: str) -> np.ndarray:
     return group[column].fillna(0).to_numpy(dtype=float)
 
 
-def _dof(df: float) -> str:
+def dof_text(df: float) -> str:
+    """'6 degrees of freedom'; '1 degree of freedom'."""
     return f"{df:.0f} degree{'' if round(df) == 1 else 's'} of freedom"
 
 
 def _pooling(points: int, p: float, df: float, apart: bool) -> str:
     if points > 1:
         return (f"variance pooled over {points} points of its engine, target, method and level "
-                f"({_dof(df)}; Bartlett p = {p:.2f})")
+                f"({dof_text(df)}; Bartlett p = {p:.2f})")
     if apart:
-        return (f"its own variance ({_dof(df)}): its noise differs from the other points of "
+        return (f"its own variance ({dof_text(df)}): its noise differs from the other points of "
                 f"its engine, target, method and level (Bartlett p < {HOMOGENEITY_P})")
-    return f"its own variance ({_dof(df)})"
+    return f"its own variance ({dof_text(df)})"
 
 
 def _anova(groups: list[np.ndarray]) -> tuple[float, float, float, float]:

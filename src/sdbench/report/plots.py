@@ -323,6 +323,14 @@ def _fmt(x) -> str:
     return "–" if x is None or pd.isna(x) else f"{x:.1f}"
 
 
+def _crossover_interval(low, high) -> str:
+    """'[4.2, 11.0]'; '[4.2, beyond the levels measured]' where no level is clearly below 1
+    (every level clearly above: from the highest level on)."""
+    if pd.isna(low) and pd.isna(high):
+        return "–"
+    return f"[{_fmt(low)}, {'beyond the levels measured' if pd.isna(high) else _fmt(high)}]"
+
+
 def crossover_table(frame: pd.DataFrame) -> pd.DataFrame:
     """From the per-measurement rows of round 1: where each setting's speedup falls below 1,
     with its confidence set from the pooled noise model and the levels measured without a
@@ -334,10 +342,8 @@ def crossover_table(frame: pd.DataFrame) -> pd.DataFrame:
         "target": table["target"], "workload": table["workload"],
         "method": table["speculator"], "k": table["k"].astype("Int64"),
         "speedup < 1 from concurrency": [_fmt(x) for x in table["crossover"]],
-        "95 % interval": [
-            "–" if a is None and b is None else
-            f"[{_fmt(a)}, {'beyond the levels measured' if b is None else _fmt(b)}]"
-            for a, b in zip(table["crossover_low"], table["crossover_high"], strict=True)],
+        "95 % interval": [_crossover_interval(a, b) for a, b in zip(
+            table["crossover_low"], table["crossover_high"], strict=True)],
         "interval from": table["interval"],
         "reading": table["reading"], "levels measured": table["levels"],
         "levels without a speedup": table["missing_levels"].fillna("–")})
@@ -610,11 +616,16 @@ def _prompt_text(row) -> str:
     low, high = row.get("speedup_prompts_ci_low"), row.get("speedup_prompts_ci_high")
     if low is None or pd.isna(low) or pd.isna(high):
         return "–"
-    text = f"[{low:.2f}, {high:.2f}] of {int(row['speedup_prompts'])} prompts"
+    text = f"[{_bound(low)}, {_bound(high)}] of {int(row['speedup_prompts'])} prompts"
     both = row.get("speedup_both_ci_low"), row.get("speedup_both_ci_high")
     if both[0] is not None and pd.notna(both[0]) and pd.notna(both[1]):
-        text += f" · both [{both[0]:.2f}, {both[1]:.2f}]"
+        text += f" · both [{_bound(both[0])}, {_bound(both[1])}]"
     return text
+
+
+def _bound(value: float) -> str:
+    """An interval bound; above MDE_SHOWN only '> 10' (one degree of freedom)."""
+    return f"> {MDE_SHOWN:g}" if value > MDE_SHOWN else f"{value:.2f}"
 
 
 def _drift_text(row) -> str:
