@@ -227,9 +227,8 @@ def _truncated_cdf(x: float, mean: float, sd: float, low: float, high: float) ->
     return float(np.clip(np.exp(_log_mass(lo, at) - total), 0.0, 1.0))
 
 
-def _selection(center: np.ndarray, static: int, switch: np.ndarray) -> tuple[np.ndarray,
-                                                                              np.ndarray]:
-    """The picks as linear constraints A y <= b on the measured log speedups y (settings x
+def _selection(center: np.ndarray, static: int, switch: np.ndarray) -> np.ndarray:
+    """The picks as linear constraints A y <= 0 on the measured log speedups y (settings x
     levels flattened, speculation off's row left out: it is 0 without error): the static pick
     has the best mean over levels, each level's pick the best value there."""
     settings, levels = center.shape
@@ -239,16 +238,17 @@ def _selection(center: np.ndarray, static: int, switch: np.ndarray) -> tuple[np.
             if s != static]
     rows += [row[s, c] - row[switch[c], c] for c in range(levels) for s in range(settings)
              if s != switch[c]]
-    return np.array(rows), np.zeros(len(rows))
+    return np.array(rows)
 
 
 BETA = 0.005  # the share of the error rate the hybrid interval spends on its outer bound
 
 
-def _picked_gain(center: np.ndarray, cov: np.ndarray,
+def _picked_gain(center: np.ndarray, static: int, switch: np.ndarray, cov: np.ndarray,
                  df: float) -> tuple[float, float, float]:
-    """(log gain of the per-level picks over the static pick, its 95 % interval) from the log
-    speedups `center` (settings x levels, speculation off last) whose errors have covariance
+    """(log gain of the per-level picks `switch` over the static pick `static`, its 95 %
+    interval) from the log speedups `center` (settings x levels, speculation off last; the
+    picks `_choices` made on it) whose errors have covariance
     `cov` (settings but off, level by level within a setting) estimated with `df` degrees of
     freedom (the standard errors widened by the Student t factor).
 
@@ -259,7 +259,6 @@ def _picked_gain(center: np.ndarray, cov: np.ndarray,
     winners") also truncates it to within the simultaneous bound of every gain the study could
     have picked (level 1 − BETA) and inverts the conditional test at (0.05 − BETA) ÷ (1 −
     BETA): coverage at least 95 %, a median-unbiased estimate, never wider than that bound."""
-    static, switch = (c[0] for c in _choices(center[None]))
     settings, levels = center.shape
     eta = np.zeros((settings, levels))
     eta[switch, range(levels)] += 1 / levels
@@ -284,10 +283,10 @@ def _picked_gain(center: np.ndarray, cov: np.ndarray,
     worst = np.maximum(errors.max(axis=1).mean(axis=1) - errors.mean(axis=2).min(axis=1),
                        errors.mean(axis=2).max(axis=1) - errors.min(axis=1).mean(axis=1))
     bound = float(np.quantile(worst, 1 - BETA))
-    a, b = _selection(center, static, switch)
-    direction = cov @ eta / float(eta @ cov @ eta)
+    a = _selection(center, static, switch)
+    direction = cov @ eta / var
     rest = y - direction * observed
-    slope, room = a @ direction, b - a @ rest
+    slope, room = a @ direction, -(a @ rest)
     with np.errstate(divide="ignore", invalid="ignore"):
         low = np.max(room[slope < 0] / slope[slope < 0], initial=-np.inf)
         high = np.min(room[slope > 0] / slope[slope > 0], initial=np.inf)
@@ -342,7 +341,7 @@ def switch_gain(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.Da
         center[:-1] = points["center"].to_numpy(float).reshape(shape[0] - 1, shape[1])
         static, switch = (c[0] for c in _choices(center[None]))
         df = float(points["df"].median())
-        gain, low, high = _picked_gain(center, covariance(points, rho), df)
+        gain, low, high = _picked_gain(center, static, switch, covariance(points, rho), df)
         rows.append({"target": target, "workload": workload,
                      "static_best": settings[static],
                      "static_speedup": float(np.exp(center[static].mean())),
