@@ -3,6 +3,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from sdbench.analyze.aggregate import add_speedups, records_frame, summarize
 from sdbench.analyze.prompts import prompt_intervals, with_prompt_intervals
@@ -147,7 +148,9 @@ def test_points_carry_the_prompt_and_the_combined_interval():
                                   [64] * 100)
     points = pd.DataFrame({"cell_id": ["s"], "concurrency": [4], "request_rate": [np.nan],
                            "speedup_mean": [1.45], "speedup_ci_low": [1.40],
-                           "speedup_ci_high": [1.50], "speedup_df": [6.0]})
+                           "speedup_ci_high": [1.50], "speedup_df": [6.0],
+                           # the standard error that 6 degrees of freedom make [1.40, 1.50]
+                           "speedup_se": [np.log(1.5 / 1.4) / (2 * stats.t.ppf(0.975, 6))]})
     row = with_prompt_intervals(points, frame, detail).iloc[0]
     assert row["speedup_prompts_ci_low"] < 1.45 < row["speedup_prompts_ci_high"]
     # both sources together: wider than either alone

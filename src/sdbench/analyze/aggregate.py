@@ -334,11 +334,12 @@ def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataF
     geometric mean of its units: server instances, or repeats on one instance), its interval
     (the Student-t interval around the arithmetic mean of its own repeats kept as
     `speedup_unpooled_mean`, `speedup_unpooled_ci_low/high`), their degrees of freedom, the
-    minimum detectable speedup, and what the interval covers."""
+    standard error of the log speedup (`speedup_se`), the minimum detectable speedup, and what
+    the interval covers."""
     points = points.assign(speedup_unpooled_mean=points["speedup_mean"],
                            speedup_unpooled_ci_low=points["speedup_ci_low"],
                            speedup_unpooled_ci_high=points["speedup_ci_high"],
-                           speedup_df=np.nan, speedup_mde=np.nan)
+                           speedup_df=np.nan, speedup_se=np.nan, speedup_mde=np.nan)
     noise = point_noise(frame)
     found = {point_key(*k): row for k, row in zip(
         noise[["cell_id", "concurrency", "request_rate"]].itertuples(index=False, name=None),
@@ -351,8 +352,9 @@ def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataF
         at = points.index[i]
         # the estimate the interval is around: the geometric mean of its units
         points.loc[at, ["speedup_mean", "speedup_ci_low", "speedup_ci_high", "speedup_df",
-                        "speedup_mde"]] = [np.exp(row["center"]), row["low"], row["high"],
-                                           row["df"], row["mde"]]
+                        "speedup_se", "speedup_mde"]] = [np.exp(row["center"]), row["low"],
+                                                         row["high"], row["df"], row["se"],
+                                                         row["mde"]]
         points.loc[at, "interval_covers"] = f"{points.loc[at, 'interval_covers']}; {row['covers']}"
     return points
 

@@ -109,11 +109,8 @@ def with_prompt_intervals(points: pd.DataFrame, frame: pd.DataFrame,
                         "speedup_prompts_ci_high"]] = [
             row["prompts"], row["prompt_sd"], np.exp(center + row["prompt_low"]),
             np.exp(center + row["prompt_high"])]
-        low, high, df = (points.at[at, c] for c in ("speedup_ci_low", "speedup_ci_high",
-                                                     "speedup_df"))
-        if pd.notna(low) and pd.notna(high) and low > 0 and pd.notna(df) and df > 0:
-            t = stats.t.ppf(0.5 + CONFIDENCE / 2, df)
-            se = (np.log(high) - np.log(low)) / (2 * t)
+        se, df = points.at[at, "speedup_se"], points.at[at, "speedup_df"]
+        if pd.notna(se) and pd.notna(df) and df > 0:
             both = se ** 2 + row["prompt_sd"] ** 2
             df_both = both ** 2 / (se ** 4 / df) if se > 0 else np.inf
             half = stats.t.ppf(0.5 + CONFIDENCE / 2, df_both) * np.sqrt(both)
