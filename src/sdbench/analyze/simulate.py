@@ -51,25 +51,9 @@ class Design:
 
 
 def study_frame(design: Design, speedup: float, rng: np.random.Generator) -> pd.DataFrame:
-    """The per-measurement rows of one simulated study (the columns `point_noise` reads)."""
-    rows = []
-    d = design
-    for w in range(d.workloads):
-        base_offset = rng.normal(0, d.instance_noise, d.baseline_instances)
-        base_noise = rng.normal(0, d.measurement_noise, d.repeats)
-        for k in range(d.ks):
-            offset = rng.normal(0, d.instance_noise, d.instances)
-            noise = rng.normal(0, d.measurement_noise, d.repeats)
-            for r in range(d.repeats):
-                log_ratio = (np.log(speedup) + offset[r % d.instances] + noise[r]
-                             - base_offset[r % d.baseline_instances] - base_noise[r])
-                rows.append({"cell_id": f"w{w}k{k}", "concurrency": 1, "request_rate": np.nan,
-                             "repeat": r, "baseline_cell_id": f"w{w}", "engine": "serve",
-                             "target": "t", "method": "m",
-                             "load": "concurrency", "speedup": float(np.exp(log_ratio)),
-                             "server_instance": r % d.instances,
-                             "baseline_server_instance": r % d.baseline_instances})
-    return pd.DataFrame(rows)
+    """The per-measurement rows of one simulated study (the columns `point_noise` reads): its
+    `ks` cells per workload at concurrency 1, all of true speedup `speedup`."""
+    return levels_frame(design, ((speedup,),) * design.ks, rng, levels=(1,))
 
 
 LEVELS = (1, 4, 16)
@@ -82,19 +66,21 @@ CURVES = {
 }
 
 
-def levels_frame(design: Design, curves, rng: np.random.Generator) -> pd.DataFrame:
-    """Per-measurement rows of a study of `len(curves)` settings at LEVELS on `design.workloads`
-    workloads (each with its baseline): a server instance's offset is shared by all the levels
-    it measures, the measurement noise is drawn per run."""
+def levels_frame(design: Design, curves, rng: np.random.Generator,
+                 levels: tuple[int, ...] = LEVELS) -> pd.DataFrame:
+    """Per-measurement rows of a study of `len(curves)` settings (each its true speedup at
+    every level) at `levels` on `design.workloads` workloads (each with its baseline): a server
+    instance's offset is shared by all the levels it measures, the measurement noise is drawn
+    per run."""
     d = design
     rows = []
     for w in range(d.workloads):
         base_offset = rng.normal(0, d.instance_noise, d.baseline_instances)
-        base_noise = rng.normal(0, d.measurement_noise, (len(LEVELS), d.repeats))
+        base_noise = rng.normal(0, d.measurement_noise, (len(levels), d.repeats))
         for k, curve in enumerate(curves):
             offset = rng.normal(0, d.instance_noise, d.instances)
-            noise = rng.normal(0, d.measurement_noise, (len(LEVELS), d.repeats))
-            for i, level in enumerate(LEVELS):
+            noise = rng.normal(0, d.measurement_noise, (len(levels), d.repeats))
+            for i, level in enumerate(levels):
                 for r in range(d.repeats):
                     log_ratio = (np.log(curve[i]) + offset[r % d.instances] + noise[i, r]
                                  - base_offset[r % d.baseline_instances] - base_noise[i, r])
