@@ -1,0 +1,230 @@
+"""Measurement that stops when its answer is known: the sequential rule a point's repeats follow,
+the race that drops a setting clearly beaten at a load, and the bisection that adds load levels
+only where the decision changes.
+
+**A point's repeats.** Each paired repeat r gives y_r = log(speculative ÷ baseline throughput).
+After each repeat n = 1 … N (N = the planned repeats: the cap) the point's interval is a
+*repeated confidence interval* (Jennison & Turnbull 1989): ȳ_n ± c_n · σ / √n, with boundaries
+of the Wang & Tsiatis (1987) family, c_n = C · (n / N)^(Δ − ½): Δ = ½ is Pocock's (the same at
+every look), Δ = 0 O'Brien & Fleming's (strict early, near the fixed-sample value at the cap).
+C is set so that all N intervals cover the true speedup together with probability 1 − α under
+the normal model (`boundary`): so the interval at whatever look the point stops covers it at
+least that often, however the stop was chosen. σ is the noise model's standard deviation of one
+repeat's log speedup: the configured prior (`adaptive.noise`, from the variance measured on
+GPUs: docs/design-defaults.md) counted as `prior_df` degrees of freedom, pooled with the spread
+of the repeats measured so far at the same level (`pooled_sigma`); the boundary then grows by
+the ratio of Student's t to the normal quantile at those degrees of freedom.
+
+A point stops (`decide`) when it is beaten (its interval lies below another setting's at its
+load: the race), when its interval is narrower than `precision` (±5 % by default), when its
+verdict against 1 is settled (the interval excludes 1) and no other setting at its load is
+still in the race with it, or at the cap; each stop records why and the numbers it was decided
+on, so that the report recomputes it (`recheck`).
+
+**Load levels.** A sweep measures a coarse grid first (`coarse_levels`), then the level halfway
+(in the grid's order) between two measured neighbours whose decisions differ — the best setting,
+or its verdict against 1 (`bisect`) — until neighbours are adjacent or agree.
+
+The rule is a plan-stage module: the measuring stage applies it while it measures, and the
+analysis stage recomputes it. `sdbench.plan.sweeps` simulates whole sweeps through it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache, lru_cache
+
+import numpy as np
+from scipy import optimize, stats
+
+CONTINUE, SETTLED, PRECISE, BEATEN, FUTILE, CAP = (
+    "continue", "settled", "precise", "beaten", "futile", "cap")
+REASONS = (SETTLED, PRECISE, BEATEN, FUTILE, CAP)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The sequential rule of one sweep (the config's `adaptive:`)."""
+
+    precision: float = 0.05  # stop when the interval is within ± this share of the speedup
+    alpha: float = 0.05  # 1 − the simultaneous coverage of a point's intervals
+    shape: float = 0.25  # Wang & Tsiatis' Δ: 0.5 Pocock, 0 O'Brien-Fleming
+    noise: float = 0.05  # prior sd of one repeat's log speedup
+    prior_df: float = 20.0  # how many degrees of freedom the prior counts for
+    futility: float = 0.1  # stop when the chance of a verdict by the cap falls below this
+
+    @classmethod
+    def from_config(cls, section: dict | None) -> Rule | None:
+        """The config's `adaptive:` section as a rule; None where it is off or absent."""
+        if not section or not section.get("enabled", True):
+            return None
+        names = ("precision", "alpha", "shape", "noise", "prior_df", "futility")
+        return cls(**{name: float(section[name]) for name in names if name in section})
+
+    def to_dict(self) -> dict:
+        return {"precision": self.precision, "alpha": self.alpha, "shape": self.shape,
+                "noise": self.noise, "prior_df": self.prior_df, "futility": self.futility}
+
+
+@cache
+def boundary(looks: int, alpha: float = 0.05, shape: float = 0.25) -> tuple[float, ...]:
+    """c_1 … c_N of the Wang-Tsiatis family for N equally spaced looks: P(|Z_n| ≤ c_n for
+    every n) = 1 − α, Z_n the standardized mean after n of N repeats (corr √(m/n))."""
+    if looks == 1:
+        return (float(stats.norm.ppf(1 - alpha / 2)),)
+    n = np.arange(1, looks + 1)
+    corr = np.sqrt(np.minimum.outer(n, n) / np.maximum.outer(n, n))
+    shape_n = (n / looks) ** (shape - 0.5)
+    mvn = stats.multivariate_normal(mean=np.zeros(looks), cov=corr)
+    rng = np.random.default_rng(0)  # the integration's own draws: the same C every time
+
+    def miss(scale: float) -> float:
+        bound = scale * shape_n
+        inside = mvn.cdf(bound, lower_limit=-bound, rng=rng)
+        return float(inside) - (1 - alpha)
+
+    scale = optimize.brentq(miss, 1.0, 6.0, xtol=1e-4)
+    return tuple(float(scale * s) for s in shape_n)
+
+
+@lru_cache(maxsize=4096)
+def multiplier(n: int, looks: int, rule: Rule, df: float) -> float:
+    """The interval's multiplier after n of `looks` repeats with σ on `df` degrees of freedom."""
+    z = stats.norm.ppf(1 - rule.alpha / 2)
+    t = stats.t.ppf(1 - rule.alpha / 2, df) if math.isfinite(df) else z
+    return boundary(looks, rule.alpha, rule.shape)[n - 1] * t / z
+
+
+def pooled_sigma(rule: Rule, ss: float, df: float) -> tuple[float, float]:
+    """σ and its degrees of freedom: the prior's `prior_df` pooled with a measured sum of
+    squares `ss` on `df` degrees of freedom (the spread of repeats within points)."""
+    total = rule.prior_df + df
+    if total <= 0:
+        return rule.noise, math.inf
+    return math.sqrt((rule.prior_df * rule.noise ** 2 + ss) / total), total
+
+
+@dataclass(frozen=True)
+class Look:
+    """One point after n repeats: its interval (log scale) and what the rule says."""
+
+    n: int
+    looks: int
+    mean: float
+    half: float
+    sigma: float
+    df: float
+    reason: str  # CONTINUE or one of REASONS
+
+    @property
+    def low(self) -> float:
+        return self.mean - self.half
+
+    @property
+    def high(self) -> float:
+        return self.mean + self.half
+
+    def to_dict(self) -> dict:
+        return {"repeats": self.n, "looks": self.looks, "mean_log": self.mean,
+                "half_log": self.half, "sigma": self.sigma,
+                "df": None if not math.isfinite(self.df) else self.df, "reason": self.reason}
+
+
+def interval(ys, looks: int, rule: Rule, sigma: float, df: float) -> tuple[float, float]:
+    """The repeated confidence interval's centre and half-width after len(ys) repeats."""
+    n = len(ys)
+    return float(np.mean(ys)), multiplier(n, looks, rule, df) * sigma / math.sqrt(n)
+
+
+def verdict_chance(mean: float, n: int, looks: int, rule: Rule, sigma: float,
+                   df: float) -> float:
+    """The chance that the interval at the cap excludes 1, the remaining repeats drawn around
+    the mean so far (conditional power at the current estimate)."""
+    if n >= looks:
+        return 0.0
+    bound = multiplier(looks, looks, rule, df) * sigma / math.sqrt(looks)
+    spread = sigma * math.sqrt(looks - n) / looks  # of the mean at the cap, given the mean now
+    return float(stats.norm.sf((bound - mean) / spread) + stats.norm.cdf((-bound - mean)
+                                                                         / spread))
+
+
+def decide(ys, looks: int, rule: Rule, sigma: float, df: float,
+           bar: float | None = None, rivals: bool = False) -> Look:
+    """The rule after the repeats `ys` of a point planned for `looks`: stop (why) or continue.
+    `bar`: the mean it must exceed to stay in the race at its load (`race_bar`; None: no
+    race); `rivals`: whether another setting there is still in the race with this one (neither
+    beaten): a settled point in a race goes on until it is precise, beaten or capped."""
+    mean, half = interval(ys, looks, rule, sigma, df)
+    n = len(ys)
+    settled = mean - half > 0 or mean + half < 0
+    if bar is not None and mean < bar:
+        reason = BEATEN
+    elif half <= math.log1p(rule.precision):
+        reason = PRECISE
+    elif settled and (not rivals or n >= looks):
+        reason = SETTLED
+    elif n >= looks:
+        reason = CAP
+    elif not settled and not rivals and verdict_chance(mean, n, looks, rule, sigma,
+                                                       df) < rule.futility:
+        reason = FUTILE
+    else:
+        reason = CONTINUE
+    return Look(n, looks, mean, half, sigma, df, reason)
+
+
+def race_bar(means: dict, counts: dict, key, looks: int, rule: Rule, sigma: float,
+             df: float) -> float | None:
+    """The mean `key` must exceed to stay in the race at its load: the best other setting's
+    mean less the half-width of their difference (the sequential multiplier at the fewer of
+    their repeats); None where `key` is alone."""
+    others = [other for other in means if other != key]
+    if not others:
+        return None
+    best = max(others, key=means.get)
+    n = min(counts[key], counts[best])
+    spread = sigma * math.sqrt(1 / counts[key] + 1 / counts[best])
+    return means[best] - multiplier(n, looks, rule, df) * spread
+
+
+def beaten(means: dict, counts: dict, looks: int, rule: Rule, sigma: float,
+           df: float) -> set:
+    """Settings at one load whose mean lies below another's by more than their difference's
+    sequential half-width (`race_bar`)."""
+    return {key for key in means
+            if (bar := race_bar(means, counts, key, looks, rule, sigma, df)) is not None
+            and means[key] < bar}
+
+
+def coarse_levels(count: int, coarse: int = 3) -> list[int]:
+    """Indices of the `coarse` levels of `count` a sweep measures first: the lowest, the
+    highest, and the rest evenly spaced (by index) between them."""
+    if count <= coarse:
+        return list(range(count))
+    return sorted({int(math.floor(i * (count - 1) / (coarse - 1) + 0.5)) for i in range(coarse)})
+
+
+def bisect(measured: dict[int, tuple]) -> list[int]:
+    """Levels to add: the middle index between two measured neighbours (by index) whose
+    decision differs. `measured`: level index -> its decision (any comparable value)."""
+    order = sorted(measured)
+    return [(a + b) // 2 for a, b in zip(order, order[1:], strict=False)
+            if b - a > 1 and measured[a] != measured[b]]
+
+
+def recheck(stop: dict, ys) -> str | None:
+    """A stored stop decision recomputed from the stored repeats: None if it holds, else why
+    not (one line)."""
+    rule = Rule(**stop["rule"])
+    df = math.inf if stop.get("df") is None else stop["df"]
+    look = decide(list(ys), stop["looks"], rule, stop["sigma"], df, stop.get("bar"),
+                  bool(stop.get("rivals")))
+    if len(ys) != stop["repeats"]:
+        return f"{len(ys)} repeats stored, the stop says {stop['repeats']}"
+    if look.reason != stop["reason"]:
+        return f"recomputed '{look.reason}', stored '{stop['reason']}'"
+    if abs(look.half - stop["half_log"]) > 1e-9 or abs(look.mean - stop["mean_log"]) > 1e-9:
+        return "the stored interval differs from the one recomputed"
+    return None
+

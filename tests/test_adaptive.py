@@ -1,0 +1,54 @@
+"""The adaptive design (sdbench.plan.adaptive): its boundaries, its stop rule, and simulated
+Round-1-shaped sweeps through it against the full design (a reduced run of
+`python -m sdbench.plan.sweeps`, which writes docs/adaptive-simulation.md)."""
+
+import math
+
+import pytest
+
+from sdbench.plan import adaptive, sweeps
+
+
+def test_boundaries_match_the_published_constants():
+    # Pocock (Δ 0.5) and O'Brien-Fleming (Δ 0) for 2 and 3 looks, α 0.05 (Jennison &
+    # Turnbull, table 2.1 and 2.3)
+    assert adaptive.boundary(3, 0.05, 0.5)[0] == pytest.approx(2.289, abs=0.005)
+    assert adaptive.boundary(2, 0.05, 0.5)[0] == pytest.approx(2.178, abs=0.005)
+    assert adaptive.boundary(3, 0.05, 0.0)[-1] == pytest.approx(2.004, abs=0.005)
+    assert adaptive.boundary(1)[0] == pytest.approx(1.960, abs=0.001)
+
+
+def test_the_rule_stops_for_each_reason_and_rechecks():
+    rule = adaptive.Rule(noise=0.05)
+    clear = adaptive.decide([math.log(1.5)], 3, rule, 0.05, math.inf)
+    assert clear.reason == adaptive.SETTLED and clear.low > 0
+    assert adaptive.decide([math.log(1.5)], 3, rule, 0.05, math.inf,
+                           rivals=True).reason == adaptive.CONTINUE
+    assert adaptive.decide([0.0, 0.0], 3, rule, 0.01, math.inf).reason == adaptive.PRECISE
+    assert adaptive.decide([0.0], 3, rule, 0.05, math.inf, bar=0.2).reason == adaptive.BEATEN
+    assert adaptive.decide([0.0], 3, rule, 0.05, math.inf).reason == adaptive.FUTILE
+    assert adaptive.decide([0.05], 3, rule, 0.05, math.inf).reason == adaptive.CONTINUE
+    assert adaptive.decide([0.01, 0.0, 0.02], 3, rule, 0.05, math.inf).reason == adaptive.CAP
+    stop = {**clear.to_dict(), "rule": rule.to_dict(), "bar": None, "rivals": False}
+    assert adaptive.recheck(stop, [math.log(1.5)]) is None
+    assert adaptive.recheck(stop, [math.log(1.01)]) is not None
+
+
+def test_levels_are_coarse_first_then_bisected_where_the_decision_changes():
+    assert adaptive.coarse_levels(10) == [0, 5, 9]
+    assert adaptive.bisect({0: 1, 5: 1, 9: -1}) == [7]
+    assert adaptive.bisect({0: 1, 5: 1, 6: 1}) == []
+
+
+def test_simulated_sweeps_keep_coverage_and_verdicts_at_a_fraction_of_the_cost():
+    rule = adaptive.Rule()
+    rows = [sweeps.run(sweeps.Sweep(i, m), rule, 40, seed=n)
+            for n, (i, m) in enumerate(((0.0, 0.02), (0.05, 0.1)))]
+    for row in rows:
+        assert 0.92 <= row["coverage"] <= 0.99
+        assert row["agreement"] >= 0.92
+        assert row["best_adaptive"] >= row["best_full"] - 0.06
+        assert row["cost"] <= 0.40
+    # the workflow's design today (every level): fewer savings
+    every = sweeps.run(sweeps.Sweep(0.0, 0.02), rule, 20, seed=0, bisect=False)
+    assert every["cost"] > rows[0]["cost"]
