@@ -11,19 +11,26 @@ from sdbench.measure import loadgen, server
 class Stand:
     """Stand-in vLLM servers and load generator; `events` says what happened, in order.
     `kill_at`: raise KeyboardInterrupt at that point (Ctrl-C / SIGTERM); `fail`: (workload,
-    status) makes that workload's points invalid ("invalid") or kills the server ("failed")."""
+    status) makes that workload's points invalid ("invalid") or kills the server ("failed");
+    `throughput`: speculator -> the output throughput its server's points measure (10 else)."""
 
-    def __init__(self, kill_at=None, fail=None):
+    def __init__(self, kill_at=None, fail=None, throughput=None):
         self.events, self.kill_at, self.fail = [], kill_at, fail or {}
         self.points = 0
+        self.throughput, self.ports = throughput or {}, {}
 
     def server(self, cell, config, server_log, env=None, verdict=None):
         stand, name = self, (cell.speculator, cell.server_config["target"]["name"])
+        port = len(self.ports) + 1
+        self.ports[port] = cell.speculator
 
         class Server:
-            command, port, connect_host = ["stand-in"], 1, "127.0.0.1"
+            command, connect_host = ["stand-in"], "127.0.0.1"
             startup_s = started_at = None
             up = False
+
+            def __init__(self):
+                self.port = port
 
             def launch(self):
                 stand.events.append(("launch", name))
@@ -63,8 +70,10 @@ class Stand:
             if path in workload and status == "failed":
                 self.last.up = False
                 raise RuntimeError("server gone")
+        speculator = self.ports.get(int(args.get("--port", 0)))
         return {"completed": n - failed, "failed": failed, "duration": 1.0,
-                "output_throughput": 10.0, "total_token_throughput": 20.0,
+                "output_throughput": self.throughput.get(speculator, 10.0),
+                "total_token_throughput": 20.0,
                 "total_output_tokens": 8 * n, "input_lens": [4] * n, "output_lens": [8] * n,
                 "ttfts": [0.1] * n, "itls": [[0.01] * 7] * n, "start_times": [0.0] * n,
                 "generated_texts": ["x"] * n, "errors": [""] * failed + [""] * (n - failed)}

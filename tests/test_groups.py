@@ -192,3 +192,59 @@ def test_a_cell_with_fewer_repeats_takes_its_turn_only_at_its_own_points(
     # at repeat 0 three turns per point, later two
     assert seeds == [seed + r for r in range(base.repeats) for _ in base.load_points()
                      for _ in range(3 if r == 0 else 2)]
+
+
+ADAPTIVE = {"enabled": True, "precision": 0.05, "alpha": 0.05, "shape": 0.25, "noise": 0.05,
+            "prior_df": 20, "futility": 0.1}
+
+
+def test_adaptive_stopping_ends_a_settled_pair_and_its_baseline(group, demo_config,
+                                                                monkeypatch):
+    """A clear 2x gain settles at the first look: the calibration cell's later repeats (and
+    its baseline's, paired with nothing else) are recorded as stopped, with why; a rerun
+    measures nothing; the summary widens the interval to the sequential one and the report's
+    check recomputes every stop."""
+    from sdbench.analyze import aggregate, stops
+
+    (base, pair), cells, planned = group
+    demo_config["adaptive"] = dict(ADAPTIVE)
+    stand = Stand(throughput={"calibration": 20.0})
+    manifest = run(group, demo_config, stand, monkeypatch)
+    assert manifest["not_done"] == {}
+    levels = len(pair.load_points())
+    # repeat 0 of both cells at each level, then nothing: the gain is settled
+    assert len(measured(stand)) == 2 * levels
+    for cell in (base, pair):
+        cellmod.assemble(cell, [layout.session_output(planned.session_id)],
+                         layout.cell_output(cell.cell_id))
+    records = {c.cell_id: list(read_jsonl(layout.cell_output(c.cell_id))) for c in (base, pair)}
+    spec = records[pair.cell_id]
+    assert [r["status"] for r in spec].count("ok") == levels
+    stopped = [r for r in spec if r["status"] == "stopped"]
+    assert len(stopped) == levels * (pair.repeats - 1)
+    assert all(r["error"].startswith(f"stopped after 1 of {pair.repeats} repeats: settled")
+               for r in stopped)
+    assert all(r["loadgen"]["stop"]["reason"] == "settled" for r in stopped)
+    assert [r["status"] for r in records[base.cell_id]].count("stopped") == levels * (
+        base.repeats - 1)
+    # a rerun: every point is cached (stopped ones under the same rule)
+    again = Stand(throughput={"calibration": 20.0})
+    run(group, demo_config, again, monkeypatch)
+    assert measured(again) == []
+    # a changed rule is another plan: the stopped points are due again
+    demo_config["adaptive"]["precision"] = 0.01
+    third = Stand(throughput={"calibration": 20.0})
+    run(group, demo_config, third, monkeypatch)
+    assert measured(third) == []  # ... and stop again at once under the new rule
+    frame = aggregate.summarize([layout.cell_output(c.cell_id) for c in (base, pair)])
+    points = aggregate.aggregate_points(frame)
+    row = points[points["cell_id"] == pair.cell_id].iloc[0]
+    assert row["repeats_stopped"] == pair.repeats - 1 and row["status"] == "ok"
+    assert row["stop_reason"] == f"settled after 1 of {pair.repeats} repeats"
+    assert row["verdict"] == "speculate" and "sequential" in row["interval_covers"]
+    checks = stops.recheck_frame(frame)
+    assert len(checks) == levels and checks["holds"].all()
+    # a stored decision that the data do not support is caught
+    frame.loc[frame["status"] == "stopped", "stop"] = frame.loc[
+        frame["status"] == "stopped", "stop"].str.replace('"settled"', '"precise"')
+    assert not stops.recheck_frame(frame)["holds"].any()

@@ -27,7 +27,8 @@ from sdbench.plan.config import REPO_ROOT
 
 SCHEMA_ID = "sdbench.record/1"
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "record.schema.yaml"
-STATUSES = ("ok", "invalid", "failed", "unsupported")
+STATUSES = ("ok", "invalid", "failed", "unsupported", "stopped")
+STOPPED = "stopped"  # not measured: the adaptive rule stopped its point (sdbench.plan.adaptive)
 
 
 class RecordError(ValueError):

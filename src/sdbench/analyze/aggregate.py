@@ -31,14 +31,16 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from sdbench.analyze.lossless import lossless_columns, read_all_details
 from sdbench.analyze.noise import point_key, point_noise
 from sdbench.analyze.prompts import with_prompt_intervals
 from sdbench.analyze.stats import mean_interval, verdict
 from sdbench.files import atomic_path
+from sdbench.plan import adaptive
 from sdbench.plan.grid import prefix_caching
-from sdbench.records import read_records, upgrade
+from sdbench.records import STOPPED, read_records, upgrade
 
 # a point: closed-loop concurrency (batch size for offline / Transformers cells) or open-loop
 # request rate (concurrency empty)
@@ -124,6 +126,10 @@ def _row(record: dict) -> dict:
         "prefix_cache": _prefix_cache(record),
         "seed": loadgen.get("seed"),
         "spec_options": json.dumps(server.get("method_options") or {}, sort_keys=True),
+        # the adaptive rule the point was measured under, and (a stopped point) its decision
+        "adaptive": json.dumps(loadgen["adaptive"], sort_keys=True)
+        if loadgen.get("adaptive") else None,
+        "stop": json.dumps(loadgen["stop"], sort_keys=True) if loadgen.get("stop") else None,
         "server_args": json.dumps(server.get("args") or {}, sort_keys=True),
     }
     for key, value in record["metrics"].items():
@@ -287,9 +293,11 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
     for values, group in frame.groupby(keys, dropna=False, sort=False):
         row = dict(zip(keys, values, strict=True))
         ok = group[group["status"] == "ok"]
+        stopped = group[group["status"] == STOPPED]
         row.update(repeats=len(group), repeats_ok=len(ok),
-                   repeats_paired=int(group["paired"].sum()),
-                   status="ok" if len(ok) == len(group) else ", ".join(
+                   repeats_paired=int(group["paired"].sum()), repeats_stopped=len(stopped),
+                   stop_reason=_stop_reason(stopped),
+                   status="ok" if len(ok) + len(stopped) == len(group) else ", ".join(
                        f"{n} {s}" for s, n in group["status"].value_counts().items()),
                    errors="; ".join(sorted({str(e) for e in group["error"].dropna()})) or None)
         if "lossless_flag" in group:
@@ -329,13 +337,51 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
                               na_position="first").reset_index(drop=True)
 
 
+def _stop_reason(stopped: pd.DataFrame) -> str | None:
+    """Why a point stopped early ("settled after 1 of 5 repeats"), from its first stopped
+    repeat; None for a point measured in full."""
+    if stopped.empty or "stop" not in stopped:
+        return None
+    stop = json.loads(stopped.sort_values("repeat")["stop"].dropna().iloc[0])
+    if stop["reason"] == "baseline":
+        return "its paired cells stopped"
+    return f"{stop['reason']} after {stop['repeats']} of {stop['looks']} repeats"
+
+
+def _sequential_factor(group: pd.DataFrame) -> float:
+    """How much wider a point's interval is under the adaptive rule it was measured with: the
+    repeated confidence interval's multiplier at the look it stopped (its paired repeats of
+    the planned ones) over the fixed-sample normal quantile; 1 for a point measured without."""
+    if "adaptive" not in group or group["adaptive"].isna().all():
+        return 1.0
+    rule = adaptive.Rule(**json.loads(group["adaptive"].dropna().iloc[0]))
+    looks, n = len(group), int(group["paired"].sum())
+    if n < 1 or looks < 1:
+        return 1.0
+    return (adaptive.boundary(looks, rule.alpha, rule.shape)[min(n, looks) - 1]
+            / stats.norm.ppf(1 - rule.alpha / 2))
+
+
+def _prior_interval(group: pd.DataFrame, center: float) -> dict:
+    """The fixed-sample interval from the adaptive rule's prior σ (its `prior_df` degrees of
+    freedom) for a point whose class has no spread of its own."""
+    rule = adaptive.Rule(**json.loads(group["adaptive"].dropna().iloc[0]))
+    n = int(group["paired"].sum())
+    se = rule.noise / np.sqrt(n)
+    half = stats.t.ppf(1 - rule.alpha / 2, rule.prior_df) * se
+    return {"low": float(np.exp(center - half)), "high": float(np.exp(center + half)),
+            "se": se, "df": rule.prior_df}
+
+
 def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     """The speedup of every speculative point from the pooled noise model: its estimate (the
     geometric mean of its units: server instances, or repeats on one instance), its interval
     (the Student-t interval around the arithmetic mean of its own repeats kept as
     `speedup_unpooled_mean`, `speedup_unpooled_ci_low/high`), their degrees of freedom, the
     standard error of the log speedup (`speedup_se`), the minimum detectable speedup, and what
-    the interval covers."""
+    the interval covers. A point measured under the adaptive rule gets the repeated confidence
+    interval (`_sequential_factor`): it covers at the look the point stopped, whatever the
+    rule's stop."""
     points = points.assign(speedup_unpooled_mean=points["speedup_mean"],
                            speedup_unpooled_ci_low=points["speedup_ci_low"],
                            speedup_unpooled_ci_high=points["speedup_ci_high"],
@@ -350,11 +396,29 @@ def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataF
         if row is None:
             continue
         at = points.index[i]
+        group = frame[(frame["cell_id"] == point[0])
+                      & (frame["concurrency"].astype(float).fillna(-1)
+                         == (-1 if pd.isna(point[1]) else float(point[1])))
+                      & (frame["request_rate"].fillna(-1)
+                         == (-1 if pd.isna(point[2]) else float(point[2])))]
+        factor = _sequential_factor(group)
+        low, high = row["low"], row["high"]
+        if factor != 1.0 and pd.isna(low):
+            # one repeat and no spread in its class: the adaptive rule's prior σ, as it stopped on
+            row = {**row, **_prior_interval(group, row["center"])}
+            low, high = row["low"], row["high"]
+        if factor != 1.0:
+            center = row["center"]
+            low = float(np.exp(center - factor * (center - np.log(low))))
+            high = float(np.exp(center + factor * (np.log(high) - center)))
         # the estimate the interval is around: the geometric mean of its units
         points.loc[at, ["speedup_mean", "speedup_ci_low", "speedup_ci_high", "speedup_df",
-                        "speedup_se", "speedup_mde"]] = [np.exp(row["center"]), row["low"],
-                                                         row["high"], row["df"], row["se"],
-                                                         row["mde"]]
+                        "speedup_se", "speedup_mde"]] = [np.exp(row["center"]), low, high,
+                                                         row["df"], row["se"], row["mde"]]
+        if factor != 1.0:
+            points.loc[at, "interval_covers"] = (
+                f"{points.loc[at, 'interval_covers']}; sequential (adaptive stopping: the "
+                f"interval {factor:.2f}x wider)")
         points.loc[at, "interval_covers"] = f"{points.loc[at, 'interval_covers']}; {row['covers']}"
     return points
 

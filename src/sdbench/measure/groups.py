@@ -17,12 +17,13 @@ from __future__ import annotations
 import contextlib
 
 from sdbench.layout import session_server_log
-from sdbench.measure import slots
-from sdbench.measure.run import CellError, CellRun, restart_partial
+from sdbench.measure import slots, stopping
+from sdbench.measure.run import CellError, CellRun, now, restart_partial
 from sdbench.measure.server import Clock, SessionServer, checked, fail
 from sdbench.measure.serving import ServerError
-from sdbench.plan import grid
+from sdbench.plan import adaptive, grid
 from sdbench.plan.sessions import Session, config_id
+from sdbench.records import LoadPoint
 
 
 def interleaved_order(cell_ids: list[str], points: list[tuple]) -> list[tuple[str, tuple]]:
@@ -80,6 +81,7 @@ def measure_group(session: Session, cells: dict[str, grid.Cell], runs: list[Cell
     views = dict(zip(configs, slots.split(held, counts), strict=True))
     left = {cid: sum(len(r.missing) for r in measuring
                      if config_id(r.cell.server_config) == cid) for cid in configs}
+    rule = adaptive.Rule.from_config(config.get("adaptive"))
     servers: dict[str, SessionServer] = {}
     with contextlib.ExitStack() as stack:
         for lead, partners in plan:
@@ -96,6 +98,11 @@ def measure_group(session: Session, cells: dict[str, grid.Cell], runs: list[Cell
                     fail(run, failed, f"{type(exc).__name__}: {exc}")
                 continue
             members = [r for r in members if r.cell_id not in failed]
+            stops = None
+            if rule is not None:
+                stops = stopping.GroupStops(rule, lead, [r for r in members if r is not lead])
+                for run in members:
+                    run.adaptive = rule.to_dict()
             # the baseline measures every point its cells do (`grid.with_baseline_repeats`);
             # a cell with fewer repeats takes its turn only at its own points, in order
             order = [(r, pid) for cell_id, pid in interleaved_order(
@@ -106,6 +113,14 @@ def measure_group(session: Session, cells: dict[str, grid.Cell], runs: list[Cell
                     continue
                 cid = config_id(run.cell.server_config)
                 server = servers[cid]
+                if stops is not None and (stop := stops.stop(run, pid)) is not None:
+                    record = stopping.stopped_record(run, pid, stop, now())
+                    run.add(pid, {"record": record, "detail": None})
+                    run.say(f" {LoadPoint.of_load(*run.plan[pid]).label}: {record['error']}")
+                    left[cid] -= 1
+                    if not left[cid]:
+                        server.stop()
+                    continue
                 try:
                     server.take(run, pid, [r.cell_id for r in members if r is not run])
                 except CellError as exc:  # a server died: the session's measuring ends

@@ -69,14 +69,15 @@ def point_path(cell_id: str, load: dict, repeat: int, key: str) -> Path:
 
 
 def read_point(path: str | Path) -> dict | None:
-    """A cached measurement, or None when it is not a valid one (an older cache may hold
-    invalid points; an unreadable file is measured again)."""
+    """A cached measurement (or a point the adaptive rule stopped: the caller checks it was
+    stopped under the rule in force), or None when it is not a valid one (an older cache may
+    hold invalid points; an unreadable file is measured again)."""
     try:
         with gzip.open(path, "rt", encoding="utf-8") as fh:
             point = json.load(fh)
     except (OSError, EOFError, ValueError):
         return None
-    return point if point.get("record", {}).get("status") == "ok" else None
+    return point if point.get("record", {}).get("status") in ("ok", "stopped") else None
 
 
 def write_point(path: str | Path, record: dict, detail: dict) -> None:

@@ -31,9 +31,9 @@ from sdbench.files import (
     write_jsonl,
 )
 from sdbench.logcause import error_cause, first_line
-from sdbench.measure import loadgen, points, provenance
+from sdbench.measure import loadgen, points, provenance, stopping
 from sdbench.models import checkpoints as models
-from sdbench.plan import checks, grid, hostcaps
+from sdbench.plan import adaptive, checks, grid, hostcaps
 from sdbench.plan.config import REPO_ROOT
 from sdbench.plan.hostcaps import UNSUPPORTED
 from sdbench.records import LoadPoint, Record, read_records
@@ -191,6 +191,7 @@ class CellRun:
     log: TextIO
     baseline_counts: dict[tuple, int] = field(default_factory=dict)
     checked: bool = False  # the checks made while its server starts are done
+    adaptive: dict | None = None  # the stopping rule its points are measured under
 
     @property
     def cell_id(self) -> str:
@@ -222,7 +223,8 @@ class CellRun:
             baseline_cell_id=cell.baseline_cell_id, server_config=cell.server_config,
             workload=cell.workload, engine=cell.engine, load=load, repeat=repeat,
             status=status, error=reason or None, metrics=metrics, server=server,
-            loadgen=loadgen_info,
+            loadgen=({**loadgen_info, "adaptive": self.adaptive}
+                     if self.adaptive and "stop" not in loadgen_info else loadgen_info),
             provenance={**self.environment, "models": self.cards,
                         "dataset": {"path": cell.workload["path"],
                                     "sha256": self.prompts_sha256},
@@ -232,7 +234,7 @@ class CellRun:
     def add(self, pid: tuple, measured: dict) -> None:
         """A measured point: into the cache when valid (only valid points are done), into the
         partial records in any case."""
-        if measured["record"]["status"] == "ok":
+        if measured["record"]["status"] in ("ok", stopping.STOPPED):
             points.write_point(self.paths[pid], measured["record"], measured["detail"])
         self.points[pid] = measured
         with locked(self.lock):
@@ -265,7 +267,8 @@ class CellRun:
     def not_done(self) -> str | None:
         """Why the cell is not done in this session (points not valid), or None."""
         ordered = [self.points[pid] for pid in self.plan if pid in self.points]
-        bad = [p["record"] for p in ordered if p["record"]["status"] not in ("ok", UNSUPPORTED)]
+        bad = [p["record"] for p in ordered
+               if p["record"]["status"] not in ("ok", UNSUPPORTED, stopping.STOPPED)]
         missing = [pid for pid in self.plan if pid not in self.points]
         if not bad and not missing:
             return None
@@ -325,8 +328,10 @@ def prepare(cell: grid.Cell, config: dict, instance: int, plan: list[tuple[dict,
     paths = {pid: points.point_path(cell.cell_id, load, r,
                                     points.point_key(cell, load, r, facts))
              for pid, (load, r) in ordered.items()}
+    rule = adaptive.Rule.from_config(config.get("adaptive"))
     found = {pid: point for pid, path in paths.items()
-             if path.exists() and (point := points.read_point(path)) is not None}
+             if path.exists() and (point := points.read_point(path)) is not None
+             and stopping.valid_cached(point, rule)}
     missing = [pid for pid in ordered if pid not in found]
     run = CellRun(cell, config, instance, ordered, paths, found, missing, environment,
                   prompts_sha256, min_tokens, verdict, model_cards(cell, config), log)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sdbench import layout
-from sdbench.plan import grid, hostcaps, rates, sessions
+from sdbench.plan import adaptive, grid, hostcaps, rates, sessions, sweeps
 from sdbench.plan.config import ConfigError, load_config
 from sdbench.plan.settings import settings
 from sdbench.plan.work import SessionWork, session_work
@@ -195,7 +195,68 @@ def _assumptions(config: dict, device: rates.DeviceRates) -> list[str]:
             "derived dynamic-K cells at their method's largest k"]
 
 
-def format_plan(result: dict, source: str) -> str:
+def adaptive_projection(config: dict, parts: dict) -> list[str]:
+    """Lines of the plan: each round's measuring under the adaptive rule, as the expected share
+    of its point-repeats that `sdbench.plan.sweeps` simulates for a sweep of its shape (its
+    methods' most k values x its concurrency levels x loadgen.repeats) at the rule's prior
+    noise: as the workflow measures today (repeats stop, settings race, every level), and with
+    the coarse-to-fine level bisection (simulated only). Then the budget, where one is set."""
+    section = config.get("adaptive")
+    rule = adaptive.Rule.from_config(section) or adaptive.Rule()
+    repeats = int(config["loadgen"].get("repeats", 3))
+    state = "on" if section and section.get("enabled", True) else "off"
+    lines = ["", f"adaptive measuring ({state} in this config; rule: ±{rule.precision:.0%}, "
+             f"α {rule.alpha}, prior σ {rule.noise:g} of a repeat's log speedup on "
+             f"{rule.prior_df:g} df, Δ {rule.shape}):"]
+    full = live = bisected = 0.0
+    for name, tally in parts.items():
+        spec = settings(config).rounds.get(name)
+        if not tally.measuring_h:
+            continue
+        if spec is None:
+            ks, levels = 1, 2
+        else:
+            ks = max((len(m.k or (1,)) for m in spec.methods), default=1)
+            ks *= max(len(getattr(spec, "settings", ()) or ()), 1)
+            levels = max(len(spec.concurrency), 2)
+        shares = [sweeps.expected_share(rule, ks, levels, repeats, bisect)
+                  for bisect in (False, True)]
+        full += tally.measuring_h
+        live += tally.measuring_h * shares[0]
+        bisected += tally.measuring_h * shares[1]
+        lines.append(f"  {name:<10} {ks} setting(s) x {levels} levels x {repeats} repeats: "
+                     f"full {tally.measuring_h:.1f} h, adaptive {tally.measuring_h * shares[0]:.1f}"
+                     f" h ({shares[0]:.0%}), with level bisection "
+                     f"{tally.measuring_h * shares[1]:.1f} h ({shares[1]:.0%})")
+    lines.append(f"  total measuring: full {full:.1f} h, adaptive {live:.1f} h, with level "
+                 f"bisection {bisected:.1f} h (simulated; the workflow does not bisect levels "
+                 "yet)")
+    lines.append("  assumptions: every speedup surface of the simulation's family "
+                 "(docs/adaptive-simulation.md), the prior σ as the true noise, no instance "
+                 "offsets; the vanilla baseline's repeats stop with its pairs; the workflow "
+                 "applies the rule in interleaved groups only (methods with interleave: true)")
+    budget = (config.get("plan") or {}).get("budget_gpu_hours")
+    if budget is not None:
+        order = (config.get("plan") or {}).get("leave_out_first") or [
+            "dynamic-K", "round3", "round2", "round1"]
+        spend = {name: t.startup_h + t.rest_h + t.measuring_h for name, t in parts.items()}
+        total = sum(spend.values()) - full + live
+        dropped = []
+        for name in order:
+            if total <= budget:
+                break
+            if spend.get(name):
+                share = live / full if full else 1.0
+                total -= spend[name] - parts[name].measuring_h * (1 - share)
+                dropped.append(name)
+        lines.append(f"  budget {budget:g} h: the adaptive plan needs "
+                     f"{sum(spend.values()) - full + live:.1f} h; "
+                     + (f"left out to fit: {', '.join(dropped)} (then {total:.1f} h)"
+                        if dropped else "it fits"))
+    return lines
+
+
+def format_plan(result: dict, source: str, config: dict | None = None) -> str:
     device, parts, total = result["device"], result["parts"], result["total"]
     unit = "GPU-hours" if device.gpu else "hours"
     lines = [f"Plan of {source} on device class {device.name}",
@@ -227,6 +288,8 @@ def format_plan(result: dict, source: str) -> str:
         lines.append(f"{len(result['unsupported'])} cells are unsupported on this host (no "
                      "start, nothing measured): " + "; ".join(sorted(set(
                          result["unsupported"].values()))))
+    if config is not None:
+        lines += adaptive_projection(config, parts)
     if result["measured_starts"]:
         lines.append(f"start-ups: the median of {result['measured_starts']} measured on this "
                      "host where a configuration has one")
@@ -258,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
             caps = None
         device = rates.device_of_host(caps)
     result = plan_cost(config, device, args.root, here=here)
-    print(format_plan(result, args.config))
+    print(format_plan(result, args.config, config))
     if args.sessions:
         print("\n" + format_sessions(result))
     print("\n".join(["", "Assumptions:", *(f"  {a}" for a in

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from sdbench.analyze import stops
 from sdbench.analyze.aggregate import DERIVED_SETTING
 from sdbench.analyze.analysis import (
     best_settings,
@@ -578,8 +579,7 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
         "target": points["target"], "workload": points["workload"],
         "method": points["speculator"], "k": points["k"].astype("Int64"),
         "concurrency": points["concurrency"],
-        "status (repeats ok)": [f"{status} ({a}/{b})" for status, a, b in zip(
-            points["status"], points["repeats_ok"], points["repeats"], strict=True)],
+        "status (repeats ok)": [_status_text(r) for _, r in points.iterrows()],
         "total tok/s": [with_interval(m, lo, hi, "") for m, lo, hi in zip(
             points["total_token_throughput_mean"], points["total_token_throughput_ci_low"],
             points["total_token_throughput_ci_high"], strict=True)],
@@ -607,6 +607,39 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
     if out["round"].nunique() <= 1:
         empty.append("round")
     return out.drop(columns=empty)
+
+
+def _status_text(row) -> str:
+    """'ok (2/5; 3 stopped: settled after 2 of 5 repeats)': measured of planned repeats, and
+    why the adaptive rule stopped the rest."""
+    text = f"{row['status']} ({row['repeats_ok']}/{row['repeats']}"
+    stopped = row.get("repeats_stopped")
+    if stopped is not None and pd.notna(stopped) and stopped:
+        text += f"; {int(stopped)} stopped: {row.get('stop_reason')}"
+    return text + ")"
+
+
+def adaptive_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per round: repeats planned, measured and stopped by the adaptive rule, the measuring
+    time they took and an estimate of what the stopped ones would have taken (at the mean of
+    the measured points), and the report's recomputation of every stop decision."""
+    savings = stops.savings(frame)
+    checks = stops.recheck_frame(frame)
+    if savings.empty:
+        return savings
+    held = int(checks["holds"].sum()) if len(checks) else 0
+    failed = "; ".join(f"{r.cell_id} at {r.concurrency}: {r.why}"
+                       for r in checks.itertuples() if not r.holds)
+    return pd.DataFrame({
+        "round": savings["round"],
+        "repeats planned": savings["planned"], "measured": savings["measured"],
+        "stopped early": savings["stopped"],
+        "measuring (s)": savings["measuring_s"].map(
+            lambda v: "–" if pd.isna(v) else f"{v:.0f}"),
+        "saved (s, estimate)": savings["saved_s_estimate"].map(
+            lambda v: "–" if pd.isna(v) else f"{v:.0f}"),
+        "stop decisions recomputed": (f"{held} of {len(checks)} hold"
+                                      + (f"; not: {failed}" if failed else ""))})
 
 
 def _prompt_text(row) -> str:

@@ -1,0 +1,137 @@
+"""Adaptive stopping inside an interleaved group (`sdbench.plan.adaptive`, the config's
+`adaptive:`): before each repeat of a speculative cell at a load level, the rule looks at the
+repeats that level already has, paired with the baseline's, and the point either goes on or
+stops: its later repeats there are recorded as "stopped" (with why, and the numbers the rule
+decided on) instead of being measured. The baseline's repeat at a level is measured while any
+cell paired with it there still needs it.
+
+A decision before repeat r uses only repeats measured before r (the group measures every level's
+repeat r − 1 before any repeat r): it is the same whenever it is made, so a resumed session
+decides as the interrupted one did, and the report recomputes it from the stored records
+(`sdbench.analyze.stops`). The first look that stops a point is final. σ pools the spread of
+the repeats of every speculative cell of the group at the level (the noise model's class) with
+the rule's prior; the race is among the cells of one speculator (its k values or settings).
+"""
+
+from __future__ import annotations
+
+import math
+
+from sdbench.plan import adaptive
+from sdbench.records import STOPPED
+
+
+def _level(pid: tuple) -> tuple:
+    return pid[:-1]
+
+
+def _log_ratio(run, base, pid: tuple) -> float | None:
+    """The log speedup of one paired repeat (output-token throughput), None unless both sides
+    were measured and valid."""
+    mine, theirs = run.points.get(pid), base.points.get(pid)
+    if mine is None or theirs is None:
+        return None
+    values = [p["record"]["metrics"].get("output_throughput")
+              if p["record"]["status"] == "ok" else None for p in (mine, theirs)]
+    if any(v is None or v <= 0 for v in values):
+        return None
+    return math.log(values[0] / values[1])
+
+
+class GroupStops:
+    """The rule applied to one workload's turns: the baseline's run and its partners' runs."""
+
+    def __init__(self, rule: adaptive.Rule, lead, partners: list):
+        self.rule, self.lead = rule, lead
+        self.partners = [p for p in partners if not p.unsupported]
+        self.decided: dict[tuple[str, tuple], dict | None] = {}
+
+    def _repeats(self, run, level: tuple) -> list[tuple]:
+        return sorted((pid for pid in run.plan if _level(pid) == level), key=lambda p: p[-1])
+
+    def _ys(self, run, level: tuple, before: int) -> list[float]:
+        out = []
+        for pid in self._repeats(run, level):
+            if pid[-1] < before and (y := _log_ratio(run, self.lead, pid)) is not None:
+                out.append(y)
+        return out
+
+    def _look(self, run, level: tuple, repeat: int) -> dict | None:
+        """The rule's look before `repeat` at `level` (None: go on)."""
+        ys = self._ys(run, level, repeat)
+        if not ys:
+            return None
+        ss = df = 0.0
+        for other in self.partners:
+            values = self._ys(other, level, repeat)
+            if len(values) > 1:
+                mean = sum(values) / len(values)
+                ss += sum((v - mean) ** 2 for v in values)
+                df += len(values) - 1
+        sigma, pooled_df = adaptive.pooled_sigma(self.rule, ss, df)
+        looks = len(self._repeats(run, level))
+        rivals = {other.cell_id: self._ys(other, level, repeat) for other in self.partners
+                  if other.cell.speculator == run.cell.speculator}
+        rivals = {key: values for key, values in rivals.items() if values}
+        means = {key: sum(v) / len(v) for key, v in rivals.items()}
+        counts = {key: len(v) for key, v in rivals.items()}
+        bar = adaptive.race_bar(means, counts, run.cell_id, looks, self.rule, sigma, pooled_df)
+        out = adaptive.beaten(means, counts, looks, self.rule, sigma, pooled_df)
+        racing = len(means) - len(out) > 1 and run.cell_id not in out
+        look = adaptive.decide(ys, looks, self.rule, sigma, pooled_df, bar, racing)
+        if look.reason == adaptive.CONTINUE or look.n >= looks:
+            return None
+        return {**look.to_dict(), "before_repeat": repeat, "rule": self.rule.to_dict(),
+                "bar": bar, "rivals": racing, "pooled_ss": ss, "pooled_df": df,
+                "speedup": math.exp(look.mean), "low": math.exp(look.low),
+                "high": math.exp(look.high)}
+
+    def stop(self, run, pid: tuple) -> dict | None:
+        """Why `run`'s point `pid` is not measured (the look that stopped its level), or None."""
+        key = (run.cell_id, pid)
+        if key not in self.decided:
+            self.decided[key] = None
+            if run is not self.lead:
+                for earlier in self._repeats(run, _level(pid)):
+                    if earlier[-1] > pid[-1]:
+                        break
+                    if (look := self._look(run, _level(pid), earlier[-1])) is not None:
+                        self.decided[key] = look
+                        break
+            elif self.partners:
+                needing = [p for p in self.partners if pid in p.plan]
+                if needing and all(self.stop(p, pid) is not None for p in needing):
+                    self.decided[key] = {"reason": "baseline", "before_repeat": pid[-1],
+                                         "rule": self.rule.to_dict()}
+        return self.decided[key]
+
+
+def reason_line(stop: dict) -> str:
+    """One line for the record's error field and the cell's log."""
+    if stop["reason"] == "baseline":
+        return "stopped: every speculative cell paired with it at this level has stopped"
+    interval = f"{stop['speedup']:.3f}x [{stop['low']:.3f}, {stop['high']:.3f}]"
+    why = {adaptive.SETTLED: f"settled ({interval} excludes 1)",
+           adaptive.PRECISE: f"precise ({interval} within ±{stop['rule']['precision']:.0%})",
+           adaptive.BEATEN: f"beaten ({interval}: another setting is clearly faster here)",
+           adaptive.FUTILE: f"futile ({interval}: no verdict expected by the cap)"}
+    return (f"stopped after {stop['repeats']} of {stop['looks']} repeats: "
+            f"{why.get(stop['reason'], stop['reason'])}")
+
+
+def stopped_record(run, pid: tuple, stop: dict, when: str) -> dict:
+    """The record of a point the rule stopped (`when`: the time it was decided)."""
+    load, repeat = run.plan[pid]
+    return run.record(load, repeat, {}, STOPPED, reason_line(stop), {}, {"stop": stop},
+                      when, when)
+
+
+def valid_cached(point: dict, rule: adaptive.Rule | None) -> bool:
+    """Whether a cached point stands: a measured one always, a stopped one under the same rule."""
+    record = point["record"]
+    if record["status"] == "ok":
+        return True
+    stop = (record.get("loadgen") or {}).get("stop")
+    return (record["status"] == STOPPED and rule is not None and stop is not None
+            and stop.get("rule") == rule.to_dict())
+
