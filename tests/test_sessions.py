@@ -13,7 +13,7 @@ from sdbench import layout
 from sdbench.files import read_jsonl
 from sdbench.measure import cell as cellmod
 from sdbench.measure import groups, points, server, session
-from sdbench.plan import checks, grid, hostcaps, rates, sessions, work
+from sdbench.plan import adaptive, checks, grid, hostcaps, rates, sessions, work
 from sdbench.plan.config import ConfigError, validate_config
 from sdbench.records import LoadPoint
 
@@ -351,3 +351,42 @@ def test_a_proposer_with_state_across_requests_gets_a_fresh_server_per_point(
                                layout.cell_output(suffix.cell_id))
     assert {r["server"]["isolation"] for r in records} == {grid.FRESH_PER_POINT}
     assert {r["server"]["points_before"] for r in records} == {0}
+
+
+def test_a_cell_measured_alone_stops_against_its_baseline_records(
+        served_dir, demo_config_raw, monkeypatch):
+    """Under the adaptive rule a speculative cell that is not interleaved reads its baseline
+    cell's finished records: with a clear gain each concurrency stops after its first repeat (a
+    fresh-server-per-point cell then starts no server for the rest), request rates are measured
+    in full, and the stops name what they pooled."""
+    demo_config_raw["round1"]["methods"].append(
+        {"method": "suffix", "k": [4], "options": {"suffix_decoding_max_cached_requests": 100}})
+    demo_config_raw["adaptive"] = {"noise": 0.05}
+    config = validate_config(demo_config_raw)
+    monkeypatch.setattr(checks, "check_cell_tools", lambda cell, source=None: None)
+    cells = grid.cells_by_id(config)
+    suffix = next(c for c in cells.values() if c.speculator == "suffix")
+    base = cells[suffix.baseline_cell_id]
+    assert adaptive.reads_baseline(config, suffix) and not adaptive.reads_baseline(config, base)
+    planned = sessions.plan_sessions(cells)
+    (bid,) = sessions.cell_sessions(base, cells)
+    use(Stand(), monkeypatch)
+    session.run_session(planned[bid].only([base.cell_id]), cells, config,
+                        layout.session_output(bid))
+    cellmod.assemble(base, [layout.session_output(bid)], layout.cell_output(base.cell_id))
+    (sid,) = sessions.cell_sessions(suffix, cells)
+    stand = Stand(throughput={"suffix": 25.0})
+    use(stand, monkeypatch)
+    manifest = session.run_session(planned[sid], cells, config, layout.session_output(sid))
+    assert manifest["not_done"] == {}
+    levels = [lp for lp in suffix.load_points() if lp["mode"] == "concurrency"]
+    rates = [lp for lp in suffix.load_points() if lp["mode"] == "rate"]
+    expected = len(levels) + len(rates) * suffix.repeats
+    assert len(stand.point_events()) == expected
+    assert [e[0] for e in stand.events].count("launch") == expected
+    records = cellmod.assemble(suffix, [layout.session_output(sid)],
+                               layout.cell_output(suffix.cell_id))
+    stopped = [r for r in records if r["status"] == "stopped"]
+    assert len(stopped) == len(levels) * (suffix.repeats - 1)
+    assert {r["loadgen"]["stop"]["pooled_cells"][0] for r in stopped} == {suffix.cell_id}
+    assert all(r["concurrency"] is not None for r in stopped)

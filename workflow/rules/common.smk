@@ -12,7 +12,7 @@ sys.path.insert(0, SRC)
 # scripts and notebooks run in child processes: let them import the library too
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
 
-from sdbench.plan import checks, grid, hostcaps, lock, preflight, runtimes, sessions
+from sdbench.plan import adaptive, checks, grid, hostcaps, lock, preflight, runtimes, sessions
 from sdbench import layout
 from sdbench.measure import provenance
 from sdbench.report.pages import salvage
@@ -98,7 +98,7 @@ def session_cells(wildcards):
 def session_inputs(wildcards):
     """What a session needs: every cell's prompts and models (but the models of a cell this
     host cannot run), and for a duration-bounded speculative cell its baseline's records (their
-    prompt counts)."""
+    prompt counts), as for one measured on its own under the adaptive rule (its stops)."""
     inputs = {}
     for cell in session_cells(wildcards):
         inputs[f"prompts_{cell.cell_id}"] = cell.workload["path"]
@@ -106,7 +106,7 @@ def session_inputs(wildcards):
             continue  # recorded as unsupported here: its models are never loaded (nor built)
         for role, name in zip(("target", "draft"), grid.cell_models(cell)):
             inputs[f"{role}_{cell.cell_id}"] = model_input(name)
-        if grid.sends_baseline_counts(cell):
+        if grid.sends_baseline_counts(cell) or adaptive.reads_baseline(config, cell):
             inputs[f"baseline_{cell.cell_id}"] = layout.cell_output(cell.baseline_cell_id)
     return inputs
 

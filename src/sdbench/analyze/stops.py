@@ -1,7 +1,7 @@
 """The report's check of every adaptive stop (`sdbench.measure.stopping`): each stopped point's
 decision recomputed from the stored records — its paired repeats before the stop, the spread of
-the repeats of the cells paired with the same baseline at its level (σ pooled with the rule's
-prior) — and compared with what was stored; and, per round, what the adaptive rule saved.
+the repeats of the cells the stop says it pooled at its level (σ pooled with the rule's prior)
+— and compared with what was stored; and, per round, what the adaptive rule saved.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def recheck_frame(frame: pd.DataFrame) -> pd.DataFrame:
         level = frame[_same_level(frame, row)]
         ys = _log_speedups(level[level["cell_id"] == row.cell_id], stop["before_repeat"])
         ss = df = 0.0
-        for _, partner in level[level["baseline_cell_id"] == row.baseline_cell_id].groupby(
-                "cell_id"):
+        pooled = stop.get("pooled_cells") or [row.cell_id]
+        for _, partner in level[level["cell_id"].isin(pooled)].groupby("cell_id"):
             values = _log_speedups(partner, stop["before_repeat"])
             if len(values) > 1:
                 ss += float(np.sum((values - values.mean()) ** 2))

@@ -23,7 +23,6 @@ from sdbench.measure.server import Clock, SessionServer, checked, fail
 from sdbench.measure.serving import ServerError
 from sdbench.plan import adaptive, grid
 from sdbench.plan.sessions import Session, config_id
-from sdbench.records import LoadPoint
 
 
 def interleaved_order(cell_ids: list[str], points: list[tuple]) -> list[tuple[str, tuple]]:
@@ -98,11 +97,10 @@ def measure_group(session: Session, cells: dict[str, grid.Cell], runs: list[Cell
                     fail(run, failed, f"{type(exc).__name__}: {exc}")
                 continue
             members = [r for r in members if r.cell_id not in failed]
-            stops = None
             if rule is not None:
                 stops = stopping.GroupStops(rule, lead, [r for r in members if r is not lead])
                 for run in members:
-                    run.adaptive = rule.to_dict()
+                    run.adaptive, run.stops = rule.to_dict(), stops
             # the baseline measures every point its cells do (`grid.with_baseline_repeats`);
             # a cell with fewer repeats takes its turn only at its own points, in order
             order = [(r, pid) for cell_id, pid in interleaved_order(
@@ -113,10 +111,7 @@ def measure_group(session: Session, cells: dict[str, grid.Cell], runs: list[Cell
                     continue
                 cid = config_id(run.cell.server_config)
                 server = servers[cid]
-                if stops is not None and (stop := stops.stop(run, pid)) is not None:
-                    record = stopping.stopped_record(run, pid, stop, now())
-                    run.add(pid, {"record": record, "detail": None})
-                    run.say(f" {LoadPoint.of_load(*run.plan[pid]).label}: {record['error']}")
+                if stopping.skipped(run, pid, now()):
                     left[cid] -= 1
                     if not left[cid]:
                         server.stop()

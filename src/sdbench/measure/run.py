@@ -192,6 +192,7 @@ class CellRun:
     baseline_counts: dict[tuple, int] = field(default_factory=dict)
     checked: bool = False  # the checks made while its server starts are done
     adaptive: dict | None = None  # the stopping rule its points are measured under
+    stops: object | None = None  # the rule applied (sdbench.measure.stopping.GroupStops)
 
     @property
     def cell_id(self) -> str:

@@ -31,11 +31,11 @@ from typing import TextIO
 
 from sdbench import layout
 from sdbench.files import atomic_write_json
-from sdbench.measure import engine_cells, groups, loadgen, profiling, slots
-from sdbench.measure.run import CellError, CellRun, prepare, signals_raise, write_error
+from sdbench.measure import engine_cells, groups, loadgen, profiling, slots, stopping
+from sdbench.measure.run import CellError, CellRun, now, prepare, signals_raise, write_error
 from sdbench.measure.server import Clock, SessionServer, checked, fail
 from sdbench.measure.serving import ServerError
-from sdbench.plan import checks, grid, hostcaps
+from sdbench.plan import adaptive, checks, grid, hostcaps
 from sdbench.plan.config import ConfigError
 from sdbench.plan.sessions import Session, config_id, read_manifest, session_points
 from sdbench.plan.settings import settings
@@ -78,6 +78,8 @@ def measure_plain(session: Session, runs: list[CellRun], held: slots.Slots, cloc
 
 def _measure_cell(server: SessionServer, run: CellRun, failed: dict) -> None:
     for pid in list(run.missing):
+        if stopping.skipped(run, pid, now()):
+            continue
         try:
             server.take(run, pid)
         except CellError as exc:  # a failed point: the server is gone
@@ -93,6 +95,8 @@ def measure_fresh(session: Session, runs: list[CellRun], held: slots.Slots, cloc
         for pid in list(run.missing):
             if run.cell_id in failed:
                 break
+            if stopping.skipped(run, pid, now()):
+                continue
             server = SessionServer(run, session, held, server_log, clock)
             try:
                 server.launch()
@@ -140,6 +144,8 @@ def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
                         run = prepare(cell, config, session.instance,
                                       session_points(session, cell), log=log,
                                       baseline_records=(baseline_records or {}).get(cell_id))
+                        if run.missing and not run.unsupported:
+                            _alone_under_rule(run, config, baseline_records)
                     except (CellError, ConfigError, OSError, ValueError) as exc:
                         failed[cell_id] = f"{type(exc).__name__}: {exc}"
                         print(f"[sdbench] cell {cell_id}: not done: {failed[cell_id]}",
@@ -215,6 +221,24 @@ def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
           f"({', '.join(f'{k} {v:.1f} s' for k, v in split['phases'].items())})", file=log,
           flush=True)
     return body
+
+
+def _alone_under_rule(run: CellRun, config: dict,
+                      baseline_records: dict[str, str] | None) -> None:
+    """A speculative cell measured on its own under the adaptive rule stops against its
+    baseline cell's finished records (`adaptive.reads_baseline`; the workflow measures them
+    first). Without them (a cell run by hand first) every repeat is measured, as it says."""
+    rule = adaptive.Rule.from_config(config.get("adaptive"))
+    if rule is None or not adaptive.reads_baseline(config, run.cell):
+        return
+    path = (baseline_records or {}).get(run.cell_id) or layout.cell_output(
+        run.cell.baseline_cell_id)
+    if not Path(path).is_file():  # a cell run by hand before its baseline: all its repeats
+        run.say(f": no records of its baseline cell {run.cell.baseline_cell_id} ({path}) to "
+                "stop against: every repeat is measured (the adaptive rule needs them first)")
+        return
+    run.adaptive = rule.to_dict()
+    run.stops = stopping.GroupStops(rule, stopping.RecordedBaseline(path), [run])
 
 
 def _read_checkpoints(session: Session, cells: dict[str, grid.Cell], config: dict) -> None:

@@ -5,20 +5,29 @@ stops: its later repeats there are recorded as "stopped" (with why, and the numb
 decided on) instead of being measured. The baseline's repeat at a level is measured while any
 cell paired with it there still needs it.
 
-A decision before repeat r uses only repeats measured before r (the group measures every level's
+The rule reads the output-token throughput, so it stops closed-loop (concurrency) points only:
+at an open-loop request rate the throughput is the offered load's, and every repeat is measured.
+
+A speculative cell measured on its own (not interleaved) follows the same rule against its
+baseline cell's finished records (`RecordedBaseline`: with the rule on, its session waits for
+them, `adaptive.reads_baseline`); its baseline is measured in full.
+
+A decision before repeat r uses only repeats measured before r (a session measures every level's
 repeat r − 1 before any repeat r): it is the same whenever it is made, so a resumed session
 decides as the interrupted one did, and the report recomputes it from the stored records
 (`sdbench.analyze.stops`). The first look that stops a point is final. σ pools the spread of
-the repeats of every speculative cell of the group at the level (the noise model's class) with
-the rule's prior; the race is among the cells of one speculator (its k values or settings).
+the repeats of every speculative cell of the group at the level (the noise model's class; the
+cell alone when it is not interleaved) with the rule's prior, and the stop names the cells it
+pooled; the race is among the cells of one speculator (its k values or settings) in a group.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from sdbench.plan import adaptive
-from sdbench.records import STOPPED
+from sdbench.records import STOPPED, LoadPoint, read_records
 
 
 def _level(pid: tuple) -> tuple:
@@ -36,6 +45,14 @@ def _log_ratio(run, base, pid: tuple) -> float | None:
     if any(v is None or v <= 0 for v in values):
         return None
     return math.log(values[0] / values[1])
+
+
+class RecordedBaseline:
+    """A baseline cell's finished records, read as a run's points are (by point id)."""
+
+    def __init__(self, path: str | Path):
+        self.points = {LoadPoint.of_load(r["load"], r["repeat"]).order: {"record": r}
+                       for r in read_records(path)}
 
 
 class GroupStops:
@@ -83,6 +100,7 @@ class GroupStops:
             return None
         return {**look.to_dict(), "before_repeat": repeat, "rule": self.rule.to_dict(),
                 "bar": bar, "rivals": racing, "pooled_ss": ss, "pooled_df": df,
+                "pooled_cells": sorted(p.cell_id for p in self.partners),
                 "speedup": math.exp(look.mean), "low": math.exp(look.low),
                 "high": math.exp(look.high)}
 
@@ -91,7 +109,9 @@ class GroupStops:
         key = (run.cell_id, pid)
         if key not in self.decided:
             self.decided[key] = None
-            if run is not self.lead:
+            if pid[0] != "c":
+                pass  # open-loop rates: their throughput is the offered load's, not a speedup
+            elif run is not self.lead:
                 for earlier in self._repeats(run, _level(pid)):
                     if earlier[-1] > pid[-1]:
                         break
@@ -104,6 +124,18 @@ class GroupStops:
                     self.decided[key] = {"reason": "baseline", "before_repeat": pid[-1],
                                          "rule": self.rule.to_dict()}
         return self.decided[key]
+
+
+def skipped(run, pid: tuple, when: str) -> bool:
+    """Whether the rule stopped `run`'s point `pid` (`run.stops`): then its stopped record is
+    kept (cache, partial records) and logged instead of a measurement."""
+    stops = getattr(run, "stops", None)
+    if stops is None or (stop := stops.stop(run, pid)) is None:
+        return False
+    record = stopped_record(run, pid, stop, when)
+    run.add(pid, {"record": record, "detail": None})
+    run.say(f" {LoadPoint.of_load(*run.plan[pid]).label}: {record['error']}")
+    return True
 
 
 def reason_line(stop: dict) -> str:

@@ -38,6 +38,8 @@ from functools import cache, lru_cache
 import numpy as np
 from scipy import optimize, stats
 
+from sdbench.plan import grid
+
 CONTINUE, SETTLED, PRECISE, BEATEN, FUTILE, CAP = (
     "continue", "settled", "precise", "beaten", "futile", "cap")
 REASONS = (SETTLED, PRECISE, BEATEN, FUTILE, CAP)
@@ -228,3 +230,9 @@ def recheck(stop: dict, ys) -> str | None:
         return "the stored interval differs from the one recomputed"
     return None
 
+
+def reads_baseline(config: dict, cell: grid.Cell) -> bool:
+    """Whether a cell's session needs its baseline cell's records before it measures: a
+    speculative server cell measured on its own (not interleaved) under the adaptive rule."""
+    return (Rule.from_config(config.get("adaptive")) is not None and not cell.is_baseline
+            and not cell.group and cell.engine == grid.SERVE)
