@@ -8,6 +8,7 @@ the real servers run in the end-to-end test, whose calibration pair is such a gr
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from stand_ins import Stand, use
@@ -248,3 +249,7 @@ def test_adaptive_stopping_ends_a_settled_pair_and_its_baseline(group, demo_conf
     frame.loc[frame["status"] == "stopped", "stop"] = frame.loc[
         frame["status"] == "stopped", "stop"].str.replace('"settled"', '"precise"')
     assert not stops.recheck_frame(frame)["holds"].any()
+    # the tables the summary stage writes hold stopped points (they sent no prompts)
+    tmp = Path(layout.cell_output(pair.cell_id)).parent
+    points.to_parquet(tmp / "points.parquet")
+    frame.to_parquet(tmp / "frame.parquet")

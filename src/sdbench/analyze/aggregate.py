@@ -92,7 +92,9 @@ def _row(record: dict) -> dict:
         "dataset": workload["dataset"],
         "subset": workload["subset"],
         # the prompts this point sent (duration-bounded points: fewer than the workload's)
-        "num_prompts": loadgen.get("num_prompts") or workload["num_prompts"],
+        # (none for a point the adaptive rule stopped: it sent nothing)
+        "num_prompts": None if record["status"] == STOPPED
+        else loadgen.get("num_prompts") or workload["num_prompts"],
         "engine": record["engine"],
         "load": record["load"]["mode"],
         "concurrency": record["concurrency"],
