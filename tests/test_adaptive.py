@@ -52,3 +52,13 @@ def test_simulated_sweeps_keep_coverage_and_verdicts_at_a_fraction_of_the_cost()
     # the workflow's design today (every level): fewer savings
     every = sweeps.run(sweeps.Sweep(0.0, 0.02), rule, 20, seed=0, bisect=False)
     assert every["cost"] > rows[0]["cost"]
+
+
+def test_min_repeats_holds_a_clear_point_for_a_second_look():
+    rule = adaptive.Rule(min_repeats=2)
+    assert adaptive.decide([math.log(3.0)], 3, rule, 0.05, math.inf).reason == adaptive.CONTINUE
+    assert adaptive.decide([math.log(3.0)] * 2, 3, rule, 0.05,
+                           math.inf).reason == adaptive.SETTLED
+    assert adaptive.Rule.from_config({"min_repeats": 2, "noise": 0.1}) == adaptive.Rule(
+        min_repeats=2, noise=0.1)
+    assert adaptive.Rule.from_config({"enabled": False}) is None

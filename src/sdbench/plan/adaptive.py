@@ -55,6 +55,7 @@ class Rule:
     noise: float = 0.05  # prior sd of one repeat's log speedup
     prior_df: float = 20.0  # how many degrees of freedom the prior counts for
     futility: float = 0.1  # stop when the chance of a verdict by the cap falls below this
+    min_repeats: int = 1  # never stop before this many paired repeats
 
     @classmethod
     def from_config(cls, section: dict | None) -> Rule | None:
@@ -62,11 +63,15 @@ class Rule:
         if not section or not section.get("enabled", True):
             return None
         names = ("precision", "alpha", "shape", "noise", "prior_df", "futility")
-        return cls(**{name: float(section[name]) for name in names if name in section})
+        values = {name: float(section[name]) for name in names if name in section}
+        if "min_repeats" in section:
+            values["min_repeats"] = int(section["min_repeats"])
+        return cls(**values)
 
     def to_dict(self) -> dict:
         return {"precision": self.precision, "alpha": self.alpha, "shape": self.shape,
-                "noise": self.noise, "prior_df": self.prior_df, "futility": self.futility}
+                "noise": self.noise, "prior_df": self.prior_df, "futility": self.futility,
+                "min_repeats": self.min_repeats}
 
 
 @cache
@@ -160,7 +165,9 @@ def decide(ys, looks: int, rule: Rule, sigma: float, df: float,
     mean, half = interval(ys, looks, rule, sigma, df)
     n = len(ys)
     settled = mean - half > 0 or mean + half < 0
-    if bar is not None and mean < bar:
+    if n < min(rule.min_repeats, looks):
+        reason = CONTINUE
+    elif bar is not None and mean < bar:
         reason = BEATEN
     elif half <= math.log1p(rule.precision):
         reason = PRECISE
