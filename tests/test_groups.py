@@ -253,3 +253,42 @@ def test_adaptive_stopping_ends_a_settled_pair_and_its_baseline(group, demo_conf
     tmp = Path(layout.cell_output(pair.cell_id)).parent
     points.to_parquet(tmp / "points.parquet")
     frame.to_parquet(tmp / "frame.parquet")
+
+
+def test_a_stopped_cell_beside_one_still_measuring_keeps_its_baseline_and_no_pair_issue(
+        demo_config_raw, served_dir, monkeypatch):
+    """n-gram settles at once, the EAGLE cell does not (futility off): the baseline goes on
+    for the EAGLE cell (and stops where n-gram alone needed it), and n-gram's stopped repeats
+    are not flagged as unpaired."""
+    from sdbench.analyze import aggregate
+
+    raw = demo_config_raw
+    raw["round1"]["request_rates"] = []
+    for method in raw["round1"]["methods"]:
+        method["interleave"] = True  # as in the demo (the tests' copy measures them alone)
+    raw["adaptive"] = {**ADAPTIVE, "futility": 0.0}
+    demo_config = validate_config(raw)
+    cells = grid.cells_by_id(demo_config)
+    served = [c for c in cells.values() if c.engine == grid.SERVE]
+    ngram = next(c for c in served if c.speculator == "ngram")
+    eagle = next(c for c in served if c.speculator.startswith("eagle"))
+    base = cells[ngram.baseline_cell_id]
+    assert eagle.baseline_cell_id == base.cell_id
+    (sid,) = sessions.cell_sessions(ngram, cells)
+    stand = Stand(throughput={"ngram": 30.0, eagle.speculator: 10.5})
+    use(stand, monkeypatch)
+    planned = sessions.plan_sessions(cells)[sid]
+    manifest = session.run_session(planned, cells, demo_config, layout.session_output(sid))
+    assert manifest["not_done"] == {}
+    files = []
+    for cell in (base, ngram, eagle):
+        cellmod.assemble(cell, [layout.session_output(sid)], layout.cell_output(cell.cell_id))
+        files.append(layout.cell_output(cell.cell_id))
+    frame = aggregate.summarize(files)
+    status = frame.groupby("cell_id")["status"].apply(lambda s: (s == "stopped").sum())
+    levels = len(ngram.load_points())
+    assert status[ngram.cell_id] == levels * (ngram.repeats - 1)
+    # the EAGLE cell measures its 2 repeats; the baseline's third repeat was n-gram's only
+    assert eagle.repeats == 2 < ngram.repeats == base.repeats
+    assert status[eagle.cell_id] == 0 and status[base.cell_id] == levels
+    assert frame["pair_issue"].isna().all()

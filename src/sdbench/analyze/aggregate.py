@@ -34,7 +34,7 @@ import pandas as pd
 from scipy import stats
 
 from sdbench.analyze.lossless import lossless_columns, read_all_details
-from sdbench.analyze.noise import point_key, point_noise
+from sdbench.analyze.noise import WITHIN, minimum_detectable, point_key, point_noise
 from sdbench.analyze.prompts import with_prompt_intervals
 from sdbench.analyze.stats import mean_interval, verdict
 from sdbench.files import atomic_path
@@ -182,7 +182,8 @@ def add_speedups(frame: pd.DataFrame) -> pd.DataFrame:
     own = frame["baseline_cell_id"].fillna(frame["cell_id"])
     merged = frame.assign(_base=own).merge(base, on=["_base", *LEVEL, "repeat"], how="left",
                                            validate="many_to_one", indicator="_found")
-    found = merged["_found"] == "both"
+    # a point the adaptive rule stopped has no pair to check
+    found = (merged["_found"] == "both") & (merged["status"] != STOPPED)
     issues = [[] for _ in range(len(merged))]
     for column, what in PAIR_CHECKS.items():
         mine, theirs = merged[column], merged[f"_pair_{column}"]
@@ -364,15 +365,23 @@ def _sequential_factor(group: pd.DataFrame) -> float:
             / stats.norm.ppf(1 - rule.alpha / 2))
 
 
-def _prior_interval(group: pd.DataFrame, center: float) -> dict:
-    """The fixed-sample interval from the adaptive rule's prior σ (its `prior_df` degrees of
-    freedom) for a point whose class has no spread of its own."""
+def _with_prior(row: dict, group: pd.DataFrame) -> dict:
+    """A point measured under the adaptive rule, with repeats as its units (or no spread of its
+    own): its unit variance pooled with the rule's prior σ (`prior_df` degrees of freedom), as
+    the rule pooled it when it decided, and the interval, standard error and minimum detectable
+    effect from that."""
     rule = adaptive.Rule(**json.loads(group["adaptive"].dropna().iloc[0]))
-    n = int(group["paired"].sum())
-    se = rule.noise / np.sqrt(n)
-    half = stats.t.ppf(1 - rule.alpha / 2, rule.prior_df) * se
-    return {"low": float(np.exp(center - half)), "high": float(np.exp(center + half)),
-            "se": se, "df": rule.prior_df}
+    own_df = row["df"] if pd.notna(row["df"]) and pd.notna(row.get("unit_var")) else 0.0
+    if row["kind"] != WITHIN and own_df > 0:
+        return row  # instances as units: their spread is more than one repeat's noise
+    own = own_df * row["unit_var"] if own_df else 0.0
+    df = rule.prior_df + own_df
+    se = float(np.sqrt((rule.prior_df * rule.noise ** 2 + own) / df / row["units"]))
+    half = stats.t.ppf(1 - rule.alpha / 2, df) * se
+    return {**row, "df": df, "se": se, "low": float(np.exp(row["center"] - half)),
+            "high": float(np.exp(row["center"] + half)), "mde": minimum_detectable(se, df),
+            "covers": f"{row['covers']}; pooled with the adaptive rule's prior (σ "
+                      f"{rule.noise:g} on {rule.prior_df:g} degrees of freedom)"}
 
 
 def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
@@ -404,11 +413,9 @@ def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataF
                       & (frame["request_rate"].fillna(-1)
                          == (-1 if pd.isna(point[2]) else float(point[2])))]
         factor = _sequential_factor(group)
+        if factor != 1.0:
+            row = _with_prior(row, group)
         low, high = row["low"], row["high"]
-        if factor != 1.0 and pd.isna(low):
-            # one repeat and no spread in its class: the adaptive rule's prior σ, as it stopped on
-            row = {**row, **_prior_interval(group, row["center"])}
-            low, high = row["low"], row["high"]
         if factor != 1.0:
             center = row["center"]
             low = float(np.exp(center - factor * (center - np.log(low))))
