@@ -233,8 +233,10 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
                  "yet)")
     lines.append("  assumptions: every speedup surface of the simulation's family "
                  "(docs/adaptive-simulation.md), the prior σ as the true noise, no instance "
-                 "offsets; the vanilla baseline's repeats stop with its pairs; the workflow "
-                 "applies the rule in interleaved groups only (methods with interleave: true)")
+                 "offsets; a baseline's repeats stop with its pairs where they are interleaved "
+                 "(interleave: true); a cell measured on its own stops against its baseline's "
+                 "records, whose repeats are all measured (this projection counts them as "
+                 "stopping too)")
     budget = (config.get("plan") or {}).get("budget_gpu_hours")
     if budget is not None:
         order = (config.get("plan") or {}).get("leave_out_first") or [

@@ -610,12 +610,14 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def _status_text(row) -> str:
-    """'ok (2/5; 3 stopped: settled after 2 of 5 repeats)': measured of planned repeats, and
-    why the adaptive rule stopped the rest."""
+    """'ok (2/5, 3 stopped: settled)': measured of planned repeats, and why the adaptive rule
+    stopped the rest (the section "Measurement spent" says what each reason means)."""
     text = f"{row['status']} ({row['repeats_ok']}/{row['repeats']}"
     stopped = row.get("repeats_stopped")
     if stopped is not None and pd.notna(stopped) and stopped:
-        text += f"; {int(stopped)} stopped: {row.get('stop_reason')}"
+        why = str(row.get("stop_reason") or "")
+        why = "paired cells stopped" if why.startswith("its paired") else why.split(" after")[0]
+        text += f", {int(stopped)} stopped: {why}"
     return text + ")"
 
 
