@@ -184,7 +184,9 @@ def test_plan_names_the_cells_this_host_cannot_run_and_keeps_going(tmp_path):
 
 def test_duration_bounded_speculative_cells_wait_for_their_baseline(tmp_path):
     """With loadgen.duration_s, a speculative cell sends its baseline's prompt counts, so
-    asking for it alone plans the baseline cell first; without it, the cell alone."""
+    asking for it alone plans the baseline cell first; so does the adaptive rule (a cell
+    measured on its own stops against its baseline's records); without either, the cell
+    alone."""
     import yaml
 
     from sdbench import layout
@@ -194,10 +196,13 @@ def test_duration_bounded_speculative_cells_wait_for_their_baseline(tmp_path):
     raw = with_left_out(yaml.safe_load((REPO / "config" / "demo.yaml").read_text()))
     for method in raw["round1"]["methods"]:
         method.pop("interleave", None)  # a pair measured in turn cannot share counts
+    assert raw["adaptive"]  # the demo measures adaptively
+    adaptive = write_config(tmp_path / "adaptive.yaml", raw)
+    raw["adaptive"] = {"enabled": False}
     plain = write_config(tmp_path / "plain.yaml", raw)
     raw["loadgen"]["duration_s"] = 5
     path = write_config(tmp_path / "duration.yaml", raw)
-    for configfile, cells in ((path, 2), (plain, 1)):
+    for configfile, cells in ((path, 2), (adaptive, 2), (plain, 1)):
         config = validate_config(yaml.safe_load(configfile.read_text()))
         spec = next(c for c in grid.round_cells(config, "round1")
                     if not c.is_baseline and c.engine == grid.SERVE)

@@ -15,11 +15,13 @@ GPUs: docs/design-defaults.md) counted as `prior_df` degrees of freedom, pooled 
 of the repeats measured so far at the same level (`pooled_sigma`); the boundary then grows by
 the ratio of Student's t to the normal quantile at those degrees of freedom.
 
-A point stops (`decide`) when it is beaten (its interval lies below another setting's at its
-load: the race), when its interval is narrower than `precision` (±5 % by default), when its
-verdict against 1 is settled (the interval excludes 1) and no other setting at its load is
-still in the race with it, or at the cap; each stop records why and the numbers it was decided
-on, so that the report recomputes it (`recheck`).
+A point stops (`decide`; never before `min_repeats`) when it is beaten (the race: its mean
+lies below the best other setting's at its load by more than their difference's sequential
+half-width, `race_bar`), when its interval is narrower than `precision` (±5 % by default),
+when its verdict against 1 is settled (the interval excludes 1) and no other setting at its
+load is still in the race with it, when its chance of a verdict by the cap falls below
+`futility` (`verdict_chance`), or at the cap; each stop records why and the numbers it was
+decided on, so that the report recomputes it (`recheck`).
 
 **Load levels.** A sweep measures a coarse grid first (`coarse_levels`), then the level halfway
 (in the grid's order) between two measured neighbours whose decisions differ — the best setting,
