@@ -15,14 +15,7 @@ import pandas as pd
 from sdbench.plan import adaptive
 
 LEVEL = ["concurrency", "request_rate"]
-
-
-def _same_level(frame: pd.DataFrame, row) -> pd.Series:
-    out = pd.Series(True, index=frame.index)
-    for column in LEVEL:
-        value = getattr(row, column)
-        out &= frame[column].isna() if pd.isna(value) else frame[column] == value
-    return out
+COLUMNS = ["cell_id", *LEVEL, "reason", "repeats", "looks", "holds", "why"]
 
 
 def _log_speedups(frame: pd.DataFrame, before: int) -> np.ndarray:
@@ -34,34 +27,28 @@ def _log_speedups(frame: pd.DataFrame, before: int) -> np.ndarray:
 def recheck_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per speculative point an adaptive rule stopped: its decision as stored, as
     recomputed, and whether it holds (`holds`; `why` when not)."""
-    rows = []
     if "stop" not in frame:
-        return pd.DataFrame(columns=["cell_id", *LEVEL, "reason", "holds", "why"])
-    stopped = frame[(frame["status"] == "stopped") & frame["stop"].notna()
-                    & (frame["method"] != "vanilla")]
-    for row in stopped.sort_values("repeat").drop_duplicates(["cell_id", *LEVEL]).itertuples():
-        stop = json.loads(row.stop)
-        level = frame[_same_level(frame, row)]
-        ys = _log_speedups(level[level["cell_id"] == row.cell_id], stop["before_repeat"])
-        ss = df = 0.0
-        pooled = stop.get("pooled_cells") or [row.cell_id]
-        for _, partner in level[level["cell_id"].isin(pooled)].groupby("cell_id"):
-            values = _log_speedups(partner, stop["before_repeat"])
-            if len(values) > 1:
-                ss += float(np.sum((values - values.mean()) ** 2))
-                df += len(values) - 1
-        rule = adaptive.Rule(**stop["rule"])
-        sigma, _ = adaptive.pooled_sigma(rule, ss, df)
-        why = None
-        if not math.isclose(sigma, stop["sigma"], rel_tol=1e-9):
-            why = f"σ recomputed {sigma:.4g}, stored {stop['sigma']:.4g}"
-        why = why or adaptive.recheck(stop, ys)
-        rows.append({"cell_id": row.cell_id, "concurrency": row.concurrency,
-                     "request_rate": row.request_rate, "reason": stop["reason"],
-                     "repeats": stop["repeats"], "looks": stop["looks"],
-                     "holds": why is None, "why": why})
-    return pd.DataFrame(rows, columns=["cell_id", *LEVEL, "reason", "repeats", "looks", "holds",
-                                       "why"])
+        return pd.DataFrame(columns=COLUMNS)
+    rows = []
+    for _, level in frame.groupby(LEVEL, dropna=False, sort=False):
+        stopped = level[(level["status"] == "stopped") & level["stop"].notna()
+                        & (level["method"] != "vanilla")]
+        for row in stopped.sort_values("repeat").drop_duplicates("cell_id").itertuples():
+            stop = json.loads(row.stop)
+            before = stop["before_repeat"]
+            ys = _log_speedups(level[level["cell_id"] == row.cell_id], before)
+            pooled = level[level["cell_id"].isin(stop.get("pooled_cells") or [row.cell_id])]
+            ss, df = adaptive.spread(_log_speedups(cell, before)
+                                     for _, cell in pooled.groupby("cell_id"))
+            sigma, _ = adaptive.pooled_sigma(adaptive.Rule(**stop["rule"]), ss, df)
+            why = (None if math.isclose(sigma, stop["sigma"], rel_tol=1e-9)
+                   else f"σ recomputed {sigma:.4g}, stored {stop['sigma']:.4g}")
+            why = why or adaptive.recheck(stop, ys)
+            rows.append({"cell_id": row.cell_id, "concurrency": row.concurrency,
+                         "request_rate": row.request_rate, "reason": stop["reason"],
+                         "repeats": stop["repeats"], "looks": stop["looks"],
+                         "holds": why is None, "why": why})
+    return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def savings(frame: pd.DataFrame) -> pd.DataFrame:

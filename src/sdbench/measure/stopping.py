@@ -78,23 +78,13 @@ class GroupStops:
         ys = self._ys(run, level, repeat)
         if not ys:
             return None
-        ss = df = 0.0
-        for other in self.partners:
-            values = self._ys(other, level, repeat)
-            if len(values) > 1:
-                mean = sum(values) / len(values)
-                ss += sum((v - mean) ** 2 for v in values)
-                df += len(values) - 1
+        ss, df = adaptive.spread(self._ys(other, level, repeat) for other in self.partners)
         sigma, pooled_df = adaptive.pooled_sigma(self.rule, ss, df)
         looks = len(self._repeats(run, level))
-        rivals = {other.cell_id: self._ys(other, level, repeat) for other in self.partners
-                  if other.cell.speculator == run.cell.speculator}
-        rivals = {key: values for key, values in rivals.items() if values}
-        means = {key: sum(v) / len(v) for key, v in rivals.items()}
-        counts = {key: len(v) for key, v in rivals.items()}
-        bar = adaptive.race_bar(means, counts, run.cell_id, looks, self.rule, sigma, pooled_df)
-        out = adaptive.beaten(means, counts, looks, self.rule, sigma, pooled_df)
-        racing = len(means) - len(out) > 1 and run.cell_id not in out
+        bar, racing = adaptive.race(
+            {other.cell_id: self._ys(other, level, repeat) for other in self.partners
+             if other.cell.speculator == run.cell.speculator},
+            run.cell_id, looks, self.rule, sigma, pooled_df)
         look = adaptive.decide(ys, looks, self.rule, sigma, pooled_df, bar, racing)
         if look.reason == adaptive.CONTINUE or look.n >= looks:
             return None
@@ -129,8 +119,7 @@ class GroupStops:
 def skipped(run, pid: tuple, when: str) -> bool:
     """Whether the rule stopped `run`'s point `pid` (`run.stops`): then its stopped record is
     kept (cache, partial records) and logged instead of a measurement."""
-    stops = getattr(run, "stops", None)
-    if stops is None or (stop := stops.stop(run, pid)) is None:
+    if run.stops is None or (stop := run.stops.stop(run, pid)) is None:
         return False
     record = stopped_record(run, pid, stop, when)
     run.add(pid, {"record": record, "detail": None})

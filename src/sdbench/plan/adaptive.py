@@ -34,7 +34,7 @@ analysis stage recomputes it. `sdbench.plan.sweeps` simulates whole sweeps throu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import cache, lru_cache
 
 import numpy as np
@@ -64,16 +64,11 @@ class Rule:
         """The config's `adaptive:` section as a rule; None where it is off or absent."""
         if not section or not section.get("enabled", True):
             return None
-        names = ("precision", "alpha", "shape", "noise", "prior_df", "futility")
-        values = {name: float(section[name]) for name in names if name in section}
-        if "min_repeats" in section:
-            values["min_repeats"] = int(section["min_repeats"])
-        return cls(**values)
+        return cls(**{f.name: type(f.default)(section[f.name]) for f in fields(cls)
+                      if f.name in section})
 
     def to_dict(self) -> dict:
-        return {"precision": self.precision, "alpha": self.alpha, "shape": self.shape,
-                "noise": self.noise, "prior_df": self.prior_df, "futility": self.futility,
-                "min_repeats": self.min_repeats}
+        return asdict(self)
 
 
 @cache
@@ -103,6 +98,18 @@ def multiplier(n: int, looks: int, rule: Rule, df: float) -> float:
     z = stats.norm.ppf(1 - rule.alpha / 2)
     t = stats.t.ppf(1 - rule.alpha / 2, df) if math.isfinite(df) else z
     return boundary(looks, rule.alpha, rule.shape)[n - 1] * t / z
+
+
+def spread(groups) -> tuple[float, float]:
+    """The within-point sum of squares and degrees of freedom of `groups` (each a point's
+    repeats so far; points of one repeat add nothing)."""
+    ss = df = 0.0
+    for values in groups:
+        if len(values) > 1:
+            values = np.asarray(values, dtype=float)
+            ss += float(np.sum((values - values.mean()) ** 2))
+            df += len(values) - 1
+    return ss, df
 
 
 def pooled_sigma(rule: Rule, ss: float, df: float) -> tuple[float, float]:
@@ -206,6 +213,21 @@ def beaten(means: dict, counts: dict, looks: int, rule: Rule, sigma: float,
     return {key for key in means
             if (bar := race_bar(means, counts, key, looks, rule, sigma, df)) is not None
             and means[key] < bar}
+
+
+def race(repeats: dict, key, looks: int, rule: Rule, sigma: float,
+         df: float) -> tuple[float | None, bool]:
+    """`key`'s place in the race at one load, from every setting's repeats there (setting ->
+    its log speedups so far): the bar its mean must exceed (`race_bar`), and whether another
+    setting is still in the race with it (`decide`'s `rivals`)."""
+    measured = {k: v for k, v in repeats.items() if len(v)}
+    means = {k: float(np.mean(v)) for k, v in measured.items()}
+    counts = {k: len(v) for k, v in measured.items()}
+    if key not in means:
+        return None, False
+    out = beaten(means, counts, looks, rule, sigma, df)
+    return (race_bar(means, counts, key, looks, rule, sigma, df),
+            len(means) - len(out) > 1 and key not in out)
 
 
 def coarse_levels(count: int, coarse: int = 3) -> list[int]:

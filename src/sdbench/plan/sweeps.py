@@ -84,16 +84,6 @@ def _verdict(low: float, high: float) -> int:
     return 1 if low > 0 else -1 if high < 0 else 0
 
 
-def _spread(ys: dict) -> tuple[float, float]:
-    """The within-point sum of squares and degrees of freedom of the points measured so far."""
-    ss = df = 0.0
-    for values in ys.values():
-        if len(values) > 1:
-            ss += float(np.sum((np.asarray(values) - np.mean(values)) ** 2))
-            df += len(values) - 1
-    return ss, df
-
-
 def full_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule) -> dict:
     sigma, df = adaptive.pooled_sigma(rule, float(np.sum((y - y.mean(2, keepdims=True)) ** 2)),
                                       float(y.shape[0] * y.shape[1] * (y.shape[2] - 1)))
@@ -116,21 +106,12 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
         for n in range(sweep.repeats):
             for k in active:
                 ys.setdefault((k, i), []).append(float(y[k, i, n]))
-            sigma, df = adaptive.pooled_sigma(rule, *_spread(ys))
-            for k in active:
-                mean, half = adaptive.interval(ys[(k, i)], sweep.repeats, rule, sigma, df)
-                last[(k, i)] = adaptive.Look(len(ys[(k, i)]), sweep.repeats, mean, half,
-                                             sigma, df, adaptive.CONTINUE)
-            here = [k for k in range(sweep.ks) if (k, i) in last]
-            means = {k: last[(k, i)].mean for k in here}
-            counts = {k: last[(k, i)].n for k in here}
-            out = adaptive.beaten(means, counts, sweep.repeats, rule, sigma, df)
-            racing = len(here) - len(out) > 1
+            sigma, df = adaptive.pooled_sigma(rule, *adaptive.spread(ys.values()))
+            here = {k: ys[(k, i)] for k in range(sweep.ks) if (k, i) in ys}
             keep = []
             for k in active:
-                bar = adaptive.race_bar(means, counts, k, sweep.repeats, rule, sigma, df)
-                look = adaptive.decide(ys[(k, i)], sweep.repeats, rule, sigma, df, bar,
-                                       rivals=racing and k not in out)
+                bar, rivals = adaptive.race(here, k, sweep.repeats, rule, sigma, df)
+                look = adaptive.decide(ys[(k, i)], sweep.repeats, rule, sigma, df, bar, rivals)
                 last[(k, i)] = look
                 if look.reason == adaptive.CONTINUE:
                     keep.append(k)
@@ -157,7 +138,7 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
             upper = min(j for j in measured if j > i)
             run_level(i, sorted({best(lower), best(upper)}))
     # the intervals reported: each point's repeats, σ as pooled at the end of the sweep
-    sigma, df = adaptive.pooled_sigma(rule, *_spread(ys))
+    sigma, df = adaptive.pooled_sigma(rule, *adaptive.spread(ys.values()))
     for key, look in last.items():
         mean, half = adaptive.interval(ys[key], sweep.repeats, rule, sigma, df)
         last[key] = adaptive.Look(look.n, look.looks, mean, half, sigma, df, look.reason)
