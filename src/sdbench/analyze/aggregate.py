@@ -299,7 +299,8 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
         stopped = group[group["status"] == STOPPED]
         row.update(repeats=len(group), repeats_ok=len(ok),
                    repeats_paired=int(group["paired"].sum()), repeats_stopped=len(stopped),
-                   stop_reason=_stop_reason(stopped),
+                   stop_reason=_stop_reason(stopped), adaptive=_rule(group),
+                   sequential_factor=_sequential_factor(group),
                    status="ok" if len(ok) + len(stopped) == len(group) else ", ".join(
                        f"{n} {s}" for s, n in group["status"].value_counts().items()),
                    errors="; ".join(sorted({str(e) for e in group["error"].dropna()})) or None)
@@ -347,30 +348,34 @@ def _stop_reason(stopped: pd.DataFrame) -> str | None:
         return None
     stop = json.loads(stopped.sort_values("repeat")["stop"].dropna().iloc[0])
     if stop["reason"] == "baseline":
-        return "its paired cells stopped"
+        return "paired cells stopped"
     return f"{stop['reason']} after {stop['repeats']} of {stop['looks']} repeats"
+
+
+def _rule(group: pd.DataFrame) -> str | None:
+    """The adaptive rule a point was measured under (its JSON), or None."""
+    if "adaptive" not in group or group["adaptive"].isna().all():
+        return None
+    return group["adaptive"].dropna().iloc[0]
 
 
 def _sequential_factor(group: pd.DataFrame) -> float:
     """How much wider a point's interval is under the adaptive rule it was measured with: the
     repeated confidence interval's multiplier at the look it stopped (its paired repeats of
     the planned ones) over the fixed-sample normal quantile; 1 for a point measured without."""
-    if "adaptive" not in group or group["adaptive"].isna().all():
-        return 1.0
-    rule = adaptive.Rule(**json.loads(group["adaptive"].dropna().iloc[0]))
     looks, n = len(group), int(group["paired"].sum())
-    if n < 1 or looks < 1:
+    if (rule := _rule(group)) is None or n < 1:
         return 1.0
+    rule = adaptive.Rule(**json.loads(rule))
     return (adaptive.boundary(looks, rule.alpha, rule.shape)[min(n, looks) - 1]
             / stats.norm.ppf(1 - rule.alpha / 2))
 
 
-def _with_prior(row: dict, group: pd.DataFrame) -> dict:
+def _with_prior(row: dict, rule: adaptive.Rule) -> dict:
     """A point measured under the adaptive rule, with repeats as its units (or no spread of its
     own): its unit variance pooled with the rule's prior σ (`prior_df` degrees of freedom), as
     the rule pooled it when it decided, and the interval, standard error and minimum detectable
     effect from that."""
-    rule = adaptive.Rule(**json.loads(group["adaptive"].dropna().iloc[0]))
     own_df = row["df"] if pd.notna(row["df"]) and pd.notna(row.get("unit_var")) else 0.0
     if row["kind"] != WITHIN and own_df > 0:
         return row  # instances as units: their spread is more than one repeat's noise
@@ -407,14 +412,9 @@ def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataF
         if row is None:
             continue
         at = points.index[i]
-        group = frame[(frame["cell_id"] == point[0])
-                      & (frame["concurrency"].astype(float).fillna(-1)
-                         == (-1 if pd.isna(point[1]) else float(point[1])))
-                      & (frame["request_rate"].fillna(-1)
-                         == (-1 if pd.isna(point[2]) else float(point[2])))]
-        factor = _sequential_factor(group)
+        factor = points.at[at, "sequential_factor"]
         if factor != 1.0:
-            row = _with_prior(row, group)
+            row = _with_prior(row, adaptive.Rule(**json.loads(points.at[at, "adaptive"])))
         low, high = row["low"], row["high"]
         if factor != 1.0:
             center = row["center"]

@@ -615,9 +615,7 @@ def _status_text(row) -> str:
     text = f"{row['status']} ({row['repeats_ok']}/{row['repeats']}"
     stopped = row.get("repeats_stopped")
     if stopped is not None and pd.notna(stopped) and stopped:
-        why = str(row.get("stop_reason") or "")
-        why = "paired cells stopped" if why.startswith("its paired") else why.split(" after")[0]
-        text += f", {int(stopped)} stopped: {why}"
+        text += f", {int(stopped)} stopped: {str(row.get('stop_reason')).split(' after')[0]}"
     return text + ")"
 
 
