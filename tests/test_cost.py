@@ -3,6 +3,7 @@ configuration instance plus the named exceptions, GPU time projected by one requ
 calibrated rates, with sessions and without."""
 
 import json
+import re
 import socket
 
 import pytest
@@ -111,3 +112,25 @@ def test_start_ups_measured_on_this_host_replace_the_rates(tmp_path):
     base = cells[spec.baseline_cell_id]
     assert model.startup_s(base, first=False) == rates.CalibratedRates(
         config, rates.DEVICES["h100"], tmp_path).startup_s(base, first=False)
+
+
+def test_the_adaptive_projection_and_a_short_budget_name_what_is_left_out(demo_config_raw,
+                                                                           tmp_path):
+    """`make plan` under the adaptive rule: each part's measuring full and adaptive (a share
+    below the full cost), and a budget below the adaptive total leaves out parts in the
+    configured order, the lowest priority first, until the rest fits."""
+    demo_config_raw["plan"] = {"budget_gpu_hours": 0.05, "leave_out_first": ["round1"]}
+    config = validate_config(demo_config_raw)
+    result = cost.plan_cost(config, "h100", tmp_path)
+    lines = cost.adaptive_projection(config, result["parts"])
+    assert lines[1].startswith("adaptive measuring (on in this config")
+    round1 = next(line for line in lines if line.strip().startswith("round1"))
+    share = int(re.search(r"adaptive [\d.]+ h \((\d+)%\)", round1).group(1))
+    assert 0 < share < 100
+    budget = lines[-1]
+    assert budget.startswith("  budget 0.05 h: the adaptive plan needs ")
+    assert "left out to fit: round1" in budget
+    demo_config_raw["plan"] = {"budget_gpu_hours": 1000}
+    config = validate_config(demo_config_raw)
+    lines = cost.adaptive_projection(config, cost.plan_cost(config, "h100", tmp_path)["parts"])
+    assert lines[-1].endswith("it fits")

@@ -201,17 +201,19 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
     methods' most k values x its concurrency levels x loadgen.repeats) at the rule's prior
     noise: as the workflow measures today (repeats stop, settings race, every level), and with
     the coarse-to-fine level bisection (simulated only). Then the budget, where one is set."""
-    section = config.get("adaptive")
-    rule = adaptive.Rule.from_config(section) or adaptive.Rule()
+    configured = adaptive.Rule.from_config(config.get("adaptive"))
+    rule = configured or adaptive.Rule()
     repeats = int(config["loadgen"].get("repeats", 3))
-    state = "on" if section and section.get("enabled", True) else "off"
+    state = "on" if configured else "off"
     lines = ["", f"adaptive measuring ({state} in this config; rule: ±{rule.precision:.0%}, "
              f"α {rule.alpha}, prior σ {rule.noise:g} of a repeat's log speedup on "
              f"{rule.prior_df:g} df, Δ {rule.shape}):"]
     full = live = bisected = 0.0
+    needs = {}  # each part's adaptive GPU-hours: start-ups, the rest, its measuring share
     for name, tally in parts.items():
         spec = settings(config).rounds.get(name)
         if not tally.measuring_h:
+            needs[name] = tally.startup_h + tally.rest_h
             continue
         if spec is None:
             ks, levels = 1, 2
@@ -223,6 +225,7 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
                   for bisect in (False, True)]
         full += tally.measuring_h
         live += tally.measuring_h * shares[0]
+        needs[name] = tally.startup_h + tally.rest_h + tally.measuring_h * shares[0]
         bisected += tally.measuring_h * shares[1]
         lines.append(f"  {name:<10} {ks} setting(s) x {levels} levels x {repeats} repeats: "
                      f"full {tally.measuring_h:.1f} h, adaptive {tally.measuring_h * shares[0]:.1f}"
@@ -241,18 +244,15 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
     if budget is not None:
         order = (config.get("plan") or {}).get("leave_out_first") or [
             "dynamic-K", "round3", "round2", "round1"]
-        spend = {name: t.startup_h + t.rest_h + t.measuring_h for name, t in parts.items()}
-        total = sum(spend.values()) - full + live
+        needed = total = sum(needs.values())
         dropped = []
         for name in order:
             if total <= budget:
                 break
-            if spend.get(name):
-                share = live / full if full else 1.0
-                total -= spend[name] - parts[name].measuring_h * (1 - share)
+            if needs.get(name):
+                total -= needs[name]
                 dropped.append(name)
-        lines.append(f"  budget {budget:g} h: the adaptive plan needs "
-                     f"{sum(spend.values()) - full + live:.1f} h; "
+        lines.append(f"  budget {budget:g} h: the adaptive plan needs {needed:.1f} h; "
                      + (f"left out to fit: {', '.join(dropped)} (then {total:.1f} h)"
                         if dropped else "it fits"))
     return lines
