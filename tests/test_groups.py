@@ -237,6 +237,11 @@ def test_adaptive_stopping_ends_a_settled_pair_and_its_baseline(group, demo_conf
     third = Stand(throughput={"calibration": 20.0})
     run(group, demo_config, third, monkeypatch)
     assert measured(third) == []  # ... and stop again at once under the new rule
+    cellmod.assemble(pair, [layout.session_output(planned.session_id)],
+                     layout.cell_output(pair.cell_id))
+    assert {r["loadgen"]["stop"]["rule"]["precision"]
+            for r in read_jsonl(layout.cell_output(pair.cell_id))
+            if r["status"] == "stopped"} == {0.01}
     frame = aggregate.summarize([layout.cell_output(c.cell_id) for c in (base, pair)])
     points = aggregate.aggregate_points(frame)
     row = points[points["cell_id"] == pair.cell_id].iloc[0]

@@ -228,9 +228,9 @@ def _alone_under_rule(run: CellRun, config: dict,
     """A speculative cell measured on its own under the adaptive rule stops against its
     baseline cell's finished records (`adaptive.reads_baseline`; the workflow measures them
     first). Without them (a cell run by hand first) every repeat is measured, as it says."""
-    rule = adaptive.Rule.from_config(config.get("adaptive"))
-    if rule is None or not adaptive.reads_baseline(config, run.cell):
+    if not adaptive.reads_baseline(config, run.cell):  # (no rule, or interleaved, ...)
         return
+    rule = adaptive.Rule.from_config(config.get("adaptive"))
     path = (baseline_records or {}).get(run.cell_id) or layout.cell_output(
         run.cell.baseline_cell_id)
     if not Path(path).is_file():  # a cell run by hand before its baseline: all its repeats
