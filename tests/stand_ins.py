@@ -12,7 +12,8 @@ class Stand:
     """Stand-in vLLM servers and load generator; `events` says what happened, in order.
     `kill_at`: raise KeyboardInterrupt at that point (Ctrl-C / SIGTERM); `fail`: (workload,
     status) makes that workload's points invalid ("invalid") or kills the server ("failed");
-    `throughput`: speculator -> the output throughput its server's points measure (10 else)."""
+    `throughput`: "<speculator> k=<k>" or speculator -> the output throughput its server's
+    points measure (10 else), or a function of the point's concurrency that gives it."""
 
     def __init__(self, kill_at=None, fail=None, throughput=None):
         self.events, self.kill_at, self.fail = [], kill_at, fail or {}
@@ -22,7 +23,7 @@ class Stand:
     def server(self, cell, config, server_log, env=None, verdict=None):
         stand, name = self, (cell.speculator, cell.server_config["target"]["name"])
         port = len(self.ports) + 1
-        self.ports[port] = cell.speculator
+        self.ports[port] = (cell.speculator, cell.label.split(" | ")[0])
 
         class Server:
             command, connect_host = ["stand-in"], "127.0.0.1"
@@ -70,9 +71,12 @@ class Stand:
             if path in workload and status == "failed":
                 self.last.up = False
                 raise RuntimeError("server gone")
-        speculator = self.ports.get(int(args.get("--port", 0)))
+        speculator, setting = self.ports.get(int(args.get("--port", 0)), (None, None))
+        throughput = self.throughput.get(setting, self.throughput.get(speculator, 10.0))
+        if callable(throughput):
+            throughput = throughput(int(args.get("--max-concurrency", 0)))
         return {"completed": n - failed, "failed": failed, "duration": 1.0,
-                "output_throughput": self.throughput.get(speculator, 10.0),
+                "output_throughput": throughput,
                 "total_token_throughput": 20.0,
                 "total_output_tokens": 8 * n, "input_lens": [4] * n, "output_lens": [8] * n,
                 "ttfts": [0.1] * n, "itls": [[0.01] * 7] * n, "start_times": [0.0] * n,

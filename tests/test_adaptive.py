@@ -4,6 +4,7 @@ Round-1-shaped sweeps through it against the full design (a reduced run of
 
 import math
 
+import numpy as np
 import pytest
 
 from sdbench.plan import adaptive, sweeps
@@ -38,6 +39,41 @@ def test_levels_are_coarse_first_then_bisected_where_the_decision_changes():
     assert adaptive.coarse_levels(10) == [0, 5, 9]
     assert adaptive.bisect({0: 1, 5: 1, 9: -1}) == [7]
     assert adaptive.bisect({0: 1, 5: 1, 6: 1}) == []
+
+
+def test_the_level_tree_a_session_follows_measures_what_bisection_would():
+    """The workflow decides each level from its place in the tree (depth, two neighbours);
+    the simulation bisects round by round: on any decisions they measure the same levels."""
+    rng = np.random.default_rng(1)
+    for count in (2, 3, 4, 6, 10, 17):
+        tree = adaptive.level_tree(count)
+        assert sorted(tree) == list(range(count))
+        for _ in range(50):
+            truth = rng.integers(-1, 2, count)
+            measured = {i for i, (depth, _, _) in tree.items() if depth == 0}
+            for i in sorted(tree, key=lambda i: tree[i][0]):  # depth by depth
+                depth, a, b = tree[i]
+                if depth and a in measured and b in measured and truth[a] != truth[b]:
+                    measured.add(i)
+            dynamic = set(adaptive.coarse_levels(count))
+            while new := adaptive.bisect({i: truth[i] for i in dynamic}):
+                dynamic |= set(new)
+            assert measured == dynamic
+
+
+def test_an_added_level_is_measured_by_the_best_settings_of_the_methods_it_concerns():
+    rule = adaptive.Rule()
+    gain, loss = math.log(1.5), math.log(0.6)
+    lower = adaptive.level_decisions({"k2": ("ngram", [gain - 0.1], 3),
+                                      "k4": ("ngram", [gain], 3),
+                                      "e3": ("eagle", [gain], 3)}, rule)
+    upper = adaptive.level_decisions({"k2": ("ngram", [loss], 3),
+                                      "k4": ("ngram", [loss - 0.1], 3),
+                                      "e3": ("eagle", [gain], 3)}, rule)
+    assert lower == {"eagle": ["e3", 1], "ngram": ["k4", 1]}
+    assert upper == {"eagle": ["e3", 1], "ngram": ["k2", -1]}
+    assert adaptive.level_contenders(lower, upper) == {"k2", "k4"}  # not EAGLE: it agrees
+    assert adaptive.level_contenders(lower, lower) is None
 
 
 def test_simulated_sweeps_keep_coverage_and_verdicts_at_a_fraction_of_the_cost():

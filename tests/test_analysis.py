@@ -177,6 +177,9 @@ def test_derived_schedule_takes_the_best_k_per_load_and_0_where_none_pays():
     assert json.loads(json.dumps(schedule)) == schedule  # plain ints: it goes into vLLM's JSON
     with pytest.raises(ValueError, match="no measured speedups for 'eagle'"):
         derive_schedule(data, "t", "w", "eagle")
+    # a level the adaptive rule's bisection left out (no speedup): the next level's k covers it
+    left_out = data.assign(speedup_mean=data["speedup_mean"].where(data["concurrency"] != 4))
+    assert derive_schedule(left_out, "t", "w", "ngram") == [[1, 1, 4], [2, 16, 2], [17, 32, 0]]
 
 
 def test_the_crossover_table_says_where_the_set_reaches_beyond_the_levels():

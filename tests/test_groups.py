@@ -297,3 +297,59 @@ def test_a_stopped_cell_beside_one_still_measuring_keeps_its_baseline_and_no_pai
     assert eagle.repeats == 2 < ngram.repeats == base.repeats
     assert status[eagle.cell_id] == 0 and status[base.cell_id] == levels
     assert frame["pair_issue"].isna().all()
+
+
+def test_levels_are_bisected_where_the_verdict_changes_and_measured_by_the_best_settings(
+        demo_config_raw, served_dir, monkeypatch):
+    """n-gram k 2 and 4 over five levels: the session measures concurrency 1, 4 and 16 first
+    (the coarse grid), then 2 (the verdict changes between 1 and 4) with the best k there only,
+    and not 8 (no gain at 4 nor at 16); every point it leaves out is a stopped record saying
+    why, and the report's check recomputes those decisions from the records."""
+    from sdbench.analyze import aggregate, stops
+
+    raw = demo_config_raw
+    raw["round1"].update(request_rates=[], concurrency=[1, 2, 4, 8, 16])
+    raw["round1"]["methods"] = [{**m, "k": [2, 4], "interleave": True}
+                                for m in raw["round1"]["methods"] if m["method"] == "ngram"]
+    raw["adaptive"] = dict(ADAPTIVE)
+    raw.pop("dynamic_k", None)
+    config = validate_config(raw)
+    cells = grid.cells_by_id(config)
+    ngram = sorted((c for c in cells.values() if c.speculator == "ngram"
+                    and c.engine == grid.SERVE),
+                   key=lambda c: c.server_config["num_speculative_tokens"])
+    base = cells[ngram[0].baseline_cell_id]
+    (sid,) = sessions.cell_sessions(ngram[0], cells)
+    # k=4 gains 2x at concurrency 1 and 2, k=2 1.5x; from 4 on k=4 loses half, k=2 more
+    stand = Stand(throughput={f"ngram k={k}": (lambda c, s=speed, t=loss: s if c <= 2 else t)
+                              for k, speed, loss in ((2, 15.0, 4.0), (4, 20.0, 5.0))})
+    use(stand, monkeypatch)
+    planned = sessions.plan_sessions(cells)[sid]
+    manifest = session.run_session(planned, cells, config, layout.session_output(sid))
+    assert manifest["not_done"] == {}
+    files = []
+    for cell in (base, *ngram):
+        cellmod.assemble(cell, [layout.session_output(sid)], layout.cell_output(cell.cell_id))
+        files.append(layout.cell_output(cell.cell_id))
+    concurrency = [p[5] for p in stand.point_events()]
+    # depth by depth: the coarse levels (all their repeats) before 2; 8 never
+    assert set(concurrency[:concurrency.index(2)]) == {1, 4, 16}
+    assert 2 in concurrency and 8 not in concurrency
+    frame = aggregate.summarize(files)
+    at8 = frame[frame["concurrency"] == 8]
+    assert len(at8) and (at8["status"] == "stopped").all()
+    spec8 = at8[at8["method"] != "vanilla"]
+    assert all(json.loads(s)["reason"] == "level" for s in spec8["stop"])
+    assert all("verdict agrees" in e for e in spec8["error"])
+    # at 2 only k=4 (the best at both neighbours) is measured
+    at2 = frame[(frame["concurrency"] == 2) & (frame["cell_id"] == ngram[0].cell_id)]
+    assert (at2["status"] == "stopped").all()
+    assert all("not the best of its method" in e for e in at2["error"])
+    assert (frame[(frame["concurrency"] == 2) & (frame["cell_id"] == ngram[1].cell_id)][
+        "status"] == "ok").any()
+    checks = stops.recheck_frame(frame)
+    assert len(checks) and checks["holds"].all()
+    # a stored decision the records do not support is caught
+    frame.loc[frame["concurrency"] == 8, "stop"] = frame.loc[
+        frame["concurrency"] == 8, "stop"].str.replace(', -1]', ', 1]')
+    assert not stops.recheck_frame(frame)["holds"].all()

@@ -406,12 +406,14 @@ def derive_schedule(points: pd.DataFrame, target: str, workload: str,
     """vLLM's num_speculative_tokens_per_batch_size for one method: at each measured
     concurrency (taken as the batch size) the k with the best mean speedup, 0 (no speculation)
     where no k beats 1. Ranges are inclusive and start at 1; vLLM carries the last one forward
-    to larger batches."""
+    to larger batches. A level without a measured speedup (one the adaptive rule's bisection
+    left out) takes the next measured level's k."""
     spec = speculative(points)
     if "load" in spec:  # batch sizes are concurrency levels: closed-loop points only
         spec = spec[spec["load"] == "concurrency"]
     part = spec[(spec["target"] == target) & (spec["workload"] == workload)
                 & (spec["speculator"] == speculator)]
+    part = part[part["speedup_mean"].notna()]  # (not a level the bisection left out)
     if part.empty:
         raise ValueError(f"no measured speedups for {speculator!r} on target {target!r}, "
                          f"workload {workload!r}: nothing to derive a schedule from")

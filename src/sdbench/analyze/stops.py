@@ -15,6 +15,7 @@ import pandas as pd
 from sdbench.plan import adaptive
 
 LEVEL = ["concurrency", "request_rate"]
+LEVEL_REASON = "level"  # (sdbench.measure.stopping.LEVEL: the analysis does not import it)
 COLUMNS = ["cell_id", *LEVEL, "reason", "repeats", "looks", "holds", "why"]
 
 
@@ -35,20 +36,59 @@ def recheck_frame(frame: pd.DataFrame) -> pd.DataFrame:
                         & (level["method"] != "vanilla")]
         for row in stopped.sort_values("repeat").drop_duplicates("cell_id").itertuples():
             stop = json.loads(row.stop)
-            before = stop["before_repeat"]
-            ys = _log_speedups(level[level["cell_id"] == row.cell_id], before)
-            pooled = level[level["cell_id"].isin(stop.get("pooled_cells") or [row.cell_id])]
-            ss, df = adaptive.spread(_log_speedups(cell, before)
-                                     for _, cell in pooled.groupby("cell_id"))
-            sigma, _ = adaptive.pooled_sigma(adaptive.Rule(**stop["rule"]), ss, df)
-            why = (None if math.isclose(sigma, stop["sigma"], rel_tol=1e-9)
-                   else f"σ recomputed {sigma:.4g}, stored {stop['sigma']:.4g}")
-            why = why or adaptive.recheck(stop, ys)
+            try:
+                why = (_level_recheck(frame, row.cell_id, stop)
+                       if stop["reason"] == LEVEL_REASON else _recheck(level, row, stop))
+            except (KeyError, TypeError) as exc:
+                why = f"the stored stop lacks {exc}"
             rows.append({"cell_id": row.cell_id, "concurrency": row.concurrency,
-                         "request_rate": row.request_rate, "reason": stop["reason"],
-                         "repeats": stop["repeats"], "looks": stop["looks"],
+                         "request_rate": row.request_rate, "reason": stop.get("reason"),
+                         "repeats": stop.get("repeats"), "looks": stop.get("looks"),
                          "holds": why is None, "why": why})
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _recheck(level: pd.DataFrame, row, stop: dict) -> str | None:
+    """A sequential stop recomputed from its level's records (None: it holds)."""
+    before = stop["before_repeat"]
+    ys = _log_speedups(level[level["cell_id"] == row.cell_id], before)
+    pooled = level[level["cell_id"].isin(stop.get("pooled_cells") or [row.cell_id])]
+    ss, df = adaptive.spread(_log_speedups(cell, before) for _, cell in pooled.groupby("cell_id"))
+    sigma, _ = adaptive.pooled_sigma(adaptive.Rule(**stop["rule"]), ss, df)
+    if not math.isclose(sigma, stop["sigma"], rel_tol=1e-9):
+        return f"σ recomputed {sigma:.4g}, stored {stop['sigma']:.4g}"
+    return adaptive.recheck(stop, ys)
+
+
+def _level_decisions(frame: pd.DataFrame, concurrency: int, cells: list, rule) -> dict | None:
+    """`adaptive.level_decisions` at a closed-loop level from the records of `cells` there;
+    None where none of them was measured there."""
+    at = frame[(frame["concurrency"] == concurrency) & frame["cell_id"].isin(cells)]
+    if not (at["status"] == "ok").any():
+        return None
+    return adaptive.level_decisions(
+        {cell_id: (str(rows["speculator"].iloc[0]), list(_log_speedups(rows, math.inf)),
+                   len(rows)) for cell_id, rows in at.groupby("cell_id")}, rule)
+
+
+def _level_recheck(frame: pd.DataFrame, cell_id: str, stop: dict) -> str | None:
+    """A level the bisection left out (for `cell_id`), recomputed: its neighbours' decisions
+    from their records, and whether they leave this cell out."""
+    rule = adaptive.Rule(**stop["rule"])
+    found = {str(c): _level_decisions(frame, c, stop["pooled_cells"], rule)
+             for c in (stop["lower"], stop["upper"])}
+    if any(d is None for d in found.values()):
+        return None if "decisions" not in stop else "a neighbour has no measured repeats"
+    if "decisions" not in stop:
+        return "both neighbours were measured, the stop says one was not"
+    if json.loads(json.dumps(found)) != stop["decisions"]:
+        return f"neighbours' decisions recomputed {found}, stored {stop['decisions']}"
+    contenders = adaptive.level_contenders(*found.values())
+    if contenders is not None and cell_id in contenders:
+        return "the neighbours' decisions make this cell a contender: it should be measured"
+    if sorted(contenders or []) != stop["contenders"]:
+        return f"contenders recomputed {sorted(contenders or [])}, stored {stop['contenders']}"
+    return None
 
 
 def savings(frame: pd.DataFrame) -> pd.DataFrame:

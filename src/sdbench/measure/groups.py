@@ -103,8 +103,10 @@ def measure_group(session: Session, cells: dict[str, grid.Cell], runs: list[Cell
                     run.adaptive, run.stops = rule.to_dict(), stops
             # the baseline measures every point its cells do (`grid.with_baseline_repeats`);
             # a cell with fewer repeats takes its turn only at its own points, in order
+            # (under the rule's level bisection: depth by depth, `GroupStops.order`)
+            points = stopping.measuring_order(lead, lead.missing)
             order = [(r, pid) for cell_id, pid in interleaved_order(
-                        [r.cell_id for r in members], lead.missing)
+                        [r.cell_id for r in members], points)
                      for r in members if r.cell_id == cell_id and pid in r.missing]
             for run, pid in order:
                 if run.cell_id in failed:

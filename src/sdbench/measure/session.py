@@ -77,7 +77,7 @@ def measure_plain(session: Session, runs: list[CellRun], held: slots.Slots, cloc
 
 
 def _measure_cell(server: SessionServer, run: CellRun, failed: dict) -> None:
-    for pid in list(run.missing):
+    for pid in stopping.measuring_order(run, run.missing):
         if stopping.skipped(run, pid, now()):
             continue
         try:
@@ -92,7 +92,7 @@ def measure_fresh(session: Session, runs: list[CellRun], held: slots.Slots, cloc
     """A fresh server for every point (a proposer with state across requests)."""
     for run in runs:
         checked(run, failed, clock)
-        for pid in list(run.missing):
+        for pid in stopping.measuring_order(run, run.missing):
             if run.cell_id in failed:
                 break
             if stopping.skipped(run, pid, now()):

@@ -29,6 +29,8 @@ from pathlib import Path
 from sdbench.plan import adaptive
 from sdbench.records import STOPPED, LoadPoint, read_records
 
+LEVEL = "level"  # the reason of a point at a level the bisection does not measure
+
 
 def _level(pid: tuple) -> tuple:
     return pid[:-1]
@@ -62,6 +64,61 @@ class GroupStops:
         self.rule, self.lead = rule, lead
         self.partners = [p for p in partners if not p.unsupported]
         self.decided: dict[tuple[str, tuple], dict | None] = {}
+        levels = sorted({_level(pid) for p in self.partners for pid in p.plan if pid[0] == "c"})
+        tree = (adaptive.level_tree(len(levels), self.rule.coarse) if self.rule.bisect
+                else {i: (0, None, None) for i in range(len(levels))})
+        # level -> (depth, lower neighbour, upper neighbour)
+        self.tree = {levels[i]: (depth, None if a is None else levels[a],
+                                 None if b is None else levels[b])
+                     for i, (depth, a, b) in tree.items()}
+        self.gates: dict[tuple, dict] = {}
+
+    def order(self, pids: list[tuple]) -> list[tuple]:
+        """`pids` in the order the rule needs them measured: depth by depth of the level tree
+        (open-loop rates with the coarse levels), each depth repeat by repeat."""
+        def key(item):
+            i, pid = item
+            return (self.tree.get(_level(pid), (0,))[0], pid[-1], i)
+        return [pid for _, pid in sorted(enumerate(pids), key=key)]
+
+    def decisions(self, level: tuple) -> dict:
+        """The level's `adaptive.level_decisions` from every partner's repeats there."""
+        return adaptive.level_decisions(
+            {p.cell_id: (p.cell.speculator, self._ys(p, level, math.inf),
+                         len(self._repeats(p, level)))
+             for p in self.partners if self._repeats(p, level)}, self.rule)
+
+    def gate(self, level: tuple) -> dict:
+        """Whether a level is measured, and by which cells: {"open": bool, "cells": the
+        contenders (None: all), and the neighbours' decisions it was decided on}."""
+        if level not in self.gates:
+            depth, lower, upper = self.tree.get(level, (0, None, None))
+            if depth == 0:
+                self.gates[level] = {"open": True, "cells": None}
+            elif not (self.gate(lower)["open"] and self.gate(upper)["open"]):
+                self.gates[level] = {"open": False, "cells": [], "lower": lower[1],
+                                     "upper": upper[1], "why": "a neighbour was not measured"}
+            else:
+                found = {str(lower[1]): self.decisions(lower),
+                         str(upper[1]): self.decisions(upper)}
+                cells = adaptive.level_contenders(*found.values())
+                self.gates[level] = {
+                    "open": cells is not None, "cells": sorted(cells or []),
+                    "lower": lower[1], "upper": upper[1], "decisions": found,
+                    "why": ("every method's verdict agrees at its neighbours" if cells is None
+                            else "not the best of its method at either neighbour")}
+        return self.gates[level]
+
+    def _level_stop(self, run, pid: tuple) -> dict | None:
+        """The level's gate, for `run` at `pid`: a stop where the level is not measured, or not
+        by this cell."""
+        gate = self.gate(_level(pid))
+        if gate["cells"] is None or run.cell_id in gate["cells"]:
+            return None
+        return {**{k: v for k, v in gate.items() if k != "cells"}, "contenders": gate["cells"],
+                "reason": LEVEL, "before_repeat": 0, "repeats": 0,
+                "looks": len(self._repeats(run, _level(pid))), "rule": self.rule.to_dict(),
+                "pooled_cells": sorted(p.cell_id for p in self.partners)}
 
     def _repeats(self, run, level: tuple) -> list[tuple]:
         return sorted((pid for pid in run.plan if _level(pid) == level), key=lambda p: p[-1])
@@ -102,6 +159,9 @@ class GroupStops:
             if pid[0] != "c":
                 pass  # open-loop rates: their throughput is the offered load's, not a speedup
             elif run is not self.lead:
+                if (look := self._level_stop(run, pid)) is not None:
+                    self.decided[key] = look
+                    return look
                 for earlier in self._repeats(run, _level(pid)):
                     if earlier[-1] > pid[-1]:
                         break
@@ -114,6 +174,12 @@ class GroupStops:
                     self.decided[key] = {"reason": "baseline", "before_repeat": pid[-1],
                                          "rule": self.rule.to_dict()}
         return self.decided[key]
+
+
+def measuring_order(run, pids: list[tuple]) -> list[tuple]:
+    """`run`'s points to measure in the order its rule needs (`GroupStops.order`), else as
+    planned."""
+    return run.stops.order(pids) if run.stops is not None else list(pids)
 
 
 def skipped(run, pid: tuple, when: str) -> bool:
@@ -131,6 +197,9 @@ def reason_line(stop: dict) -> str:
     """One line for the record's error field and the cell's log."""
     if stop["reason"] == "baseline":
         return "stopped: every speculative cell paired with it at this level has stopped"
+    if stop["reason"] == LEVEL:
+        return (f"not measured at this level: {stop['why']} (concurrency {stop['lower']} and "
+                f"{stop['upper']}; levels bisected where decisions differ)")
     interval = f"{stop['speedup']:.3f}x [{stop['low']:.3f}, {stop['high']:.3f}]"
     why = {adaptive.SETTLED: f"settled ({interval} excludes 1)",
            adaptive.PRECISE: f"precise ({interval} within ±{stop['rule']['precision']:.0%})",

@@ -19,13 +19,18 @@ A point stops (`decide`; never before `min_repeats`) when it is beaten (the race
 lies below the best other setting's at its load by more than their difference's sequential
 half-width, `race_bar`), when its interval is narrower than `precision` (±5 % by default),
 when its verdict against 1 is settled (the interval excludes 1) and no other setting at its
-load is still in the race with it, when its chance of a verdict by the cap falls below
+load is still in the race with it (a rival it can no longer be told from by the cap is tied with
+it, `separable`), when its chance of a verdict by the cap falls below
 `futility` (`verdict_chance`), or at the cap; each stop records why and the numbers it was
 decided on, so that the report recomputes it (`recheck`).
 
-**Load levels.** A sweep measures a coarse grid first (`coarse_levels`), then the level halfway
-(in the grid's order) between two measured neighbours whose decisions differ — the best setting,
-or its verdict against 1 (`bisect`) — until neighbours are adjacent or agree.
+**Load levels.** A sweep measures a coarse grid first (`coarse_levels`: `coarse` levels, the
+lowest and highest among them), then the level halfway (in the grid's order) between two
+measured neighbours whose decisions differ — the verdict against 1 of each speculator's best
+setting there (`level_decisions`) — until neighbours are adjacent or agree (`bisect`); at an
+added level only the settings best at either neighbour are measured. Every level has its place
+in that tree before anything is measured (`level_tree`: its depth and the two levels that
+decide it), so a session measures depth by depth and decides each level from finished ones.
 
 The rule is a plan-stage module: the measuring stage applies it while it measures, and the
 analysis stage recomputes it. `sdbench.plan.sweeps` simulates whole sweeps through it.
@@ -58,6 +63,8 @@ class Rule:
     prior_df: float = 20.0  # how many degrees of freedom the prior counts for
     futility: float = 0.1  # stop when the chance of a verdict by the cap falls below this
     min_repeats: int = 1  # never stop before this many paired repeats
+    bisect: bool = True  # measure `coarse` load levels first, add others where decisions differ
+    coarse: int = 3  # how many levels the coarse grid has (the lowest and highest among them)
 
     @classmethod
     def from_config(cls, section: dict | None) -> Rule | None:
@@ -226,8 +233,19 @@ def race(repeats: dict, key, looks: int, rule: Rule, sigma: float,
     if key not in means:
         return None, False
     out = beaten(means, counts, looks, rule, sigma, df)
-    return (race_bar(means, counts, key, looks, rule, sigma, df),
-            len(means) - len(out) > 1 and key not in out)
+    racing = key not in out and any(
+        separable(means[key] - means[other], min(counts[key], counts[other]), looks, rule,
+                  sigma, df) for other in means if other != key and other not in out)
+    return race_bar(means, counts, key, looks, rule, sigma, df), racing
+
+
+def separable(difference: float, n: int, looks: int, rule: Rule, sigma: float,
+              df: float) -> bool:
+    """Whether two settings' race can still be decided by the cap: the chance that one beats
+    the other there (their mean log speedups `difference` apart after n repeats each; the
+    difference's σ is √2 σ) is at least `futility` (`verdict_chance`). Where it is not they are
+    tied for the decision: the race ends for both."""
+    return verdict_chance(difference, n, looks, rule, sigma * math.sqrt(2), df) >= rule.futility
 
 
 def coarse_levels(count: int, coarse: int = 3) -> list[int]:
@@ -244,6 +262,51 @@ def bisect(measured: dict[int, tuple]) -> list[int]:
     order = sorted(measured)
     return [(a + b) // 2 for a, b in zip(order, order[1:], strict=False)
             if b - a > 1 and measured[a] != measured[b]]
+
+
+def level_tree(count: int, coarse: int = 3) -> dict[int, tuple[int, int | None, int | None]]:
+    """Every level index of `count` -> (its depth, the lower and upper level that decide
+    whether it is measured): the coarse levels depth 0 (measured, no neighbours), then each
+    level `bisect` would add between two neighbours one deeper than the deeper of them. A
+    level is measured iff both its neighbours are and their decisions differ."""
+    tree: dict[int, tuple[int, int | None, int | None]] = {
+        i: (0, None, None) for i in coarse_levels(count, coarse)}
+    pairs = [(a, b, 1) for a, b in zip(sorted(tree), sorted(tree)[1:], strict=False)]
+    while pairs:
+        a, b, depth = pairs.pop()
+        if b - a > 1:
+            mid = (a + b) // 2
+            tree[mid] = (depth, a, b)
+            pairs += [(a, mid, depth + 1), (mid, b, depth + 1)]
+    return tree
+
+
+def level_decisions(cells: dict, rule: Rule) -> dict:
+    """What decides whether a level is bisected, from its finished repeats: per speculator,
+    [its best setting there (highest mean), whether that setting's interval says speculate (1),
+    no speculation (−1) or neither (0)]. `cells`: setting -> (its speculator, its paired log
+    speedups, its planned repeats); σ pools their spread with the rule's prior."""
+    sigma, df = pooled_sigma(rule, *spread(ys for _, ys, _ in cells.values()))
+    best: dict = {}
+    for key, (speculator, ys, looks) in sorted(cells.items()):
+        if len(ys) and (speculator not in best or np.mean(ys) > best[speculator][1]):
+            best[speculator] = (key, float(np.mean(ys)), ys, looks)
+    out = {}
+    for speculator, (key, _, ys, looks) in sorted(best.items()):
+        mean, half = interval(ys, max(looks, len(ys)), rule, sigma, df)
+        out[speculator] = [key, 1 if mean - half > 0 else -1 if mean + half < 0 else 0]
+    return out
+
+
+def level_contenders(lower: dict, upper: dict) -> set | None:
+    """The settings an added level measures, from its neighbours' `level_decisions`: the best
+    at either neighbour, of each speculator whose verdict differs between them; None (the level
+    is skipped) where every speculator's agrees."""
+    changed = [s for s in set(lower) | set(upper)
+               if (lower.get(s) or [None, None])[1] != (upper.get(s) or [None, None])[1]]
+    if not changed:
+        return None
+    return {d[s][0] for s in changed for d in (lower, upper) if s in d}
 
 
 def recheck(stop: dict, ys) -> str | None:

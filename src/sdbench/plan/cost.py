@@ -199,16 +199,19 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
     """Lines of the plan: each round's measuring under the adaptive rule, as the expected share
     of its point-repeats that `sdbench.plan.sweeps` simulates for a sweep of its shape (its
     methods' most k values x its concurrency levels x loadgen.repeats) at the rule's prior
-    noise: as the workflow measures today (repeats stop, settings race, every level), and with
-    the coarse-to-fine level bisection (simulated only). Then the budget, where one is set."""
+    noise, as the workflow measures (repeats stop, settings race, and with the rule's `bisect`
+    the levels are coarse first, then bisected), and the other way (with or without
+    bisection) for comparison. Then the budget, where one is set."""
     configured = adaptive.Rule.from_config(config.get("adaptive"))
     rule = configured or adaptive.Rule()
     repeats = int(config["loadgen"].get("repeats", 3))
     state = "on" if configured else "off"
+    ways = ["levels bisected", "every level"] if rule.bisect else ["every level",
+                                                                   "levels bisected"]
     lines = ["", f"adaptive measuring ({state} in this config; rule: ±{rule.precision:.0%}, "
              f"α {rule.alpha}, prior σ {rule.noise:g} of a repeat's log speedup on "
              f"{rule.prior_df:g} df, Δ {rule.shape}):"]
-    full = live = bisected = 0.0
+    full = live = other = 0.0
     needs = {}  # each part's adaptive GPU-hours: start-ups, the rest, its measuring share
     for name, tally in parts.items():
         spec = settings(config).rounds.get(name)
@@ -222,18 +225,17 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
             ks *= max(len(getattr(spec, "settings", ()) or ()), 1)
             levels = max(len(spec.concurrency), 2)
         shares = [sweeps.expected_share(rule, ks, levels, repeats, bisect)
-                  for bisect in (False, True)]
+                  for bisect in (rule.bisect, not rule.bisect)]
         full += tally.measuring_h
         live += tally.measuring_h * shares[0]
         needs[name] = tally.startup_h + tally.rest_h + tally.measuring_h * shares[0]
-        bisected += tally.measuring_h * shares[1]
+        other += tally.measuring_h * shares[1]
         lines.append(f"  {name:<10} {ks} setting(s) x {levels} levels x {repeats} repeats: "
                      f"full {tally.measuring_h:.1f} h, adaptive {tally.measuring_h * shares[0]:.1f}"
-                     f" h ({shares[0]:.0%}), with level bisection "
-                     f"{tally.measuring_h * shares[1]:.1f} h ({shares[1]:.0%})")
-    lines.append(f"  total measuring: full {full:.1f} h, adaptive {live:.1f} h, with level "
-                 f"bisection {bisected:.1f} h (simulated; the workflow does not bisect levels "
-                 "yet)")
+                     f" h ({shares[0]:.0%}); {ways[1]} {tally.measuring_h * shares[1]:.1f} h "
+                     f"({shares[1]:.0%})")
+    lines.append(f"  total measuring: full {full:.1f} h, adaptive {live:.1f} h "
+                 f"({live / full if full else 0:.0%}; {ways[0]}); {ways[1]} {other:.1f} h")
     lines.append("  assumptions: every speedup surface of the simulation's family "
                  "(docs/adaptive-simulation.md), the prior σ as the true noise, no instance "
                  "offsets; a baseline's repeats stop with its pairs where they are interleaved "

@@ -95,9 +95,9 @@ def full_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule) -> dict:
 
 def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
                     bisect: bool = True) -> dict:
-    """The adaptive design on the full design's draws (it measures a subset of them); without
-    `bisect`, every level with every k (repeats stop and settings race, as the workflow's
-    interleaved groups do today)."""
+    """The adaptive design on the full design's draws (it measures a subset of them), as the
+    workflow's interleaved groups measure (`sdbench.measure.stopping`); without `bisect` (the
+    rule's `bisect: false`), every level with every k."""
     ys: dict[tuple[int, int], list[float]] = {}
     last: dict[tuple[int, int], adaptive.Look] = {}
 
@@ -246,7 +246,7 @@ def write_table(frame: pd.DataFrame, path: Path, sweeps: int, rule: adaptive.Rul
     for row in frame.to_dict("records"):
         lines.append(
             f"| {row['label']} | "
-            f"{'coarse, then bisected' if row['levels_bisected'] else 'all (as the workflow)'} | "
+            f"{'coarse, then bisected' if row['levels_bisected'] else 'all (bisect: false)'} | "
             f"{row['coverage']:.1%} | {row['agreement']:.1%} | "
             f"{row['best_adaptive']:.1%} / {row['best_full']:.1%} | {row['cost']:.1%} | "
             f"{row['points']:.1f} of {row['ks'] * row['levels']} | "
