@@ -7,6 +7,10 @@
 #   scripts/gpu_run.sh round1      snakemake on config/gpu-round1.yaml (engines, load modes)
 #   scripts/gpu_run.sh calibration snakemake on config/gpu-calibration.yaml (the 7B-shape pair,
 #                                  two workloads per server session; docs/sessions.md)
+#   scripts/gpu_run.sh adaptive    config/gpu-adaptive.yaml in full (adaptive: {enabled: false}),
+#                                  then adaptively in $ADAPT_DIR (default /tmp/adapt; the same
+#                                  models, hard-linked), compared -> results/validation/adaptive.md
+#                                  (docs/validation.md, section 11)
 #   scripts/gpu_run.sh validate    overhead, fidelity and cold/warm start-up -> results/validation
 #   scripts/gpu_run.sh all         all three
 set -uo pipefail
@@ -24,6 +28,20 @@ study() {  # study <name>: snakemake on config/gpu-<name>.yaml
   "$PYTHON" -m snakemake --cores all --resources gpu="$GPUS" --configfile "config/gpu-$1.yaml" \
     --keep-going > "logs/gpu-$1.snakemake.log" 2>&1
   stamp "$1: exit $? after $((SECONDS - t0)) s"
+}
+
+adaptive() {  # the same sweep in full and adaptively, each in its own working directory
+  local full=config/gpu-adaptive-full.yaml dir=${ADAPT_DIR:-/tmp/adapt} t0=$SECONDS
+  sed 's/^adaptive: .*/adaptive: {enabled: false}/' config/gpu-adaptive.yaml > $full
+  "$PYTHON" -m snakemake results/summary_points.parquet --cores all --resources gpu="$GPUS" \
+    --configfile $full > logs/gpu-adaptive-full.snakemake.log 2>&1
+  stamp "adaptive: the full design, exit $? after $((SECONDS - t0)) s"
+  mkdir -p "$dir" && cp -al data resources "$dir"/ 2>/dev/null; t0=$SECONDS
+  "$PYTHON" -m snakemake -s "$PWD/Snakefile" -d "$dir" results/summary_points.parquet --cores all \
+    --resources gpu="$GPUS" --configfile "$PWD/config/gpu-adaptive.yaml" \
+    > logs/gpu-adaptive.snakemake.log 2>&1
+  stamp "adaptive: the adaptive design, exit $? after $((SECONDS - t0)) s"
+  "$PYTHON" -m sdbench.analyze.stops . "$dir" > $OUT/adaptive.md; stamp "compared: exit $?"
 }
 
 validate() {
@@ -46,7 +64,8 @@ validate() {
 
 case "${1:-all}" in
   smoke|round1|calibration) study "$1" ;;
+  adaptive) adaptive ;;
   validate) validate ;;
   all) study smoke; study round1; validate ;;
-  *) echo "usage: $0 smoke|round1|calibration|validate|all" >&2; exit 2 ;;
+  *) echo "usage: $0 smoke|round1|calibration|adaptive|validate|all" >&2; exit 2 ;;
 esac

@@ -349,6 +349,12 @@ def test_levels_are_bisected_where_the_verdict_changes_and_measured_by_the_best_
         "status"] == "ok").any()
     checks = stops.recheck_frame(frame)
     assert len(checks) and checks["holds"].all()
+    # the GPU check's comparison (scripts/gpu_run.sh adaptive), here of the run with itself
+    points = aggregate.aggregate_points(frame)
+    lines = stops.compare_designs(points, points, frame)
+    assert "- concurrency 8: full best k = " not in "\n".join(lines)
+    assert any(line.startswith("- same verdict at 7 of the 7 points") for line in lines)
+    assert f"- stops recomputed from the records: {len(checks)} of {len(checks)} hold" in lines
     # a stored decision the records do not support is caught
     frame.loc[frame["concurrency"] == 8, "stop"] = frame.loc[
         frame["concurrency"] == 8, "stop"].str.replace(', -1]', ', 1]')

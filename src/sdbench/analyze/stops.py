@@ -6,12 +6,15 @@ the repeats of the cells the stop says it pooled at its level (σ pooled with th
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from sdbench.layout import SummaryTables
 from sdbench.plan import adaptive
 
 LEVEL = ["concurrency", "request_rate"]
@@ -106,3 +109,77 @@ def savings(frame: pd.DataFrame) -> pd.DataFrame:
                      "saved_s_estimate": per_point * len(stopped)})
     return pd.DataFrame(rows, columns=["round", "planned", "measured", "stopped", "measuring_s",
                                        "saved_s_estimate"])
+
+
+def compare_designs(full: pd.DataFrame, adapt: pd.DataFrame, frame: pd.DataFrame) -> list[str]:
+    """Markdown lines: the same sweep measured in full and adaptively (each run's summary
+    points; `frame`: the adaptive run's records) — per point both designs' repeats, speedup and
+    verdict and why the adaptive one stopped; then point-repeats measured, verdicts agreeing,
+    the best k per concurrency and whether the full run's intervals tell it from their own
+    best, and every stop recomputed."""
+    keys = ["concurrency", "k"]
+    spec = [p[(p["method"] != "vanilla") & p["concurrency"].notna()].set_index(keys)
+            for p in (full, adapt)]
+
+    def cell(row) -> str:
+        if row is None or pd.isna(row["speedup_mean"]):
+            return "not measured"
+        return (f"{int(row['repeats_paired'])}, {row['speedup_mean']:.2f}× "
+                f"[{row['speedup_ci_low']:.2f}, {row['speedup_ci_high']:.2f}], {row['verdict']}")
+
+    lines = ["| concurrency | k | full: repeats, speedup [95 %], verdict | adaptive: repeats, "
+             "speedup [95 %], verdict | why the adaptive point stopped |",
+             "| --- | --- | --- | --- | --- |"]
+    same = both = 0
+    for key in sorted(spec[0].index):
+        mine = spec[1].loc[key] if key in spec[1].index else None
+        theirs = spec[0].loc[key]
+        if mine is not None and pd.notna(mine["speedup_mean"]):
+            both += 1
+            same += mine["verdict"] == theirs["verdict"]
+        why = (mine.get("stop_reason") if mine is not None else None) or "ran to the cap"
+        lines.append(f"| {int(key[0])} | {int(key[1])} | {cell(theirs)} | {cell(mine)} | {why} |")
+    measured = [int(p["repeats_ok"].sum()) for p in (full, adapt)]
+    lines += ["", f"- point-repeats measured (every cell, the baseline's too): adaptive "
+              f"{measured[1]} of the full run's {measured[0]} ({measured[1] / measured[0]:.0%})",
+              f"- same verdict at {same} of the {both} points both measured"]
+    for level, theirs in spec[0].groupby(level="concurrency"):
+        if theirs["speedup_mean"].isna().all():
+            continue  # (a level the full run did not measure)
+        best = theirs["speedup_mean"].idxmax()[1]
+        mine = spec[1].xs(level, level="concurrency") if level in spec[1].index.get_level_values(
+            "concurrency") else pd.DataFrame()
+        mine = mine[mine["speedup_mean"].notna()] if len(mine) else mine
+        if not len(mine):
+            lines.append(f"- concurrency {int(level)}: full best k = {best}; adaptive: level "
+                         "left out by the bisection (its neighbours' verdicts agree)")
+            continue
+        pick = int(mine["speedup_mean"].idxmax())
+        low = theirs.loc[(level, best), "speedup_ci_low"]
+        told = theirs.loc[(level, pick), "speedup_ci_high"] < low
+        lines.append(f"- concurrency {int(level)}: full best k = {best}, adaptive best k = {pick}"
+                     + ("" if pick == best else
+                        f" ({'told apart' if told else 'not told apart'} by the full run's "
+                        "intervals)"))
+    checks = recheck_frame(frame)
+    lines.append(f"- stops recomputed from the records: {int(checks['holds'].sum())} of "
+                 f"{len(checks)} hold")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Compare a sweep measured in full and "
+                                     "adaptively (two working directories' summaries).")
+    parser.add_argument("full", help="the full run's working directory")
+    parser.add_argument("adaptive", help="the adaptive run's working directory")
+    args = parser.parse_args(argv)
+    tables = SummaryTables()
+    read = lambda root, path: pd.read_parquet(Path(root) / path)  # noqa: E731
+    print("\n".join(compare_designs(read(args.full, tables.points),
+                                    read(args.adaptive, tables.points),
+                                    read(args.adaptive, tables.summary))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
