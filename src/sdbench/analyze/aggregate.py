@@ -349,7 +349,7 @@ def _stop_reason(stopped: pd.DataFrame) -> str | None:
     stop = json.loads(stopped.sort_values("repeat")["stop"].dropna().iloc[0])
     if stop["reason"] == "baseline":
         return "paired cells stopped"
-    if stop["reason"] == "level":
+    if stop["reason"] == adaptive.LEVEL:
         return "level left out by the bisection"
     return f"{stop['reason']} after {stop['repeats']} of {stop['looks']} repeats"
 

@@ -18,7 +18,6 @@ from sdbench.layout import SummaryTables
 from sdbench.plan import adaptive
 
 LEVEL = ["concurrency", "request_rate"]
-LEVEL_REASON = "level"  # (sdbench.measure.stopping.LEVEL: the analysis does not import it)
 COLUMNS = ["cell_id", *LEVEL, "reason", "repeats", "looks", "holds", "why"]
 
 
@@ -41,7 +40,7 @@ def recheck_frame(frame: pd.DataFrame) -> pd.DataFrame:
             stop = json.loads(row.stop)
             try:
                 why = (_level_recheck(frame, row.cell_id, stop)
-                       if stop["reason"] == LEVEL_REASON else _recheck(level, row, stop))
+                       if stop["reason"] == adaptive.LEVEL else _recheck(level, row, stop))
             except (KeyError, TypeError) as exc:
                 why = f"the stored stop lacks {exc}"
             rows.append({"cell_id": row.cell_id, "concurrency": row.concurrency,

@@ -29,8 +29,6 @@ from pathlib import Path
 from sdbench.plan import adaptive
 from sdbench.records import STOPPED, LoadPoint, read_records
 
-LEVEL = "level"  # the reason of a point at a level the bisection does not measure
-
 
 def _level(pid: tuple) -> tuple:
     return pid[:-1]
@@ -89,21 +87,21 @@ class GroupStops:
              for p in self.partners if self._repeats(p, level)}, self.rule)
 
     def gate(self, level: tuple) -> dict:
-        """Whether a level is measured, and by which cells: {"open": bool, "cells": the
-        contenders (None: all), and the neighbours' decisions it was decided on}."""
+        """Which cells measure a level: {"cells": the contenders (None: all; []: none), and the
+        neighbours' decisions it was decided on}."""
         if level not in self.gates:
             depth, lower, upper = self.tree.get(level, (0, None, None))
             if depth == 0:
-                self.gates[level] = {"open": True, "cells": None}
-            elif not (self.gate(lower)["open"] and self.gate(upper)["open"]):
-                self.gates[level] = {"open": False, "cells": [], "lower": lower[1],
+                self.gates[level] = {"cells": None}
+            elif [] in (self.gate(lower)["cells"], self.gate(upper)["cells"]):  # not measured
+                self.gates[level] = {"cells": [], "lower": lower[1],
                                      "upper": upper[1], "why": "a neighbour was not measured"}
             else:
                 found = {str(lower[1]): self.decisions(lower),
                          str(upper[1]): self.decisions(upper)}
                 cells = adaptive.level_contenders(*found.values())
                 self.gates[level] = {
-                    "open": cells is not None, "cells": sorted(cells or []),
+                    "cells": sorted(cells or []),
                     "lower": lower[1], "upper": upper[1], "decisions": found,
                     "why": ("every method's verdict agrees at its neighbours" if cells is None
                             else "not the best of its method at either neighbour")}
@@ -116,7 +114,7 @@ class GroupStops:
         if gate["cells"] is None or run.cell_id in gate["cells"]:
             return None
         return {**{k: v for k, v in gate.items() if k != "cells"}, "contenders": gate["cells"],
-                "reason": LEVEL, "before_repeat": 0, "repeats": 0,
+                "reason": adaptive.LEVEL, "before_repeat": 0, "repeats": 0,
                 "looks": len(self._repeats(run, _level(pid))), "rule": self.rule.to_dict(),
                 "pooled_cells": sorted(p.cell_id for p in self.partners)}
 
@@ -197,7 +195,7 @@ def reason_line(stop: dict) -> str:
     """One line for the record's error field and the cell's log."""
     if stop["reason"] == "baseline":
         return "stopped: every speculative cell paired with it at this level has stopped"
-    if stop["reason"] == LEVEL:
+    if stop["reason"] == adaptive.LEVEL:
         return (f"not measured at this level: {stop['why']} (concurrency {stop['lower']} and "
                 f"{stop['upper']}; levels bisected where decisions differ)")
     interval = f"{stop['speedup']:.3f}x [{stop['low']:.3f}, {stop['high']:.3f}]"

@@ -50,6 +50,7 @@ from sdbench.plan import grid
 CONTINUE, SETTLED, PRECISE, BEATEN, FUTILE, CAP = (
     "continue", "settled", "precise", "beaten", "futile", "cap")
 REASONS = (SETTLED, PRECISE, BEATEN, FUTILE, CAP)
+LEVEL = "level"  # a point at a level the bisection leaves out (for its cell, or for all)
 
 
 @dataclass(frozen=True)
