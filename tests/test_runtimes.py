@@ -135,3 +135,32 @@ def test_the_real_study_gets_limits_between_minutes_and_the_cap(tmp_path, monkey
     spec = grid.dynamic_k_specs(config)[0]
     assert runtimes.ASSEMBLE_MINUTES <= runtimes.cell_minutes(
         config, grid.dynamic_k_placeholder(config, spec)) <= config["cells"]["max_runtime"]
+
+
+def test_sessions_start_longest_chain_first(config, tmp_path, monkeypatch):
+    """A session's priority is its own estimated seconds, plus those of the derived dynamic-K
+    cells whose schedules read its cells: where sessions run side by side, the chains that end
+    last start first."""
+    from sdbench.plan import rates
+
+    monkeypatch.chdir(tmp_path)
+    cells = grid.cells_by_id(config)
+    planned = sessions.plan_sessions(cells)
+    device = "cpu-avx2"
+    priorities = runtimes.session_priorities(config, planned, cells, device)
+    model = rates.CalibratedRates(config, rates.DEVICES[device])
+    own = {sid: work.session_work(s, cells, model).total_s for sid, s in planned.items()}
+    (spec,) = grid.dynamic_k_specs(config)
+    feeding = {c.cell_id for c in grid.dynamic_k_sources(spec, cells)}
+    assert {cells[c].speculator for c in feeding} == {"vanilla", spec["speculator"]}
+    waiting = {sid for sid, s in planned.items() if feeding & set(s.cells)}
+    assert waiting and len(waiting) < len(planned)
+    for sid in planned:
+        if sid in waiting:  # the derived cell's own work comes after it
+            assert priorities[sid] > own[sid] + 1
+        else:
+            assert priorities[sid] == round(own[sid])
+    # more work, higher priority (the longest session first)
+    others = sorted((s for s in planned if s not in waiting), key=own.get)
+    assert [priorities[s] for s in others] == sorted(priorities[s] for s in others)
+    assert own[others[-1]] > own[others[0]]

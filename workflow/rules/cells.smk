@@ -20,6 +20,7 @@ rule session:
         layout.SESSION_LOG,
     benchmark:
         layout.benchmark_file("session", "{session_id}")
+    priority: session_priority
     threads: CELL_THREADS
     resources:
         gpu=session_gpus,

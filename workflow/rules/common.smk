@@ -12,7 +12,17 @@ sys.path.insert(0, SRC)
 # scripts and notebooks run in child processes: let them import the library too
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
 
-from sdbench.plan import adaptive, checks, grid, hostcaps, lock, preflight, runtimes, sessions
+from sdbench.plan import (
+    adaptive,
+    checks,
+    grid,
+    hostcaps,
+    lock,
+    preflight,
+    rates,
+    runtimes,
+    sessions,
+)
 from sdbench import layout
 from sdbench.measure import provenance
 from sdbench.report.pages import salvage
@@ -124,6 +134,18 @@ def session_runtime(wildcards, attempt):
     return runtimes.session_minutes(config, SESSIONS[wildcards.session_id], CELLS, attempt)
 
 
+_PRIORITIES = {}
+
+
+def session_priority(wildcards):
+    """Where sessions run side by side (several GPUs, or CPU cell slots), the longest chains
+    of work (a session, then the derived dynamic-K cells waiting on it) start first."""
+    if not _PRIORITIES:
+        device = rates.device_of_host(hostcaps.host_caps())
+        _PRIORITIES.update(runtimes.session_priorities(config, SESSIONS, CELLS, device))
+    return _PRIORITIES[wildcards.session_id]
+
+
 def session_retries(wildcards):
     """Sessions of this id that left a cell unfinished: a parameter, so that the next run
     measures those points again."""
@@ -201,16 +223,9 @@ def all_cell_records():
 def dynamic_k_round1(wildcards):
     """Round 1 records of the method and its baseline on that target and workload (what its
     schedule is derived from)."""
+    spec = DYNAMIC_K[(wildcards.target, wildcards.workload, wildcards.speculator)]
     return {
-        "round1": [
-            layout.cell_output(c.cell_id)
-            for c in CELLS.values()
-            if c.round == "round1"
-            and c.server_config["target"]["name"] == wildcards.target
-            and c.workload["name"] == wildcards.workload
-            and c.speculator in ("vanilla", wildcards.speculator)
-            and c.engine == grid.SERVE
-        ]
+        "round1": [layout.cell_output(c.cell_id) for c in grid.dynamic_k_sources(spec, CELLS)]
     }
 
 

@@ -545,6 +545,16 @@ def dynamic_k_baseline(config: dict, spec: dict) -> str:
                       workload_spec(config, spec["workload"]))
 
 
+def dynamic_k_sources(spec: dict, cells: dict[str, Cell]) -> list[Cell]:
+    """The round 1 cells a derived dynamic-K schedule is derived from: the served cells of its
+    method and of no speculation on its target and workload."""
+    return [c for c in cells.values()
+            if c.round == "round1" and c.engine == SERVE
+            and c.server_config["target"]["name"] == spec["target"]
+            and c.workload["name"] == spec["workload"]
+            and c.speculator in ("vanilla", spec["speculator"])]
+
+
 def dynamic_k_repeats(config: dict) -> dict[str, int]:
     """baseline cell id -> the most repeats of a derived dynamic-K cell paired with it."""
     out: dict[str, int] = {}

@@ -14,8 +14,9 @@ A number instead of `auto` is the limit in minutes for every session, as before.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
-from sdbench.plan import grid
+from sdbench.plan import grid, rates
 from sdbench.plan.sessions import Session, standalone
 from sdbench.plan.settings import settings
 from sdbench.plan.work import session_work
@@ -76,3 +77,25 @@ def cell_minutes(config: dict, cell: grid.Cell, attempt: int = 1) -> int:
                   for s in standalone(cell).values())
     minutes = max(ASSEMBLE_MINUTES, math.ceil(seconds / 60)) * attempt
     return min(minutes, limits.max_runtime)
+
+
+def session_priorities(config: dict, planned: dict[str, Session], cells: dict[str, grid.Cell],
+                       device: str, root: str | Path = ".") -> dict[str, int]:
+    """Snakemake's `priority` of each session job: the estimated seconds (at `device`'s
+    calibrated rates, `sdbench.plan.rates`) of the longest chain of work that waits on it, i.e.
+    the session itself plus the derived dynamic-K cells whose schedules read its cells. Where
+    several sessions run at once (GPUs or CPU cell slots), the longest chains start first and
+    the run does not end on one long job started late (longest-processing-time first)."""
+    model = rates.CalibratedRates(config, rates.DEVICES[device], root)
+    own = {sid: session_work(s, cells, model, root=root).total_s
+           for sid, s in planned.items()}
+    after: dict[str, float] = {}
+    for spec in grid.dynamic_k_specs(config):
+        derived = grid.dynamic_k_placeholder(config, spec)
+        seconds = sum(session_work(s, {derived.cell_id: derived}, model, root=root).total_s
+                      for s in standalone(derived).values())
+        feeding = {c.cell_id for c in grid.dynamic_k_sources(spec, cells)}
+        for sid, session in planned.items():
+            if feeding & set(session.cells):
+                after[sid] = max(after.get(sid, 0.0), seconds)
+    return {sid: round(own[sid] + after.get(sid, 0.0)) for sid in planned}
