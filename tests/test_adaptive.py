@@ -85,7 +85,7 @@ def test_simulated_sweeps_keep_coverage_and_verdicts_at_a_fraction_of_the_cost()
         assert row["agreement"] >= 0.92
         assert row["best_adaptive"] >= row["best_full"] - 0.06
         assert row["cost"] <= 0.40
-    # the workflow's design today (every level): fewer savings
+    # without bisection (`bisect: false`: every level with every k): fewer savings
     every = sweeps.run(sweeps.Sweep(0.0, 0.02), rule, 20, seed=0, bisect=False)
     assert every["cost"] > rows[0]["cost"]
 

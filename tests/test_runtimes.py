@@ -147,17 +147,19 @@ def test_sessions_start_longest_chain_first(config, tmp_path, monkeypatch):
     cells = grid.cells_by_id(config)
     planned = sessions.plan_sessions(cells)
     device = "cpu-avx2"
-    priorities = runtimes.session_priorities(config, planned, cells, device)
+    priorities, derived = runtimes.job_priorities(config, planned, cells, device)
     model = rates.CalibratedRates(config, rates.DEVICES[device])
     own = {sid: work.session_work(s, cells, model).total_s for sid, s in planned.items()}
     (spec,) = grid.dynamic_k_specs(config)
+    key = (spec["target"], spec["workload"], spec["speculator"])
+    assert list(derived) == [key] and derived[key] > 0
     feeding = {c.cell_id for c in grid.dynamic_k_sources(spec, cells)}
     assert {cells[c].speculator for c in feeding} == {"vanilla", spec["speculator"]}
     waiting = {sid for sid, s in planned.items() if feeding & set(s.cells)}
     assert waiting and len(waiting) < len(planned)
     for sid in planned:
         if sid in waiting:  # the derived cell's own work comes after it
-            assert priorities[sid] > own[sid] + 1
+            assert abs(priorities[sid] - own[sid] - derived[key]) <= 1
         else:
             assert priorities[sid] == round(own[sid])
     # more work, higher priority (the longest session first)

@@ -44,6 +44,7 @@ rule cell:
         layout.CELL_LOG,
     benchmark:
         layout.benchmark_file("cell", "{cell_id}")
+    priority: unlocking_priority
     conda:
         ENV
     script:
@@ -67,6 +68,7 @@ rule dynamic_k_schedule:
         layout.SCHEDULE_LOG,
     benchmark:
         layout.benchmark_file("dynamic_k_schedule", "{target}/{workload}/{speculator}")
+    priority: unlocking_priority
     conda:
         ENV
     script:
@@ -87,6 +89,7 @@ rule dynamic_k_cell:
         layout.DERIVED_LOG,
     benchmark:
         layout.benchmark_file("dynamic_k_cell", "{target}/{workload}/{speculator}")
+    priority: dynamic_k_priority
     threads: CELL_THREADS
     resources:
         gpu=lambda wc: grid.cell_gpus(grid.server_config(config, wc.target)),

@@ -134,16 +134,33 @@ def session_runtime(wildcards, attempt):
     return runtimes.session_minutes(config, SESSIONS[wildcards.session_id], CELLS, attempt)
 
 
-_PRIORITIES = {}
+_PRIORITIES = []
+
+
+def _priorities():
+    """(session id -> its priority, dynamic-K key -> the derived cell's), estimated once at
+    the host's calibrated rates."""
+    if not _PRIORITIES:
+        device = rates.device_of_host(hostcaps.host_caps())
+        _PRIORITIES.extend(runtimes.job_priorities(config, SESSIONS, CELLS, device))
+    return _PRIORITIES
 
 
 def session_priority(wildcards):
     """Where sessions run side by side (several GPUs, or CPU cell slots), the longest chains
     of work (a session, then the derived dynamic-K cells waiting on it) start first."""
-    if not _PRIORITIES:
-        device = rates.device_of_host(hostcaps.host_caps())
-        _PRIORITIES.update(runtimes.session_priorities(config, SESSIONS, CELLS, device))
-    return _PRIORITIES[wildcards.session_id]
+    return _priorities()[0][wildcards.session_id]
+
+
+def dynamic_k_priority(wildcards):
+    return _priorities()[1][(wildcards.target, wildcards.workload, wildcards.speculator)]
+
+
+def unlocking_priority(wildcards):
+    """Short jobs that other jobs wait on (data, models, a cell's records, a schedule) run
+    before any measuring job: a long chain's session would otherwise wait behind the others."""
+    sessions_, derived = _priorities()
+    return max([*sessions_.values(), *derived.values()], default=0) + 1
 
 
 def session_retries(wildcards):

@@ -19,6 +19,7 @@ rule fetch_source:
         layout.benchmark_file("fetch_source", "{source}/{file}")
     wildcard_constraints:
         file=r"[^/]+\.(jsonl|json|parquet|zip)",
+    priority: unlocking_priority
     conda:
         ENV
     script:
@@ -37,6 +38,7 @@ rule prompts:
         layout.SUBSET_LOG,
     benchmark:
         layout.benchmark_file("prompts", "{dataset}/{subset}")
+    priority: unlocking_priority
     conda:
         ENV
     script:

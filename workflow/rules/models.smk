@@ -15,6 +15,7 @@ rule download_model:
         layout.benchmark_file("model", "{model}")
     wildcard_constraints:
         model=names_regex(HUB_MODELS),
+    priority: unlocking_priority
     conda:
         ENV
     script:
@@ -34,6 +35,7 @@ rule model:
         layout.benchmark_file("model", "{model}")
     wildcard_constraints:
         model=names_regex(BUILT_MODELS),
+    priority: unlocking_priority
     conda:
         ENV
     script:

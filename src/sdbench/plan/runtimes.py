@@ -79,23 +79,26 @@ def cell_minutes(config: dict, cell: grid.Cell, attempt: int = 1) -> int:
     return min(minutes, limits.max_runtime)
 
 
-def session_priorities(config: dict, planned: dict[str, Session], cells: dict[str, grid.Cell],
-                       device: str, root: str | Path = ".") -> dict[str, int]:
-    """Snakemake's `priority` of each session job: the estimated seconds (at `device`'s
-    calibrated rates, `sdbench.plan.rates`) of the longest chain of work that waits on it, i.e.
-    the session itself plus the derived dynamic-K cells whose schedules read its cells. Where
-    several sessions run at once (GPUs or CPU cell slots), the longest chains start first and
-    the run does not end on one long job started late (longest-processing-time first)."""
+def job_priorities(config: dict, planned: dict[str, Session], cells: dict[str, grid.Cell],
+                  device: str, root: str | Path = ".") -> tuple[dict[str, int], dict[tuple, int]]:
+    """Snakemake's `priority` of the measuring jobs: (session id -> the estimated seconds, at
+    `device`'s calibrated rates (`sdbench.plan.rates`), of the longest chain of work that waits
+    on it, i.e. the session itself plus the derived dynamic-K cells whose schedules read its
+    cells; (target, workload, speculator) -> a derived dynamic-K cell's own seconds). Where
+    several jobs run at once (GPUs or CPU cell slots), the longest chains start first and the
+    run does not end on one long job started late (longest-processing-time first)."""
     model = rates.CalibratedRates(config, rates.DEVICES[device], root)
     own = {sid: session_work(s, cells, model, root=root).total_s
            for sid, s in planned.items()}
     after: dict[str, float] = {}
+    derived: dict[tuple, int] = {}
     for spec in grid.dynamic_k_specs(config):
-        derived = grid.dynamic_k_placeholder(config, spec)
-        seconds = sum(session_work(s, {derived.cell_id: derived}, model, root=root).total_s
-                      for s in standalone(derived).values())
+        cell = grid.dynamic_k_placeholder(config, spec)
+        seconds = sum(session_work(s, {cell.cell_id: cell}, model, root=root).total_s
+                      for s in standalone(cell).values())
+        derived[(spec["target"], spec["workload"], spec["speculator"])] = round(seconds)
         feeding = {c.cell_id for c in grid.dynamic_k_sources(spec, cells)}
         for sid, session in planned.items():
             if feeding & set(session.cells):
                 after[sid] = max(after.get(sid, 0.0), seconds)
-    return {sid: round(own[sid] + after.get(sid, 0.0)) for sid in planned}
+    return {sid: round(own[sid] + after.get(sid, 0.0)) for sid in planned}, derived

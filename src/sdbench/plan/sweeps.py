@@ -18,8 +18,10 @@ baseline's instance shared by every k at every level) and each run its own (sd
 The full design measures every point `repeats` times; its interval is ȳ ± t · σ / √repeats with
 σ pooled over the sweep (and the rule's prior). The adaptive design measures the coarse levels
 first, each with every k, repeat by repeat, stopping a point by `adaptive.decide` (settled,
-precise, beaten or the cap), then bisects between measured levels whose best k or its verdict
-differ; at a new level it measures the k values still in the race at either neighbour. Both
+precise, beaten, tied or the cap), then the levels of the workflow's static tree
+(`adaptive.level_tree`) depth by depth: a level is measured where the verdict of the method's
+best k differs between its two neighbours (`adaptive.level_decisions`), by the k values best at
+either neighbour (`adaptive.level_contenders`), the same functions the workflow calls. Both
 pick a best k at every level: the highest mean where measured, else the highest of each k's
 mean interpolated (linearly in log concurrency) between the nearest levels that measured it.
 
@@ -41,6 +43,8 @@ from scipy import stats
 from sdbench.plan import adaptive
 
 REPO = Path(__file__).resolve().parents[3]
+# a simulated sweep is one method's k values
+METHOD = "method"
 
 
 @dataclass(frozen=True)
@@ -119,24 +123,26 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
             if not active:
                 return
 
-    def verdicts(i: int) -> dict[int, int]:
-        return {k: _verdict(look.low, look.high) for (k, j), look in last.items() if j == i}
+    def decisions(i: int) -> dict:
+        return adaptive.level_decisions(
+            {k: (METHOD, ys[(k, i)], sweep.repeats) for k in range(sweep.ks) if (k, i) in ys},
+            rule)
 
-    def best(i: int) -> int:
-        here = [k for k in range(sweep.ks) if (k, i) in last]
-        return max(here, key=lambda k: last[(k, i)].mean)
-
-    for i in adaptive.coarse_levels(sweep.levels) if bisect else range(sweep.levels):
-        run_level(i, list(range(sweep.ks)))
-    while bisect:
-        measured = sorted({i for _, i in last})
-        new = adaptive.bisect({i: verdicts(i)[best(i)] for i in measured})
-        if not new:
-            break
-        for i in new:
-            lower = max(j for j in measured if j < i)
-            upper = min(j for j in measured if j > i)
-            run_level(i, sorted({best(lower), best(upper)}))
+    if not bisect:
+        for i in range(sweep.levels):
+            run_level(i, list(range(sweep.ks)))
+    # the workflow's static tree (`GroupStops`): depth by depth, a level measured by the
+    # contenders of its neighbours' decisions where they differ
+    tree = adaptive.level_tree(sweep.levels, rule.coarse) if bisect else {}
+    for i, (_, lower, upper) in sorted(tree.items(), key=lambda item: (item[1][0], item[0])):
+        if lower is None:
+            run_level(i, list(range(sweep.ks)))
+            continue
+        if not any(j == lower for _, j in ys) or not any(j == upper for _, j in ys):
+            continue
+        contenders = adaptive.level_contenders(decisions(lower), decisions(upper))
+        if contenders is not None:
+            run_level(i, sorted(contenders))
     # the intervals reported: each point's repeats, σ as pooled at the end of the sweep
     sigma, df = adaptive.pooled_sigma(rule, *adaptive.spread(ys.values()))
     for key, look in last.items():
