@@ -100,6 +100,10 @@ def test_the_record_schema_validates_every_record_the_run_writes(e2e_run):
     assert {r["engine"] for r in records} == {"serve", "offline", "transformers"}
 
 
+def prov_dtype(record):
+    return record["provenance"]["dtype"]["resolved"]
+
+
 def test_records_carry_metrics_and_provenance(e2e_run, host):
     files = sorted((e2e_run["workdir"] / "results" / "cells").glob("*.jsonl"))
     # round 1 on Spec-Bench: server cells vanilla, ngram, the EAGLE head (k=2) on the target,
@@ -158,6 +162,22 @@ def test_records_carry_metrics_and_provenance(e2e_run, host):
                 assert m["spec_decode_num_drafts"] > 0 and m["spec_decode_acceptance_length"] >= 1
                 if engine != "transformers":  # Transformers has no per-position counters
                     assert len(m["spec_decode_per_position_acceptance_rates"]) == 2
+            # what the engine resolved, read from its log (the Transformers reference has no
+            # vLLM engine: no settings)
+            ran = r["server"]["engine"]
+            if engine == "transformers":
+                assert ran["settings"] == {}
+            else:
+                assert ran["sources"] == ["server log"]
+                assert ran["settings"]["vllm_version"] == "0.32.0"
+                assert ran["settings"]["dtype"] == prov_dtype(r)
+                assert ran["settings"]["cudagraph_mode"] == "NONE"  # enforce_eager
+                assert ran["settings"]["kv_cache_tokens"] > 0
+                method = r["server_config"]["method"]
+                spec = ran["settings"]["speculative"]
+                assert (spec is None) if method == "vanilla" else spec["method"] == method
+                assert ran["settings"].get("async_scheduling_off", False) == (method == "ngram")
+                assert all(len(w) <= 240 and "pid=" not in w for w in ran["warnings"])
             if engine != "serve":
                 assert "sdbench.measure.engines" in " ".join(r["server"]["command"])
                 assert r["loadgen"] == {"engine": engine, "batch_size": r["concurrency"],
@@ -372,6 +392,10 @@ def test_reports_are_rendered(e2e_run, host):
                     "By length bucket", "Per-position acceptance", "draft-len-512"):
         assert section in page3, section
     assert "No mixed-length workload" not in page3 and "data:image/png;base64" in page3
+    # what each engine ran, in every round's report: n-gram's scheduling turned off by vLLM
+    for text in (page, page2, page3):
+        assert "What the engine ran" in text and "carries the engine" not in text
+    assert "turned off by vLLM" in page and "Async scheduling not supported" in page
 
 
 def test_reports_read_only_the_summary_stage_s_tables(e2e_run, tmp_path, monkeypatch, repo):

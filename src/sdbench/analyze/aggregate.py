@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from sdbench.analyze import engine
 from sdbench.analyze.lossless import lossless_columns, read_all_details
 from sdbench.analyze.noise import WITHIN, minimum_detectable, point_key, point_noise
 from sdbench.analyze.prompts import with_prompt_intervals
@@ -133,6 +134,10 @@ def _row(record: dict) -> dict:
         if loadgen.get("adaptive") else None,
         "stop": json.dumps(loadgen["stop"], sort_keys=True) if loadgen.get("stop") else None,
         "server_args": json.dumps(server.get("args") or {}, sort_keys=True),
+        # what vLLM resolved and warned about (sdbench.measure.engine_report)
+        "engine_settings": engine.settings_of(record),
+        "engine_warnings": json.dumps(
+            ((record["server"].get("engine") or {}).get("warnings")) or []) or None,
     }
     for key, value in record["metrics"].items():
         if isinstance(value, list | dict):
@@ -174,8 +179,12 @@ def add_speedups(frame: pd.DataFrame) -> pd.DataFrame:
             frame[column] = np.nan
     if "server_instance" not in frame:
         frame["server_instance"] = np.nan
-    base = frame.loc[ok, KEY + metrics + list(PAIR_CHECKS) + ["server_instance"]].rename(
+    if "engine_settings" not in frame:
+        frame["engine_settings"] = None
+    base = frame.loc[ok, KEY + metrics + list(PAIR_CHECKS) + ["server_instance",
+                                                              "engine_settings"]].rename(
         columns={"cell_id": "_base", "server_instance": "baseline_server_instance",
+                 "engine_settings": "_base_engine",
                  **{m: f"baseline_{m}" for m in metrics},
                  **{c: f"_pair_{c}" for c in PAIR_CHECKS}})
     # vanilla rows are their own baseline
@@ -191,6 +200,10 @@ def add_speedups(frame: pd.DataFrame) -> pd.DataFrame:
         for i in np.flatnonzero(differ.to_numpy()):
             issues[i].append(f"different {what} ({mine.iloc[i]} vs baseline {theirs.iloc[i]})")
     merged["pair_issue"] = ["; ".join(i) or None for i in issues]
+    # a pair whose servers resolved other settings than speculation: flagged, still paired
+    merged["engine_differs"] = [
+        engine.pair_sentence(mine, theirs) if hit else None for mine, theirs, hit in zip(
+            merged["engine_settings"], merged["_base_engine"], found, strict=True)]
     comparable = (merged["status"] == "ok") & merged["pair_issue"].isna()
     for name, (column, higher_is_better) in SPEEDUPS.items():
         ratio = _ratio(merged[column], merged[f"baseline_{column}"], higher_is_better)
@@ -200,7 +213,8 @@ def add_speedups(frame: pd.DataFrame) -> pd.DataFrame:
     merged["output_drift"] = drift.where(comparable)
     merged["drift_flag"] = merged["output_drift"].abs() > DRIFT_LIMIT
     merged["paired"] = merged["speedup"].notna()
-    return merged.drop(columns=["_base", "_found", *[f"_pair_{c}" for c in PAIR_CHECKS]])
+    return merged.drop(columns=["_base", "_found", "_base_engine",
+                                *[f"_pair_{c}" for c in PAIR_CHECKS]])
 
 
 def apply_failure_threshold(frame: pd.DataFrame, max_failure_share: float) -> pd.DataFrame:
@@ -312,6 +326,9 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
                               else ", ".join(map(str, counts)) if counts else None)
         row["drift_flag"] = bool(group["drift_flag"].fillna(False).any())
         row["pair_issues"] = "; ".join(sorted(set(group["pair_issue"].dropna()))) or None
+        if "engine_differs" in group:
+            row["engine_differs"] = "; ".join(
+                sorted(set(group["engine_differs"].dropna()))) or None
         row["interval_covers"] = interval_covers(group)
         if "spec_decode_acceptance_length" in group and pd.notna(row["k"]):
             row["acceptance_efficiency"] = acceptance_efficiency(ok, row["k"])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sdbench import layout
 from sdbench.logcause import error_cause
-from sdbench.measure import engines, gpumon, points, slots
+from sdbench.measure import engine_report, engines, gpumon, points, slots
 from sdbench.measure.run import CellRun, log_size, now, point_status, run_args
 from sdbench.measure.server import Clock, speculative_config
 from sdbench.measure.serving import VllmServer, log_tail
@@ -78,6 +78,9 @@ def measure_engine(session: Session, runs: list[CellRun], held: slots.Slots, clo
             finally:
                 runner.stop()
         windows = []
+        # what the engine resolved (vLLM's offline engine logs as its server does; the
+        # Transformers reference logs none of it)
+        engine = engine_report.read_log(server_log, log_offset)
         for index, run in enumerate(runs):
             for number, pid in enumerate(run.missing):
                 load, repeat = run.plan[pid]
@@ -103,7 +106,7 @@ def measure_engine(session: Session, runs: list[CellRun], held: slots.Slots, clo
                 info = {"command": command, "port": None, "startup_s": None,
                         "log": str(server_log), "gpus": held.gpu_ids,
                         "placement": held.reason, "instance": run.cell.instance_of(repeat),
-                        "session": session.session_id}
+                        "session": session.session_id, "engine": engine}
                 record = run.record(load, repeat, metrics, status, reason, info,
                                     {"engine": run.cell.engine,
                                      "batch_size": load["concurrency"],

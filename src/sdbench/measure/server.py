@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 
 from sdbench.logcause import error_cause
-from sdbench.measure import gpumon, loadgen, points, profiling, slots
+from sdbench.measure import engine_report, gpumon, loadgen, points, profiling, slots
 from sdbench.measure.run import (
     CellError,
     CellRun,
@@ -169,8 +169,11 @@ class SessionServer:
         self.levels: set[int | None] = set()  # concurrencies measured on this server
         self.probes: dict[tuple, float] = {}
         self.profiled = run.cell.profile == "nsys"
+        self.log_start = 0
+        self.engine: dict = {}
 
     def launch(self) -> None:
+        self.log_start = log_size(self.log_path)
         self.server.launch()
 
     def wait(self) -> None:
@@ -180,6 +183,8 @@ class SessionServer:
         self.clock.servers.append({"config": self.config_id, "target": self.target,
                                    "startup_s": round(self.server.startup_s, 3),
                                    "started_at": now(self.server.started_at)})
+        # what vLLM resolved and warned about, from this start's part of its log
+        self.engine = engine_report.read_log(self.log_path, self.log_start)
         print(f"[sdbench] session {self.session.session_id}: server ready on port "
               f"{self.server.port} after {self.server.startup_s:.1f} s ({self.isolation}; "
               f"log {self.log_path})", file=self.log, flush=True)
@@ -284,7 +289,7 @@ class SessionServer:
                 "instance": cell.instance_of(repeat), "session": self.session.session_id,
                 # points this server measured before (any cell's: the server's state)
                 "points_before": self.points, "warm_up": chosen["num_warmups"],
-                "level_warm_up": wave}
+                "level_warm_up": wave, "engine": self.engine}
         if interleaved_with:  # measured in turn with these cells' servers
             info["interleaved_with"] = list(interleaved_with)
         if profiler:

@@ -197,8 +197,15 @@ def with_interval(mean: float, low: float, high: float, unit: str = "×") -> str
     return f"{mean:.2f}{unit} [{low:.2f}, {high:.2f}]"
 
 
+ENGINE_MARK = " ⚠ engine"
+
+
 def speedup_text(row) -> str:
-    return with_interval(row["speedup_mean"], row["speedup_ci_low"], row["speedup_ci_high"])
+    """The speedup with its interval; ⚠ engine where the two servers resolved other settings
+    than speculation (the points table's "engine differs" says which)."""
+    text = with_interval(row["speedup_mean"], row["speedup_ci_low"], row["speedup_ci_high"])
+    differs = row.get("engine_differs")
+    return text + (ENGINE_MARK if isinstance(differs, str) and differs else "")
 
 
 def _sd_text(value) -> str:
@@ -529,6 +536,7 @@ def speedup_note(points: pd.DataFrame) -> str:
     listed = "; ".join(f"{text} ({n} points)" for text, n in covers.items()) or "no points"
     one_server = covers.empty or any("one server instance" in text for text in covers.index)
     drifted = int(spec.get("drift_flag", pd.Series(dtype=bool)).fillna(False).sum())
+    engine_flagged = int(spec.get("engine_differs", pd.Series(dtype=object)).notna().sum())
     return (
         "**Speedup** = output-token throughput (output tokens per second) of a speculative "
         "server ÷ that of the same target **without speculation, under the same server "
@@ -540,7 +548,10 @@ def speedup_note(points: pd.DataFrame) -> str:
         f"above 2 % is flagged ⚠ ({drifted} points here). A pair is compared only on the same "
         "device, vLLM build, dtype, prompt count and prefix-cache state (prefix caching is "
         "off unless a setting turns it on); other pairs get no speedup and are listed with "
-        "their issue.\n\n"
+        "their issue. Where the two servers resolved other engine settings than speculation "
+        "(vLLM's CUDA-graph mode, attention backend, KV cache, …, read from its logs) the "
+        f"speedup is marked{ENGINE_MARK} ({engine_flagged} points here) and the points table's "
+        "*engine differs* says how: the speedup then measures that difference too.\n\n"
         "**Intervals**: a speedup's 95 % interval comes from the study's pooled noise model: "
         "the repeats averaged per server instance, their variance pooled over the points of "
         "the same engine, target, method and concurrency unless those differ in noise "
@@ -591,6 +602,7 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
         "total-token speedup": [stat_text(r, "total_speedup") for _, r in points.iterrows()],
         "output drift": [_drift_text(r) for _, r in points.iterrows()],
         "pair issue": points.get("pair_issues"),
+        "engine differs": points.get("engine_differs"),
         "TPOT speedup": [with_interval(m, lo, hi) for m, lo, hi in zip(
             points["tpot_speedup_mean"], points["tpot_speedup_ci_low"],
             points["tpot_speedup_ci_high"], strict=True)],
@@ -693,6 +705,49 @@ def energy_table(part: pd.DataFrame) -> pd.DataFrame:
         "avg power": [stat_text(r, "gpu_avg_power_w", unit=" W") for _, r in part.iterrows()],
         "GPU util": [stat_text(r, "gpu_util_pct", unit=" %") for _, r in part.iterrows()],
     }).reset_index(drop=True)
+
+
+ENGINE_COLUMNS = {"cudagraph_mode": "CUDA graphs", "compilation_mode": "compilation",
+                  "attention_backend": "attention", "dtype": "dtype",
+                  "model_runner": "model runner", "chunked_prefill": "chunked prefill",
+                  "max_num_batched_tokens": "batched tokens", "kv_cache_tokens": "KV tokens",
+                  "async_scheduling_off": "async scheduling"}
+
+
+def _engine_value(key: str, value) -> str:
+    if value is None:
+        return "–"
+    if key == "async_scheduling_off":
+        return "turned off by vLLM" if value else "–"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def effective_engine_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """What each cell's engine really ran (vLLM's own reports, read from its log when it was
+    ready): one row per cell, its settings, its performance warnings, and how it differs from
+    its baseline's beyond speculation. Empty where no record carries the engine's report."""
+    if "engine_settings" not in frame or frame["engine_settings"].isna().all():
+        return pd.DataFrame()
+    rows = []
+    for cell_id, group in frame[frame["engine_settings"].notna()].groupby("cell_id",
+                                                                         sort=False):
+        first = group.iloc[0]
+        settings = json.loads(first["engine_settings"])
+        warnings = sorted({w for text in group["engine_warnings"].dropna()
+                           for w in json.loads(text)})
+        differs = sorted(set(group.get("engine_differs", pd.Series(dtype=object)).dropna()))
+        rows.append({"target": first["target"], "engine": first["engine"],
+                     "method": first["speculator"], "k": first["k"],
+                     **{label: _engine_value(key, settings.get(key))
+                        for key, label in ENGINE_COLUMNS.items()},
+                     "differs from its baseline": "; ".join(differs) or "–",
+                     "performance warnings": " · ".join(warnings) or "–",
+                     "cell": cell_id})
+    out = pd.DataFrame(rows)
+    shown = out.astype(object).apply(lambda column: column.map(cell_text))
+    return out.drop(columns=[c for c in ENGINE_COLUMNS.values() if (shown[c] == "–").all()])
 
 
 def provenance_table(frame: pd.DataFrame) -> pd.DataFrame:
