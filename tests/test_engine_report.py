@@ -152,4 +152,5 @@ def test_the_summary_and_the_report_flag_a_pair_that_ran_differently():
     plain = add_speedups(records_frame([
         record("v", "vanilla", 1, 100.0), record("s", "ngram", 1, 150.0, baseline="v", k=2)]))
     assert plain["engine_differs"].isna().all() and plain["paired"].all()
+    assert plain["engine_settings"].isna().all() and plain["engine_warnings"].isna().all()
     assert effective_engine_table(plain).empty

@@ -75,6 +75,12 @@ def _prefix_cache(record: dict) -> str | None:
     return "warm" if before else "cold"
 
 
+def _engine_warnings(record: dict) -> str | None:
+    """The engine's performance warnings as JSON; None where the record has no engine report."""
+    warnings = (record["server"].get("engine") or {}).get("warnings")
+    return None if warnings is None else json.dumps(warnings)
+
+
 def _row(record: dict) -> dict:
     server = record["server_config"]
     workload = record["workload"]
@@ -136,8 +142,7 @@ def _row(record: dict) -> dict:
         "server_args": json.dumps(server.get("args") or {}, sort_keys=True),
         # what vLLM resolved and warned about (sdbench.measure.engine_report)
         "engine_settings": engine.settings_of(record),
-        "engine_warnings": json.dumps(
-            ((record["server"].get("engine") or {}).get("warnings")) or []) or None,
+        "engine_warnings": _engine_warnings(record),
     }
     for key, value in record["metrics"].items():
         if isinstance(value, list | dict):
