@@ -14,7 +14,7 @@ from sdbench.analyze.analysis import (
     switch_gain,
     verdict,
 )
-from sdbench.report.plots import crossover_table
+from sdbench.report.plots import crossover_table, dynamic_k_table
 
 
 def points(rows):
@@ -160,6 +160,22 @@ def test_dynamic_k_is_compared_paired_with_the_best_static_k():
     assert rows.loc[8, "ratio_mean"] == pytest.approx(1.0 / 0.9, abs=0.01)
     assert rows.loc[8, "ratio_ci_low"] > 1 and rows.loc[8, "verdict"] == "dynamic K faster"
     assert "all" in rows.index and rows.loc["all", "repeats"] == 3
+    assert table["engine_differs"].isna().all()  # no engine report in these rows
+    # the engine settings the dynamic mechanism changed against the static k's server, said
+    # once; a constant schedule labelled as the mechanism alone
+    graphs = '{"cudagraph_mode": "%s"}'
+    ran = pd.concat([static.assign(engine_settings=graphs % "FULL_AND_PIECEWISE"),
+                     dynamic.assign(engine_settings=graphs % "PIECEWISE")])
+    shown = dynamic_k_table(ran, {dynamic["cell_id"].iloc[0]: [[1, 8, 4]]}).set_index(
+        "concurrency")
+    assert shown.loc["all", "engine vs static k"] == (
+        "dynamic K switched CUDA graphs from FULL_AND_PIECEWISE to PIECEWISE on this server")
+    assert shown.loc["1", "engine vs static k"] == ""
+    assert shown.loc["all", "schedule"] == "constant k = 4: the mechanism alone, no schedule"
+    varied = dynamic_k_table(ran, {dynamic["cell_id"].iloc[0]: [[1, 4, 4], [5, 8, 2]]})
+    assert set(varied["schedule"]) == {"", "k changes with the batch size"}
+    assert "engine vs static k" not in dynamic_k_table(
+        pd.concat([static, dynamic]), {dynamic["cell_id"].iloc[0]: [[1, 8, 4]]})
     # a static k measured more often than the dynamic-K cell: paired on the repeats both have
     more = measurements([("ngram", 2, 1, 1.3), ("ngram", 2, 8, 0.9)], repeats=5)
     table = dynamic_k_comparison(pd.concat([more, dynamic]), "derived dynamic K")

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, special, stats
 
+from sdbench.analyze import engine
 from sdbench.analyze.noise import correlations, covariance, dof_text, point_noise
 from sdbench.analyze.stats import mean_interval, verdict
 
@@ -388,13 +389,16 @@ def dynamic_k_comparison(frame: pd.DataFrame, derived_setting: str) -> pd.DataFr
         theirs = static[static["k"] == best_k].pivot_table(index="repeat", columns="concurrency",
                                                            values="speedup")
         ratio = (mine[levels] / theirs.reindex(columns=levels)).dropna(how="all")
+        # what the dynamic mechanism changed in the engine against the static k's server
+        differs = engine.pair_sentence(engine.first_settings(cell), engine.first_settings(
+            static[static["k"] == best_k]), who="dynamic K")
         for level in levels + ["all"]:
             values = (ratio[level] if level != "all"
                       else ratio.apply(_geo, axis=1)).to_numpy(dtype=float)
             mean, _, low, high = mean_interval(values)
             rows.append({**base, "concurrency": level, "best static k": best_k,
                          "ratio_mean": mean, "ratio_ci_low": low, "ratio_ci_high": high,
-                         "repeats": int(np.sum(~np.isnan(values))),
+                         "repeats": int(np.sum(~np.isnan(values))), "engine_differs": differs,
                          "verdict": {"speculate": "dynamic K faster",
                                      "no speculation": "static k faster"}.get(
                                          verdict(low, high), verdict(low, high))})

@@ -37,9 +37,10 @@ def _phrase(key: str, mine, base) -> str | None:
     return f"switched {label} from {_text(base)} to {_text(mine)}"
 
 
-def differences(mine: dict | None, base: dict | None) -> str | None:
+def differences(mine: dict | None, base: dict | None, who: str = "speculation") -> str | None:
     """One sentence naming every compared setting the speculative server (`mine`) resolved
-    otherwise than its baseline (`base`); None where none differs or either is unknown."""
+    otherwise than its baseline (`base`), `who` made the change; None where none differs or
+    either is unknown."""
     if not mine or not base:
         return None
     phrases = [p for key in COMPARED if (p := _phrase(key, mine.get(key), base.get(key)))]
@@ -47,7 +48,7 @@ def differences(mine: dict | None, base: dict | None) -> str | None:
         return None
     listed = phrases[0] if len(phrases) == 1 else (
         ", ".join(phrases[:-1]) + " and " + phrases[-1])
-    return f"speculation {listed} on this server"
+    return f"{who} {listed} on this server"
 
 
 def settings_of(record: dict) -> str | None:
@@ -56,8 +57,14 @@ def settings_of(record: dict) -> str | None:
     return json.dumps(found, sort_keys=True) if found else None
 
 
-def pair_sentence(mine: str | None, base: str | None) -> str | None:
+def pair_sentence(mine: str | None, base: str | None, who: str = "speculation") -> str | None:
     """`differences` of two `settings_of` columns."""
     if not isinstance(mine, str) or not isinstance(base, str):
         return None
-    return differences(json.loads(mine), json.loads(base))
+    return differences(json.loads(mine), json.loads(base), who)
+
+
+def first_settings(rows) -> str | None:
+    """The first recorded `engine_settings` of some summary rows (one cell's server)."""
+    found = rows["engine_settings"].dropna() if "engine_settings" in rows else []
+    return found.iloc[0] if len(found) else None

@@ -438,14 +438,29 @@ def dynamic_k_table(frame: pd.DataFrame, schedules: dict[str, list]) -> pd.DataF
         return str(next((k for lo, hi, k in schedule if lo <= row["concurrency"] <= hi),
                         schedule[-1][2]))
 
-    return pd.DataFrame({
+    def schedule_of(row) -> str:
+        schedule = schedules.get(cells.get((row["target"], row["workload"], row["method"])), [])
+        if row["concurrency"] != "all" or not schedule:
+            return ""
+        ks = {k for _, _, k in schedule}
+        return (f"constant k = {ks.pop()}: the mechanism alone, no schedule" if len(ks) == 1
+                else "k changes with the batch size")
+
+    out = pd.DataFrame({
         "target": table["target"], "workload": table["workload"], "method": table["method"],
         "concurrency": table["concurrency"].astype(str),
         "schedule k": [k_at(r) for _, r in table.iterrows()],
+        "schedule": [schedule_of(r) for _, r in table.iterrows()],
         "best static k": table["best static k"].astype("Int64"),
         "dynamic ÷ static": [with_interval(m, lo, hi) for m, lo, hi in zip(
             table["ratio_mean"], table["ratio_ci_low"], table["ratio_ci_high"], strict=True)],
-        "verdict": table["verdict"]})
+        "verdict": table["verdict"],
+        # the engine settings the dynamic mechanism changed (said once, on the "all" row)
+        "engine vs static k": [d if c == "all" and isinstance(d, str) else "" for c, d in zip(
+            table["concurrency"], table.get("engine_differs", pd.Series(None, index=table.index)),
+            strict=True)]})
+    return out.drop(columns=[c for c in ("schedule", "engine vs static k")
+                             if not out[c].astype(bool).any()])
 
 
 def lossless_table(points: pd.DataFrame) -> pd.DataFrame:
