@@ -506,7 +506,7 @@ def test_converted_model_answers_sensibly(e2e_run):
     assert draft["num_hidden_layers"] == 6
     deep = e2e_run["workdir"] / "resources" / "models" / "smollm2-135m-deep"
     card = json.loads((deep / "sdbench-model.json").read_text())
-    assert card["layers"] == 90 and card["base_layers"] == 30 and card["files"]
+    assert card["layers"] == 60 and card["base_layers"] == 30 and card["files"]
     assert "Paris" in greedy_reply(deep, "What is the capital of France?")
 
 
