@@ -30,21 +30,20 @@ SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "record.schema.yaml"
 STATUSES = ("ok", "invalid", "failed", "unsupported", "stopped")
 STOPPED = "stopped"  # not measured: the adaptive rule stopped its point (sdbench.plan.adaptive)
 # a record's server.engine.settings (what vLLM resolved, sdbench.measure.engine_report) that
-# the two servers of a pair are compared on (sdbench.analyze.engine): label, and whether a
-# small relative difference is none (a KV cache sized from the memory left)
+# the two servers of a pair are compared on (sdbench.analyze.engine), with their labels
 ENGINE_COMPARED = {
-    "cudagraph_mode": ("CUDA graphs", False),
-    "compilation_mode": ("compilation mode", False),
-    "attention_backend": ("attention backend", False),
-    "dtype": ("dtype", False),
-    "model_runner": ("model runner", False),
-    "async_scheduling_off": ("asynchronous scheduling turned off by vLLM", False),
-    "chunked_prefill": ("chunked prefill", False),
-    "prefix_caching": ("prefix caching", False),
-    "max_num_batched_tokens": ("max_num_batched_tokens", False),
-    "enforce_eager": ("enforce_eager", False),
-    "kv_cache_dtype": ("KV-cache dtype", False),
-    "kv_cache_tokens": ("KV-cache tokens", True),
+    "cudagraph_mode": "CUDA graphs",
+    "compilation_mode": "compilation mode",
+    "attention_backend": "attention backend",
+    "dtype": "dtype",
+    "model_runner": "model runner",
+    "async_scheduling_off": "asynchronous scheduling turned off by vLLM",
+    "chunked_prefill": "chunked prefill",
+    "prefix_caching": "prefix caching",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "enforce_eager": "enforce_eager",
+    "kv_cache_dtype": "KV-cache dtype",
+    "kv_cache_tokens": "KV-cache tokens",
 }
 
 

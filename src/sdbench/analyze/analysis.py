@@ -386,12 +386,12 @@ def dynamic_k_comparison(frame: pd.DataFrame, derived_setting: str) -> pd.DataFr
         levels = [c for c in mine.columns if c in set(static["concurrency"])]
         by_k = static.pivot_table(index="k", columns="concurrency", values="speedup")[levels]
         best_k = int(by_k.apply(_geo, axis=1).idxmax())
-        theirs = static[static["k"] == best_k].pivot_table(index="repeat", columns="concurrency",
-                                                           values="speedup")
+        best = static[static["k"] == best_k]
+        theirs = best.pivot_table(index="repeat", columns="concurrency", values="speedup")
         ratio = (mine[levels] / theirs.reindex(columns=levels)).dropna(how="all")
         # what the dynamic mechanism changed in the engine against the static k's server
-        differs = engine.pair_sentence(engine.first_settings(cell), engine.first_settings(
-            static[static["k"] == best_k]), who="dynamic K")
+        differs = engine.pair_sentence(engine.first_settings(cell), engine.first_settings(best),
+                                       who="dynamic K")
         for level in levels + ["all"]:
             values = (ratio[level] if level != "all"
                       else ratio.apply(_geo, axis=1)).to_numpy(dtype=float)

@@ -21,7 +21,6 @@ def _text(value) -> str:
 
 
 def _phrase(key: str, mine, base) -> str | None:
-    label, relative = COMPARED[key]
     if key == "async_scheduling_off":  # stated only where vLLM turned it off
         if bool(mine) == bool(base):
             return None
@@ -29,12 +28,12 @@ def _phrase(key: str, mine, base) -> str | None:
                 "kept asynchronous scheduling on (vLLM turned it off without speculation)")
     if mine is None or base is None or mine == base:
         return None
-    if relative and isinstance(mine, int | float) and isinstance(base, int | float):
+    if key == "kv_cache_tokens":
         if base and abs(mine / base - 1) <= KV_TOLERANCE:
             return None
         verb = "shrank" if mine < base else "grew"
         return f"{verb} the KV cache from {_text(base)} to {_text(mine)} tokens"
-    return f"switched {label} from {_text(base)} to {_text(mine)}"
+    return f"switched {COMPARED[key]} from {_text(base)} to {_text(mine)}"
 
 
 def differences(mine: dict | None, base: dict | None, who: str = "speculation") -> str | None:
