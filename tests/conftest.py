@@ -12,6 +12,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 
+@pytest.fixture(autouse=True)
+def fresh_session_clock(monkeypatch):
+    """Each test's sessions run as in a job process of their own: a session's time split
+    starts at the process's start, not where another test's session ended
+    (`Clock.previous_end`)."""
+    from sdbench.measure.server import Clock
+
+    monkeypatch.setattr(Clock, "previous_end", None)
+
+
 @pytest.fixture
 def repo() -> Path:
     return REPO

@@ -83,3 +83,20 @@ def test_servers_started_side_by_side_count_once_for_their_overlap():
     assert covered([(0.0, 30.0), (1.0, 40.0), (45.0, 10.0), (None, 7.0)]) == pytest.approx(
         41 + 10 + 7)
     assert covered([(0.0, 5.0), (1.0, 2.0), (10.0, 1.0)]) == pytest.approx(6.0)
+
+
+def test_sessions_one_after_another_in_one_process_each_count_their_own_time(monkeypatch):
+    """A job that runs several sessions (a derived schedule's cells taking turns): the second
+    session's wall time starts where the first's ended, not at the process's start, so that
+    the time split of the run counts each second once."""
+    from sdbench.measure.server import Clock
+
+    monkeypatch.setattr(Clock, "previous_end", None)
+    first = Clock()
+    first.measuring_s = 1.0
+    one = first.split()
+    assert one["phases"]["job start and imports"] > 0  # since the process started
+    second = Clock()
+    two = second.split()
+    assert second.process_started >= first.process_started + one["wall_s"]  # the first's end
+    assert two["wall_s"] < 1.0 and two["phases"]["job start and imports"] < 1.0

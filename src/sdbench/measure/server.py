@@ -116,13 +116,19 @@ def covered(spans) -> float:
 class Clock:
     """Where a session's time goes: server start-ups (spans; servers started side by side
     overlap), measuring (each point from the load generator's start to its end, warm-ups
-    included), and the rest of the process's life (job start, imports, checks, stopping)."""
+    included), and the rest of the process's life (job start, imports, checks, stopping): of
+    its life since the previous session of the same process ended, where one did (a job that
+    runs several sessions one after another: each counts its own time once)."""
+
+    previous_end: float | None = None  # when this process's last session split its time
 
     def __init__(self):
         try:
             self.process_started = psutil.Process().create_time()
         except psutil.Error:
             self.process_started = time.time()
+        if Clock.previous_end is not None:
+            self.process_started = max(self.process_started, Clock.previous_end)
         self.began = time.time()
         self.startups: list[tuple[float, float]] = []  # (Unix start, seconds)
         self.servers: list[dict] = []  # each start: its configuration and seconds
@@ -143,7 +149,8 @@ class Clock:
             self.phase(name, time.monotonic() - t0)
 
     def split(self) -> dict:
-        wall = time.time() - self.process_started
+        Clock.previous_end = time.time()
+        wall = Clock.previous_end - self.process_started
         startup = covered(self.startups)
         return {"wall_s": wall, "startup_s": startup, "measuring_s": self.measuring_s,
                 "rest_s": wall - startup - self.measuring_s, "servers": len(self.startups),
