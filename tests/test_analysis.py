@@ -8,6 +8,7 @@ import pytest
 
 from sdbench.analyze.analysis import (
     best_settings,
+    best_static_k,
     crossover,
     derive_schedule,
     dynamic_k_comparison,
@@ -148,18 +149,76 @@ def test_settings_with_different_repeats_are_chosen_and_judged_on_the_repeats_al
     assert not best[["heldout_mean", "heldout_ci_low", "heldout_ci_high"]].isna().any().any()
 
 
-def test_dynamic_k_is_compared_paired_with_the_best_static_k():
+SPLIT_SETTINGS = {"+static-k": "best static k (beside dynamic K)",
+                  "+constant-k": "constant schedule (dynamic K at the static k)",
+                  "+dynamic-k": "derived dynamic K"}
+
+
+def _arm(rows, arm, repeats=4, noise=(0.97, 1.02, 0.99, 1.03)):
+    """A cell measured in turn with a derived schedule: (k, concurrency, speedup) rows, each
+    repeat times its factor in `noise` (the factors all three servers of a repeat share: a
+    host that drifts moves them alike), so each ratio of two arms is exact per repeat."""
+    frame = measurements([(f"ngram{arm}", k, c, m) for k, c, m in rows], repeats=repeats,
+                         spread=0)
+    frame["speedup"] *= [noise[r] for r in frame["repeat"]]
+    return frame.assign(round="round3", setting=SPLIT_SETTINGS[arm])
+
+
+def test_dynamic_k_is_split_into_the_mechanisms_cost_and_the_schedules_value():
+    """Known answer: the constant schedule runs 0.7x the static k (the mechanism's cost), the
+    derived schedule 1.2x the constant one (its value): net 0.84x; each ratio's interval
+    covers it, and where the repeats' ratios vary the interval says so."""
+    static = _arm([(2, 1, 1.3), (2, 8, 0.9)], "+static-k")
+    constant = _arm([(2, 1, 1.3 * 0.7), (2, 8, 0.9 * 0.7)], "+constant-k")
+    derived = _arm([(4, 1, 1.3 * 0.84), (4, 8, 0.9 * 0.84)], "+dynamic-k")
+    round1 = measurements([("ngram", 2, 1, 1.3), ("ngram", 2, 8, 0.9),
+                           ("ngram", 4, 1, 1.4), ("ngram", 4, 8, 0.7)])
+    table = dynamic_k_comparison(pd.concat([round1, static, constant, derived]),
+                                 SPLIT_SETTINGS).set_index("concurrency")
+    assert set(table["best static k"]) == {2}  # the cell measured in turn, not round 1's
+    assert set(table["static measured"]) == {"in turn with the schedule"}
+    for name, truth in (("mechanism", 0.7), ("schedule", 1.2), ("net", 0.84)):
+        assert table[f"{name}_mean"].to_numpy() == pytest.approx(truth, rel=1e-9)
+        assert (table[f"{name}_repeats"] == 4).all()
+    assert table.loc["all", "mechanism_verdict"] == "the mechanism costs"
+    assert table.loc["all", "schedule_verdict"] == "the schedule gains"
+    assert table.loc["all", "net_verdict"] == "static k faster"
+    # one repeat of the derived server drifts alone: the schedule's and the net's intervals
+    # widen (and still cover), the mechanism's stays exact
+    moved = derived.assign(speedup=derived["speedup"] * np.where(derived["repeat"] == 1,
+                                                                 1.1, 1.0))
+    table = dynamic_k_comparison(pd.concat([round1, static, constant, moved]),
+                                 SPLIT_SETTINGS).set_index("concurrency")
+    assert table.loc["all", "mechanism_ci_high"] == pytest.approx(0.7)
+    low, high = table.loc["all", ["schedule_ci_low", "schedule_ci_high"]]
+    assert low < 1.2 < high and high - low > 0.05 and low > 0
+    # a derived schedule that is the constant one: no schedule value, the mechanism is the
+    # derived cell against the static k
+    table = dynamic_k_comparison(pd.concat([round1, static, constant.iloc[:0], derived]),
+                                 SPLIT_SETTINGS).set_index("concurrency")
+    assert table["constant"].all() and table["schedule_mean"].isna().all()
+    assert table["mechanism_mean"].to_numpy() == pytest.approx(0.84)
+    shown = dynamic_k_table(pd.concat([round1, static, derived]),
+                            {derived["cell_id"].iloc[0]: [[1, 8, 2]]}).set_index("concurrency")
+    assert shown.loc["all", "schedule"] == ("constant k = 2: the mechanism alone, no schedule; "
+                                            "static k measured in turn with the schedule")
+    assert "schedule value: derived ÷ constant schedule" not in shown
+    assert shown.loc["all", "mechanism cost: constant schedule ÷ static k"].startswith("0.84")
+
+
+def test_dynamic_k_without_cells_in_turn_is_compared_with_round_1s_best_static_k():
     static = measurements([("ngram", 2, 1, 1.3), ("ngram", 2, 8, 0.9),
                            ("ngram", 4, 1, 1.4), ("ngram", 4, 8, 0.7)])
     dynamic = measurements([("ngram+dynamic-k", 4, 1, 1.4), ("ngram+dynamic-k", 4, 8, 1.0)])
     dynamic = dynamic.assign(round="round3", setting="derived dynamic K")
-    table = dynamic_k_comparison(pd.concat([static, dynamic]), "derived dynamic K")
+    table = dynamic_k_comparison(pd.concat([static, dynamic]), SPLIT_SETTINGS)
     rows = table.set_index("concurrency")
     # static geo. means: k=2 sqrt(1.3*0.9)=1.082, k=4 sqrt(1.4*0.7)=0.99 -> k=2
     assert set(table["best static k"]) == {2}
-    assert rows.loc[8, "ratio_mean"] == pytest.approx(1.0 / 0.9, abs=0.01)
-    assert rows.loc[8, "ratio_ci_low"] > 1 and rows.loc[8, "verdict"] == "dynamic K faster"
-    assert "all" in rows.index and rows.loc["all", "repeats"] == 3
+    assert rows.loc[8, "net_mean"] == pytest.approx(1.0 / 0.9, abs=0.01)
+    assert rows.loc[8, "net_ci_low"] > 1 and rows.loc[8, "net_verdict"] == "dynamic K faster"
+    assert "all" in rows.index and rows.loc["all", "net_repeats"] == 3
+    assert rows["mechanism_mean"].isna().all() and rows["schedule_mean"].isna().all()
     assert table["engine_differs"].isna().all()  # no engine report in these rows
     # the engine settings the dynamic mechanism changed against the static k's server, said
     # once; a constant schedule labelled as the mechanism alone
@@ -171,16 +230,29 @@ def test_dynamic_k_is_compared_paired_with_the_best_static_k():
     assert shown.loc["all", "engine vs static k"] == (
         "dynamic K switched CUDA graphs from FULL_AND_PIECEWISE to PIECEWISE on this server")
     assert shown.loc["1", "engine vs static k"] == ""
-    assert shown.loc["all", "schedule"] == "constant k = 4: the mechanism alone, no schedule"
+    assert shown.loc["all", "schedule"].startswith(
+        "constant k = 4: the mechanism alone, no schedule; static k measured in round 1")
+    assert "mechanism cost: constant schedule ÷ static k" not in shown  # not measured
     varied = dynamic_k_table(ran, {dynamic["cell_id"].iloc[0]: [[1, 4, 4], [5, 8, 2]]})
-    assert set(varied["schedule"]) == {"", "k changes with the batch size"}
+    assert {s.split(";")[0] for s in varied["schedule"]} == {"", "k changes with the batch size"}
     assert "engine vs static k" not in dynamic_k_table(
         pd.concat([static, dynamic]), {dynamic["cell_id"].iloc[0]: [[1, 8, 4]]})
     # a static k measured more often than the dynamic-K cell: paired on the repeats both have
     more = measurements([("ngram", 2, 1, 1.3), ("ngram", 2, 8, 0.9)], repeats=5)
-    table = dynamic_k_comparison(pd.concat([more, dynamic]), "derived dynamic K")
+    table = dynamic_k_comparison(pd.concat([more, dynamic]), SPLIT_SETTINGS)
     rows = table.set_index("concurrency")
-    assert rows.loc["all", "repeats"] == 3 and not rows["ratio_mean"].isna().any()
+    assert rows.loc["all", "net_repeats"] == 3 and not rows["net_mean"].isna().any()
+
+
+def test_best_static_k_is_the_best_geometric_mean_over_the_levels_every_k_has():
+    data = points([("ngram", 2, 1, 1.3, 1.2, 1.4), ("ngram", 2, 8, 0.9, 0.8, 1.0),
+                   ("ngram", 4, 1, 1.4, 1.3, 1.5), ("ngram", 4, 8, 0.7, 0.6, 0.8),
+                   # k=6 was measured at one level only (beaten at the other, the adaptive
+                   # rule stopped it there): not the best static k however well it did there
+                   ("ngram", 6, 1, 1.45, 1.3, 1.6), ("ngram", 6, 8, None, None, None)])
+    assert best_static_k(data, "t", "w", "ngram") == 2
+    with pytest.raises(ValueError, match="no measured speedups for 'eagle'"):
+        best_static_k(data, "t", "w", "eagle")
 
 
 def test_derived_schedule_takes_the_best_k_per_load_and_0_where_none_pays():

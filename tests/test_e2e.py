@@ -15,6 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from sdbench.analyze.aggregate import DYNAMIC_K_SETTINGS
+
 from workflow_helpers import (
     E2E_OUTPUT_TOKENS,
     INT4_TARGETS,
@@ -88,6 +90,12 @@ def test_session_logs_have_one_line_per_point(e2e_run):
     assert all(r["speculator"] != "vanilla" for r in served if r["cell_id"] in accepting)
 
 
+def arms_of(workdir):
+    """The cells the derived dynamic-K schedule was measured with (its schedule file says)."""
+    return json.loads(next((workdir / "results" / "derived").rglob("*.schedule.json")
+                           ).read_text())["arms"]
+
+
 def test_the_record_schema_validates_every_record_the_run_writes(e2e_run):
     from sdbench.records import SCHEMA_ID, read_records
 
@@ -147,6 +155,8 @@ def test_records_carry_metrics_and_provenance(e2e_run, host):
             argv = records[-1]["loadgen"]["argv"]
             assert argv[argv.index("--request-rate") + 1] == "2"
             assert "--max-concurrency" not in argv
+        elif path not in grid_cells:  # the derived schedule's cells, one after another
+            assert points == closed * len(arms_of(e2e_run["workdir"]))
         else:
             assert points == closed
         for r in records:
@@ -229,8 +239,8 @@ def test_records_carry_metrics_and_provenance(e2e_run, host):
 def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
     frame = pd.read_parquet(e2e_run["workdir"] / "results" / "summary.parquet")
     # round 1: 5 server cells x 6 points, 2 offline cells x 4, 2 Transformers cells x 2;
-    # rounds 2 and 3: 10 cells x 4; the derived cell: 4
-    assert len(frame) == 30 + 8 + 4 + 40 + 4
+    # rounds 2 and 3: 10 cells x 4; the derived schedule's cells (2 or 3): 4 each
+    assert len(frame) == 30 + 8 + 4 + 40 + 4 * len(arms_of(e2e_run["workdir"]))
     skipped = frame["target"].isin(host["unsupported"])
     assert (frame.loc[skipped, "status"] == "unsupported").all()
     assert frame.loc[skipped, "speedup"].isna().all()  # never a speedup from nothing
@@ -316,8 +326,9 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
 def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run, host):
     points = pd.read_parquet(e2e_run["workdir"] / "results" / "summary_points.parquet")
     # round 1: 5 server cells x 3 points, offline 2 x 2, Transformers 2 x 1; rounds 2 and 3:
-    # 10 x 2; the derived cell: 2
-    assert len(points) == 15 + 4 + 2 + 20 + 2 and (points["repeats"] == 2).all()
+    # 10 x 2; the derived schedule's cells (2 or 3): 2 each
+    arms = arms_of(e2e_run["workdir"])
+    assert len(points) == 15 + 4 + 2 + 20 + 2 * len(arms) and (points["repeats"] == 2).all()
     skipped = points["target"].isin(host["unsupported"])
     assert (points.loc[skipped, "status"] == "2 unsupported").all()
     assert points.loc[skipped, "speedup_mean"].isna().all()
@@ -326,7 +337,8 @@ def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run, ho
     assert (spec["speedup_ci_low"] <= spec["speedup_mean"]).all()
     assert (spec["speedup_mean"] <= spec["speedup_ci_high"]).all()
     derived = points[points["setting"] == "derived dynamic K"]
-    assert spec.loc[~spec.index.isin(derived.index), "efficiency"].notna().all()
+    schedules = points[points["setting"].isin(DYNAMIC_K_SETTINGS[1:])]  # (not the static k)
+    assert spec.loc[~spec.index.isin(schedules.index), "efficiency"].notna().all()
     # the derived schedule may switch speculation off at every level (no k beat no speculation
     # on this CPU): then there is no acceptance length and no efficiency, never a made-up one
     measured = spec["spec_decode_acceptance_length_mean"].notna()
@@ -335,9 +347,12 @@ def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run, ho
     round2 = points[(points["round"] == "round2") & (points["method"] != "vanilla")]
     assert round2["acceptance_efficiency"].between(0, 1).all()
     assert len(round2) == (4 - len(host["unsupported"])) * 2
-    # round 3's own settings, and the cell measuring the derived dynamic-K schedule
+    # round 3's own settings, and the cells measuring the derived dynamic-K schedule: the best
+    # static k, that k as a constant schedule (unless the schedule is that one), the schedule
+    static, constant, schedule = DYNAMIC_K_SETTINGS
     assert set(points.loc[points["round"] == "round3", "setting"]) == {
-        "default", "draft-len-512", "derived dynamic K"}
+        "default", "draft-len-512", static, schedule} | ({constant} if len(arms) == 3 else set())
+    assert set(points.loc[points["setting"].isin(DYNAMIC_K_SETTINGS), "cell_id"]) == set(arms)
     schedule = json.loads(next((e2e_run["workdir"] / "results" / "derived").rglob(
         "*.schedule.json")).read_text())
     assert schedule["schedule"][0][0] == 1 and schedule["cell_id"] in set(derived["cell_id"])
@@ -364,6 +379,9 @@ def test_reports_are_rendered(e2e_run, host):
         assert section in page, section
     assert "No calibration pair" not in page and "No task-group split" not in page
     assert "No dynamic-K cell in this study" not in page
+    # the schedule split: the mechanism's cost against the static k measured in turn with it
+    assert "mechanism cost: constant schedule ÷ static k" in page
+    assert "static k measured in turn with the schedule" in page
     assert "Energy per output token" in page and "No GPU energy readings" in page
     # every engine, the EAGLE head and the request-rate points are in the round 1 report
     for section in ("Methods measured", "Speedup vs load", "Offline batch mode",
@@ -561,7 +579,8 @@ def test_one_server_start_per_configuration_instance(e2e_run, host):
     # `make plan` counts the same starts (the derived dynamic-K cell's too)
     plan = cost.plan_cost(load_config(e2e_run["configfile"]), "cpu-avx2", workdir, here=True)
     derived = len(list((workdir / "results" / "sessions" / "standalone").glob("*.json")))
-    assert plan["total"].starts == starts + derived
+    # (the plan counts three cells per derived schedule: two where it came out constant)
+    assert plan["total"].starts == starts + derived // len(arms_of(workdir)) * 3
     assert plan["total"].starts_without > plan["total"].starts
 
 

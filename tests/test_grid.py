@@ -1,10 +1,12 @@
 import copy
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
 from sdbench import layout
+from sdbench.measure.cell import turn_order
 from sdbench.plan import grid
 from sdbench.plan.config import ROUNDS, ConfigError, validate_config
 
@@ -77,6 +79,44 @@ def test_demo_grid_shape():
     assert {c.repeats for c in rounds["round2"] + rounds["round3"]} == {2}
     assert grid.dynamic_k_placeholder(demo_config, grid.dynamic_k_specs(demo_config)[0]
                                       ).repeats == 3
+
+
+def test_a_derived_schedule_is_measured_with_its_static_k_and_that_k_as_constant(demo_config):
+    """The three cells of the dynamic-K split: the static k (the server round 1 measured, under
+    an id of its own: it is measured again, beside the others), that k as a constant schedule
+    and the derived schedule, all paired with round 1's baseline; a derived schedule that is
+    the constant one is measured once; they take turns by server instance."""
+    spec = grid.dynamic_k_specs(demo_config)[0]
+    cells = grid.cells_by_id(demo_config)
+    arms = grid.dynamic_k_arms(demo_config, spec, [[1, 1, 5], [2, 24, 0]], 5)
+    static, constant, derived = arms
+    assert [c.speculator for c in arms] == ["calibration+static-k", "calibration+constant-k",
+                                            "calibration+dynamic-k"]
+    round1 = next(c for c in cells.values() if c.speculator == "calibration"
+                  and c.round == "round1" and c.engine == grid.SERVE
+                  and c.server_config["target"]["name"] == spec["target"]
+                  and c.workload["name"] == spec["workload"])
+    # the static k's server is round 1's but for the mark in its environment
+    unmarked = {**static.server_config, "env": {
+        k: v for k, v in static.server_config["env"].items() if k not in grid.ARM_MARK}}
+    assert unmarked == round1.server_config and static.cell_id != round1.cell_id
+    assert len({c.cell_id for c in arms} | set(cells)) == len(cells) + 3
+    assert {c.baseline_cell_id for c in arms} == {round1.baseline_cell_id}
+    assert static.server_config["num_speculative_tokens"] == 5
+    assert "num_speculative_tokens_per_batch_size" not in static.server_config["method_options"]
+    assert constant.server_config["method_options"][
+        "num_speculative_tokens_per_batch_size"] == [[1, 24, 5]]
+    assert derived.server_config["method_options"][
+        "num_speculative_tokens_per_batch_size"] == [[1, 1, 5], [2, 24, 0]]
+    # a schedule that is the constant one: two cells, the derived one measuring it
+    once = grid.dynamic_k_arms(demo_config, spec, [[1, 24, 5]], 5)
+    assert [c.speculator for c in once] == ["calibration+static-k", "calibration+dynamic-k"]
+    assert once[1].server_config == constant.server_config
+    # turns: instance 0 of each, then instance 1, the order rotating
+    two = [replace(c, instances=2, repeats=4) for c in arms]
+    assert [(c.speculator.split("+")[1], i) for c, i in turn_order(two)] == [
+        ("static-k", 0), ("constant-k", 0), ("dynamic-k", 0),
+        ("constant-k", 1), ("dynamic-k", 1), ("static-k", 1)]
 
 
 def test_a_method_s_repeats_and_its_baseline(demo_config_raw):

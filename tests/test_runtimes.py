@@ -111,7 +111,7 @@ def test_a_session_asks_for_its_cells_work_and_one_start_per_server(config, tmp_
         assert together.starts == len(session.configs)
     several = next(s for s in planned.values() if len(s.cells) > 2 and not s.interleaved)
     assert runtimes.session_minutes(config, several, cells) < sum(
-        runtimes.cell_minutes(config, cells[c]) for c in several.cells)
+        runtimes.cell_minutes(config, [cells[c]]) for c in several.cells)
 
 
 def test_the_real_study_gets_limits_between_minutes_and_the_cap(tmp_path, monkeypatch):
@@ -131,10 +131,12 @@ def test_the_real_study_gets_limits_between_minutes_and_the_cap(tmp_path, monkey
     assert max(minutes.values()) == config["cells"]["max_runtime"]
     reference = [m for sid, m in minutes.items() if planned[sid].engine == grid.TRANSFORMERS]
     assert reference and max(reference) < config["cells"]["max_runtime"]
-    # a derived dynamic-K cell's job measures it alone
+    # a derived dynamic-K schedule's job measures its three cells alone, one after another
     spec = grid.dynamic_k_specs(config)[0]
-    assert runtimes.ASSEMBLE_MINUTES <= runtimes.cell_minutes(
-        config, grid.dynamic_k_placeholder(config, spec)) <= config["cells"]["max_runtime"]
+    arms = grid.dynamic_k_placeholders(config, spec)
+    assert len({sessions.config_id(c.server_config) for c in arms}) == 3
+    assert runtimes.ASSEMBLE_MINUTES <= runtimes.cell_minutes(config, arms[:1]) < \
+        runtimes.cell_minutes(config, arms) <= config["cells"]["max_runtime"]
 
 
 def test_sessions_start_longest_chain_first(config, tmp_path, monkeypatch):

@@ -171,7 +171,7 @@ def session_retries(wildcards):
 
 def dynamic_k_runtime(wildcards, attempt):
     spec = DYNAMIC_K[(wildcards.target, wildcards.workload, wildcards.speculator)]
-    return runtimes.cell_minutes(config, grid.dynamic_k_placeholder(config, spec), attempt)
+    return runtimes.cell_minutes(config, grid.dynamic_k_placeholders(config, spec), attempt)
 
 
 def model_build_inputs(wildcards):

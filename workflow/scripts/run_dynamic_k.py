@@ -1,12 +1,13 @@
-"""Measure the cell of a derived dynamic-K schedule (its own rule derives the schedule): its
-sessions serve it alone, one per server instance."""
+"""Measure a derived dynamic-K schedule (its own rule derives it) with the best static k and
+that k as a constant schedule: each on its own servers, taking turns by server instance."""
 
-from sdbench.measure.cell import measure_cell
-from sdbench.plan.grid import read_dynamic_k_cell
+from sdbench.measure.cell import measure_in_turns
+from sdbench.plan.grid import read_dynamic_k_arms
 from sdbench.script_log import to_log
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 with to_log(sm.log[0]):
-    cell = read_dynamic_k_cell(sm.config, sm.params.spec, sm.input.schedule)
-    print(f"measuring the schedule of {sm.input.schedule}: cell {cell.cell_id}")
-    measure_cell(cell, sm.config, sm.output.records)
+    arms = read_dynamic_k_arms(sm.config, sm.params.spec, sm.input.schedule)
+    print(f"measuring the schedule of {sm.input.schedule}: cells "
+          + ", ".join(f"{c.cell_id} ({c.speculator})" for c in arms))
+    measure_in_turns(arms, sm.config, sm.output.records)

@@ -39,7 +39,7 @@ from sdbench.analyze.noise import WITHIN, minimum_detectable, point_key, point_n
 from sdbench.analyze.prompts import with_prompt_intervals
 from sdbench.analyze.stats import mean_interval, verdict
 from sdbench.files import atomic_path
-from sdbench.plan import adaptive
+from sdbench.plan import adaptive, grid
 from sdbench.plan.grid import prefix_caching
 from sdbench.records import STOPPED, read_records, upgrade
 
@@ -465,9 +465,10 @@ def apply_index(frame: pd.DataFrame, index: dict | None) -> pd.DataFrame:
     frame = frame.copy()
     frame["speculator"] = [cells.get(c, {}).get("speculator", s)
                            for c, s in zip(frame["cell_id"], frame["speculator"], strict=True)]
-    frame["setting"] = [cells.get(c, {}).get("setting", DERIVED_SETTING if r == "round3"
+    frame["setting"] = [cells.get(c, {}).get("setting", _derived_setting(s) if r == "round3"
                                              else "default")
-                        for c, r in zip(frame["cell_id"], frame["round"], strict=True)]
+                        for c, r, s in zip(frame["cell_id"], frame["round"], frame["speculator"],
+                                           strict=True)]
     frame["round"] = [cells.get(c, {}).get("rounds", [r])
                       for c, r in zip(frame["cell_id"], frame["round"], strict=True)]
     frame["full_precision"] = frame["target"].map(
@@ -476,6 +477,18 @@ def apply_index(frame: pd.DataFrame, index: dict | None) -> pd.DataFrame:
 
 
 DERIVED_SETTING = "derived dynamic K"
+# the cells a derived schedule is measured with, by their report name's suffix (`grid.
+# dynamic_k_arms`): its setting in the summary
+ARM_SETTINGS = {grid.STATIC_ARM: "best static k (beside dynamic K)",
+                grid.CONSTANT_ARM: "constant schedule (dynamic K at the static k)",
+                grid.DERIVED_ARM: DERIVED_SETTING}
+DYNAMIC_K_SETTINGS = tuple(ARM_SETTINGS.values())
+
+
+def _derived_setting(speculator: str) -> str:
+    """The setting of a cell that is not in the config's grid (a derived dynamic-K cell)."""
+    return next((setting for suffix, setting in ARM_SETTINGS.items()
+                 if speculator.endswith(suffix)), DERIVED_SETTING)
 
 
 def build_summary(record_files: list[str | Path], partial_files: list[str | Path],

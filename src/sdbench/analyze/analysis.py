@@ -19,6 +19,7 @@ from scipy import optimize, special, stats
 from sdbench.analyze import engine
 from sdbench.analyze.noise import correlations, covariance, dof_text, point_noise
 from sdbench.analyze.stats import mean_interval, verdict
+from sdbench.plan import grid
 
 SETTING = ["target", "workload", "speculator", "k"]
 OFF = "off"  # no speculation: a candidate everywhere, its speedup is 1 by definition
@@ -361,47 +362,102 @@ def switch_gain(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.Da
     return pd.DataFrame(rows)
 
 
-def dynamic_k_comparison(frame: pd.DataFrame, derived_setting: str) -> pd.DataFrame:
-    """Each dynamic-K cell against the single best static k of its method (highest
-    geometric-mean speedup over the levels both have, round 1), paired by level and repeat:
-    the throughput ratio dynamic ÷ static (their speedup ratio: both are over the same
-    baseline measurement) per level with a 95 % interval over repeats, and over all levels
-    (geometric mean per repeat). The static k is chosen on the data it is judged by, which
-    favours it."""
-    derived = speculative(frame[frame["setting"] == derived_setting])
+SPLIT = {"mechanism": "mechanism cost: constant schedule ÷ static k",
+         "schedule": "schedule value: derived ÷ constant schedule",
+         "net": "net: derived ÷ static k"}
+SPLIT_VERDICTS = {"mechanism": ("the mechanism gains", "the mechanism costs"),
+                  "schedule": ("the schedule gains", "the schedule loses"),
+                  "net": ("dynamic K faster", "static k faster")}
+
+
+def _log_ratio(mine: pd.DataFrame, theirs: pd.DataFrame, levels: list) -> pd.DataFrame:
+    """Per repeat (rows) and level: log(mine ÷ theirs) of two (repeat x level) speedup tables
+    (speedups over the same baseline measurement: their ratio is the throughput ratio)."""
+    ratio = mine.reindex(columns=levels) / theirs.reindex(columns=levels)
+    return np.log(ratio.where(ratio > 0)).dropna(how="all")
+
+
+def _ratio_row(logs: pd.DataFrame, level, name: str) -> dict:
+    """The geometric-mean ratio at `level` ("all": of each repeat's levels) with a 95 %
+    Student-t interval over repeats, on the log scale (never a bound below 0)."""
+    if logs is None:
+        return {f"{name}_mean": np.nan, f"{name}_ci_low": np.nan, f"{name}_ci_high": np.nan,
+                f"{name}_verdict": None}
+    values = (logs[level] if level != "all" else logs.mean(axis=1, skipna=False)).to_numpy(
+        dtype=float)
+    mean, _, low, high = mean_interval(values)
+    faster, slower = SPLIT_VERDICTS[name]
+    said = verdict(*np.exp([low, high]))
+    return {f"{name}_mean": float(np.exp(mean)), f"{name}_ci_low": float(np.exp(low)),
+            f"{name}_ci_high": float(np.exp(high)), f"{name}_repeats": int(np.sum(
+                ~np.isnan(values))),
+            f"{name}_verdict": {"speculate": faster, "no speculation": slower}.get(said, said)}
+
+
+def dynamic_k_comparison(frame: pd.DataFrame, settings: dict[str, str]) -> pd.DataFrame:
+    """Each derived dynamic-K schedule split three ways, paired by level and repeat: the
+    mechanism's cost (the best static k as a constant schedule through vLLM's dynamic
+    mechanism ÷ that static k), the schedule's value (derived ÷ constant schedule) and the net
+    (derived ÷ static k), each a geometric-mean throughput ratio with a 95 % interval over
+    repeats, per level and over all levels. The three servers took turns (`grid.dynamic_k_
+    arms`), the static k chosen on round 1's data and judged on these. A derived schedule that
+    is the constant one has no schedule value (`constant`). Without the cells measured in turn
+    (a schedule derived before they were), the net is against round 1's best static k, chosen
+    on the data it is judged by (which favours it), and there is no split.
+
+    settings: arm -> its setting (`aggregate.ARM_SETTINGS`: STATIC_ARM, CONSTANT_ARM,
+    DERIVED_ARM)."""
+    arms = {arm: speculative(frame[frame["setting"] == setting])
+            for arm, setting in settings.items()}
     rows = []
-    for (target, workload, speculator), cell in derived.groupby(
+    for (target, workload, speculator), cell in arms[grid.DERIVED_ARM].groupby(
             ["target", "workload", "speculator"]):
-        method = speculator.removesuffix("+dynamic-k")
-        static = speculative(frame[(frame["round"] == "round1") & (frame["target"] == target)
-                                   & (frame["workload"] == workload)
-                                   & (frame["speculator"] == method)])
-        mine = cell.pivot_table(index="repeat", columns="concurrency", values="speedup")
+        method = speculator.removesuffix(grid.DERIVED_ARM)
         base = {"target": target, "workload": workload, "method": method}
+
+        def of(part: pd.DataFrame, label: str, at=(target, workload)) -> pd.DataFrame:
+            return part[(part["target"] == at[0]) & (part["workload"] == at[1])
+                        & (part["speculator"] == label)]
+
+        static = of(arms[grid.STATIC_ARM], method + grid.STATIC_ARM)
+        constant = of(arms[grid.CONSTANT_ARM], method + grid.CONSTANT_ARM)
+        in_turn = not static.empty
+        if not in_turn:  # round 1's best static k
+            static = of(speculative(frame[frame["round"] == "round1"]), method)
         if static.empty:
             rows.append({**base, "concurrency": "all", "best static k": None,
-                         "ratio_mean": np.nan, "ratio_ci_low": np.nan,
-                         "ratio_ci_high": np.nan, "verdict": "no static k measured"})
+                         "net_verdict": "no static k measured"})
             continue
-        levels = [c for c in mine.columns if c in set(static["concurrency"])]
-        by_k = static.pivot_table(index="k", columns="concurrency", values="speedup")[levels]
-        best_k = int(by_k.apply(_geo, axis=1).idxmax())
-        best = static[static["k"] == best_k]
-        theirs = best.pivot_table(index="repeat", columns="concurrency", values="speedup")
-        ratio = (mine[levels] / theirs.reindex(columns=levels)).dropna(how="all")
+        levels = [c for c in sorted(cell["concurrency"].unique())
+                  if c in set(static["concurrency"])]
+        if not in_turn:
+            by_k = static.pivot_table(index="k", columns="concurrency",
+                                      values="speedup")[levels]
+            static = static[static["k"] == int(by_k.apply(_geo, axis=1).idxmax())]
+        best_k = int(static["k"].iloc[0])
+        table = {name: part.pivot_table(index="repeat", columns="concurrency",
+                                        values="speedup")
+                 for name, part in (("static", static), ("constant", constant),
+                                    ("derived", cell)) if not part.empty}
+        constant_schedule = in_turn and constant.empty
+        mechanism_side = "derived" if constant_schedule else "constant"
+        logs = {"net": _log_ratio(table["derived"], table["static"], levels),
+                "mechanism": (_log_ratio(table[mechanism_side], table["static"], levels)
+                              if in_turn else None),
+                "schedule": (_log_ratio(table["derived"], table["constant"], levels)
+                             if in_turn and not constant_schedule else None)}
         # what the dynamic mechanism changed in the engine against the static k's server
-        differs = engine.pair_sentence(engine.first_settings(cell), engine.first_settings(best),
-                                       who="dynamic K")
+        differs = engine.pair_sentence(
+            engine.first_settings(constant if not constant.empty else cell),
+            engine.first_settings(static), who="dynamic K")
         for level in levels + ["all"]:
-            values = (ratio[level] if level != "all"
-                      else ratio.apply(_geo, axis=1)).to_numpy(dtype=float)
-            mean, _, low, high = mean_interval(values)
-            rows.append({**base, "concurrency": level, "best static k": best_k,
-                         "ratio_mean": mean, "ratio_ci_low": low, "ratio_ci_high": high,
-                         "repeats": int(np.sum(~np.isnan(values))), "engine_differs": differs,
-                         "verdict": {"speculate": "dynamic K faster",
-                                     "no speculation": "static k faster"}.get(
-                                         verdict(low, high), verdict(low, high))})
+            row = {**base, "concurrency": level, "best static k": best_k,
+                   "static measured": ("in turn with the schedule" if in_turn else
+                                       "in round 1 (chosen on the data it is judged by)"),
+                   "constant": constant_schedule, "engine_differs": differs}
+            for name in SPLIT:
+                row.update(_ratio_row(logs[name], level, name))
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -412,15 +468,7 @@ def derive_schedule(points: pd.DataFrame, target: str, workload: str,
     where no k beats 1. Ranges are inclusive and start at 1; vLLM carries the last one forward
     to larger batches. A level without a measured speedup (one the adaptive rule's bisection
     left out) takes the next measured level's k."""
-    spec = speculative(points)
-    if "load" in spec:  # batch sizes are concurrency levels: closed-loop points only
-        spec = spec[spec["load"] == "concurrency"]
-    part = spec[(spec["target"] == target) & (spec["workload"] == workload)
-                & (spec["speculator"] == speculator)]
-    part = part[part["speedup_mean"].notna()]  # (not a level the bisection left out)
-    if part.empty:
-        raise ValueError(f"no measured speedups for {speculator!r} on target {target!r}, "
-                         f"workload {workload!r}: nothing to derive a schedule from")
+    part = _method_points(points, target, workload, speculator)
     schedule, start = [], 1
     levels = sorted(int(level) for level in part["concurrency"].unique())
     for level in levels:
@@ -433,6 +481,33 @@ def derive_schedule(points: pd.DataFrame, target: str, workload: str,
             schedule.append([start, level, k])
         start = level + 1
     return schedule
+
+
+def best_static_k(points: pd.DataFrame, target: str, workload: str, speculator: str) -> int:
+    """The single k of a method with the highest geometric-mean speedup over the concurrency
+    levels (round 1's points), among the ks measured at every level (a k the adaptive rule
+    stopped at some level was beaten there); the best over its own levels where none was:
+    the static k a derived dynamic-K schedule is measured against."""
+    part = _method_points(points, target, workload, speculator)
+    by_k = part.pivot_table(index="k", columns="concurrency", values="speedup_mean")
+    complete = by_k.dropna(axis=0)
+    return int((complete if not complete.empty else by_k).apply(
+        lambda row: _geo(row.to_numpy(float)), axis=1).idxmax())
+
+
+def _method_points(points: pd.DataFrame, target: str, workload: str,
+                   speculator: str) -> pd.DataFrame:
+    """A method's closed-loop points with a measured speedup on one target and workload."""
+    spec = speculative(points)
+    if "load" in spec:  # batch sizes are concurrency levels: closed-loop points only
+        spec = spec[spec["load"] == "concurrency"]
+    part = spec[(spec["target"] == target) & (spec["workload"] == workload)
+                & (spec["speculator"] == speculator)]
+    part = part[part["speedup_mean"].notna()]  # (not a level the bisection left out)
+    if part.empty:
+        raise ValueError(f"no measured speedups for {speculator!r} on target {target!r}, "
+                         f"workload {workload!r}: nothing to derive a schedule from")
+    return part
 
 
 PREDICTION_TOLERANCE = 0.2  # a measured speedup further than this share from its prediction

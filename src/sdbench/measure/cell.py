@@ -48,22 +48,35 @@ def assemble(cell: grid.Cell, manifests: list[str | Path], output: str | Path, *
              log: TextIO | None = None) -> list[dict]:
     """Write the cell's records (and request detail) from its sessions' manifests; raise
     CellError naming what is missing when a session did not finish the cell."""
+    return assemble_cells([cell], {cell.cell_id: manifests}, output, log=log)
+
+
+def assemble_cells(cells: list[grid.Cell], manifests: dict[str, list[str | Path]],
+                   output: str | Path, *, log: TextIO | None = None) -> list[dict]:
+    """Write the records (and request detail) of these cells, in order, into one file from
+    their sessions' manifests (cell id -> its manifests); raise CellError naming what is
+    missing when a session did not finish a cell."""
     log = log or sys.stderr
     try:
-        records = _assemble(cell, manifests, output)
+        points = [point for cell in cells
+                  for point in _points(cell, manifests[cell.cell_id])]
+        records = _write(points, output)
     except NotDone:  # its session wrote why, with its logs
         raise
     except BaseException as exc:
         if not isinstance(exc, CellError):
             exc = CellError(f"{type(exc).__name__}: {exc}")
-        write_error(cell, str(exc), log=layout.cell_log(output))
+        write_error(cells[-1], str(exc), log=layout.cell_log(output))
         raise exc from None
-    print(f"[sdbench] cell {cell.cell_id} ({cell.label}): {len(records)} records from "
-          f"{len(manifests)} session(s) -> {output}", file=log, flush=True)
+    for cell in cells:
+        print(f"[sdbench] cell {cell.cell_id} ({cell.label}): "
+              f"{sum(r['cell_id'] == cell.cell_id for r in records)} records from "
+              f"{len(manifests[cell.cell_id])} session(s) -> {output}", file=log, flush=True)
     return records
 
 
-def _assemble(cell: grid.Cell, manifests: list[str | Path], output: str | Path) -> list[dict]:
+def _points(cell: grid.Cell, manifests: list[str | Path]) -> list[dict]:
+    """The cell's points ({record, detail}) from its sessions' manifests, in plan order."""
     found: dict[tuple, dict] = {}
     for path in manifests:
         manifest = read_manifest(path)
@@ -87,17 +100,22 @@ def _assemble(cell: grid.Cell, manifests: list[str | Path], output: str | Path) 
             f"in its sessions' point cache ({', '.join(map(str, manifests))}): "
             f"{missing[:6]}{' ...' if len(missing) > 6 else ''}. Run its sessions again "
             f"(snakemake --forcerun session, or delete those files)")
-    ordered = [found[pid] for pid in plan]
+    return [found[pid] for pid in plan]
+
+
+def _write(points: list[dict], output: str | Path) -> list[dict]:
+    """The records of `points` into `output`, their request detail beside it."""
     with atomic_path(layout.requests_output(output)) as tmp, \
             gzip.open(tmp, "wt", encoding="utf-8") as fh:
-        for point in ordered:
+        for point in points:
             record = point["record"]
             if point["detail"] is None:  # unsupported here: nothing was sent
                 continue
-            fh.write(json.dumps({"cell_id": cell.cell_id, "concurrency": record["concurrency"],
+            fh.write(json.dumps({"cell_id": record["cell_id"],
+                                 "concurrency": record["concurrency"],
                                  "request_rate": record.get("request_rate"),
                                  "repeat": record["repeat"], **point["detail"]}) + "\n")
-    records = [point["record"] for point in ordered]
+    records = [point["record"] for point in points]
     write_jsonl(output, records)
     layout.partial_output(output).unlink(missing_ok=True)
     layout.error_output(output).unlink(missing_ok=True)
@@ -135,6 +153,35 @@ def measure_cell(cell: grid.Cell, config: dict, output: str | Path, *,
                 other.cell_id in (read_manifest(m) or {}).get("cells", {}) for m in manifests):
             assemble(other, manifests, layout.cell_output(other.cell_id), log=log)
     return assemble(cell, manifests, output, log=log)
+
+
+def turn_order(cells: list[grid.Cell]) -> list[tuple[grid.Cell, int]]:
+    """(cell, server instance) in the order `measure_in_turns` runs them: instance 0 of every
+    cell, then instance 1, ..., the cells' order rotating with the instance so that none is
+    always measured first."""
+    most = max(len(cell.used_instances) for cell in cells)
+    return [(cell, i) for i in range(most)
+            for cell in cells[i % len(cells):] + cells[:i % len(cells)]
+            if i in cell.used_instances]
+
+
+def measure_in_turns(cells: list[grid.Cell], config: dict, output: str | Path, *,
+                     log: TextIO | None = None) -> list[dict]:
+    """Measure cells compared with each other (a derived dynamic-K schedule, its static k, that
+    k as a constant schedule), each on its own servers, taking turns by server instance
+    (`turn_order`): repeat r of every cell is measured by instance r mod n, minutes apart, so
+    their ratios pair repeats measured close in time (one GPU holds one server at a time).
+    Every repeat of every cell is measured (no adaptive stopping: the ratios pair them all).
+    Their records go, in order, into `output` with their request detail."""
+    every = {**config, "adaptive": {**(config.get("adaptive") or {}), "enabled": False}}
+    manifests: dict[str, list[str]] = {cell.cell_id: [] for cell in cells}
+    for cell, instance in turn_order(cells):
+        session = sessions.standalone(cell)[sessions.session_id(
+            sessions.config_id(cell.server_config), instance)]
+        manifest = layout.standalone_session_output(cell.cell_id, instance)
+        run_session(session, {cell.cell_id: cell}, every, manifest, log=log)
+        manifests[cell.cell_id].append(manifest)
+    return assemble_cells(cells, manifests, output, log=log)
 
 
 def main(argv: list[str] | None = None) -> int:

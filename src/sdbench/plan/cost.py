@@ -107,16 +107,16 @@ def _supported(config: dict, cells: dict[str, grid.Cell], here: bool) -> tuple[d
 
 
 def derived_cells(config: dict) -> list[grid.Cell]:
-    """The derived dynamic-K cells as the plan sees them before their schedules exist: the
-    method's largest k (a schedule takes k from its list or 0), one configuration each."""
+    """The cells of the derived dynamic-K schedules as the plan sees them before the schedules
+    exist: per schedule its three (`grid.dynamic_k_placeholders`: the static k, the constant
+    and the derived schedule; two where the schedule turns out constant), one configuration
+    each."""
     out = []
     for n, spec in enumerate(grid.dynamic_k_specs(config)):
-        placeholder = grid.dynamic_k_placeholder(config, spec)
-        server = {**placeholder.server_config,
-                  "num_speculative_tokens": max(grid.dynamic_k_method(config, spec).k),
-                  "method_options": {**placeholder.server_config["method_options"],
-                                     "derived": n}}
-        out.append(replace(placeholder, cell_id=f"derived{n}", server_config=server))
+        for cell in grid.dynamic_k_placeholders(config, spec):
+            server = {**cell.server_config, "method_options": {
+                **cell.server_config["method_options"], "derived": n}}
+            out.append(replace(cell, cell_id=f"{cell.cell_id}{n}", server_config=server))
     return out
 
 
@@ -224,8 +224,10 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
             ks = max((len(m.k or (1,)) for m in spec.methods), default=1)
             ks *= max(len(getattr(spec, "settings", ()) or ()), 1)
             levels = max(len(spec.concurrency), 2)
-        shares = [sweeps.expected_share(rule, ks, levels, repeats, bisect)
-                  for bisect in (rule.bisect, not rule.bisect)]
+        # a derived schedule's three cells measure every repeat (their ratios pair them all)
+        shares = ([1.0, 1.0] if name == "dynamic-K" else
+                  [sweeps.expected_share(rule, ks, levels, repeats, bisect)
+                   for bisect in (rule.bisect, not rule.bisect)])
         full += tally.measuring_h
         live += tally.measuring_h * shares[0]
         needs[name] = tally.startup_h + tally.rest_h + tally.measuring_h * shares[0]

@@ -569,36 +569,87 @@ def dynamic_k_placeholder(config: dict, spec: dict) -> Cell:
     method = dynamic_k_method(config, spec)
     server = server_config(config, spec["target"], method.method, None, method.draft,
                            thawed(method.options))
-    return Cell("derived", "round3", f"{spec['speculator']}+dynamic-k", server,
+    return Cell("derived", "round3", f"{spec['speculator']}{DERIVED_ARM}", server,
                 workload_spec(config, spec["workload"]), None,
                 settings(config).rounds["round1"].concurrency, spec["repeats"],
                 instances=spec["instances"])
 
 
-def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]]) -> Cell:
-    """The cell that measures a derived num_speculative_tokens_per_batch_size schedule (Round
-    3), paired with the same vanilla cell as round 1's."""
+# The three servers a derived dynamic-K schedule is measured with, taking turns (`dynamic_k_
+# arms`): report-name suffix of each. The static k runs without the dynamic mechanism, the
+# constant schedule (that k at every batch size) through it, then the derived schedule.
+STATIC_ARM, CONSTANT_ARM, DERIVED_ARM = "+static-k", "+constant-k", "+dynamic-k"
+# in the environment of the three servers (it changes nothing in vLLM): the static k's server
+# is round 1's, measured again beside the others, and needs an identity (cell id, point cache,
+# server logs) of its own
+ARM_MARK = {"SDBENCH_MEASURED_WITH": "dynamic-k schedule"}
+
+
+ARMS = (STATIC_ARM, CONSTANT_ARM, DERIVED_ARM)
+
+
+def dynamic_k_placeholders(config: dict, spec: dict) -> list[Cell]:
+    """The cells a derived schedule will be measured with, before it is known (for estimates:
+    `dynamic_k_arms`' three, each with a configuration of its own and the method's largest k;
+    two where the schedule turns out constant)."""
+    placeholder = dynamic_k_placeholder(config, spec)
+    server = placeholder.server_config
+    return [replace(placeholder, cell_id=f"derived{arm}", speculator=f"{spec['speculator']}{arm}",
+                    server_config={**server, "num_speculative_tokens": max(
+                        dynamic_k_method(config, spec).k), "env": {**server["env"], **ARM_MARK},
+                        "method_options": {**server["method_options"], "arm": arm}})
+            for arm in ARMS]
+
+
+def constant_schedule(schedule: list[list[int]], k: int) -> list[list[int]]:
+    """`k` at every batch size the derived schedule covers, in the same form."""
+    return [[1, schedule[-1][1], k]]
+
+
+def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]],
+                   arm: str = DERIVED_ARM) -> Cell:
+    """The cell that measures a num_speculative_tokens_per_batch_size schedule (Round 3;
+    `schedule` None: the static k of `arm` STATIC_ARM, given as the schedule's k), paired with
+    the same vanilla cell as round 1's."""
     method = dynamic_k_method(config, spec)
-    k = max([entry[2] for entry in schedule] + [min(method.k)])
-    options = {**thawed(method.options), "num_speculative_tokens_per_batch_size": schedule}
+    if arm == STATIC_ARM:
+        k, options = schedule[0][2], thawed(method.options)
+    else:
+        k = max([entry[2] for entry in schedule] + [min(method.k)])
+        options = {**thawed(method.options), "num_speculative_tokens_per_batch_size": schedule}
     server = server_config(config, spec["target"], method.method, k, method.draft, options)
+    server = {**server, "env": {**server["env"], **ARM_MARK}}
     workload = workload_spec(config, spec["workload"])
-    return Cell(cell_id_of(server, workload), "round3", f"{spec['speculator']}+dynamic-k", server,
+    return Cell(cell_id_of(server, workload), "round3", f"{spec['speculator']}{arm}", server,
                 workload, dynamic_k_baseline(config, spec),
                 settings(config).rounds["round1"].concurrency, spec["repeats"],
                 instances=spec["instances"])
 
 
-def read_dynamic_k_cell(config: dict, spec: dict, schedule_file: str | Path) -> Cell:
-    """The dynamic-K cell of a derived schedule file; the file must be the one for this spec
-    under this config (the cell id it names is the one the config gives now)."""
+def dynamic_k_arms(config: dict, spec: dict, schedule: list[list[int]],
+                   static_k: int) -> list[Cell]:
+    """The cells a derived schedule is measured with, in turn: the best static k of round 1
+    (`static_k`), that k as a constant schedule through the dynamic mechanism, and the derived
+    schedule; a derived schedule that is that constant one is measured once (its cell is the
+    derived one)."""
+    constant = constant_schedule(schedule, static_k)
+    arms = [dynamic_k_cell(config, spec, constant, STATIC_ARM)]
+    if {k for _, _, k in schedule} != {static_k}:
+        arms.append(dynamic_k_cell(config, spec, constant, CONSTANT_ARM))
+    return arms + [dynamic_k_cell(config, spec, schedule)]
+
+
+def read_dynamic_k_arms(config: dict, spec: dict, schedule_file: str | Path) -> list[Cell]:
+    """The cells of a derived schedule file (`dynamic_k_arms`, the derived one last); the file
+    must be the one for this spec under this config (the cell ids it names are the ones the
+    config gives now)."""
     entry = json.loads(Path(schedule_file).read_text())
-    cell = dynamic_k_cell(config, spec, entry["schedule"])
-    if entry.get("cell_id") != cell.cell_id:
-        raise ValueError(f"{schedule_file}: cell_id {entry.get('cell_id')!r} is not the cell "
-                         f"this config makes of its schedule ({cell.cell_id}); derive it again "
-                         "(delete the file)")
-    return cell
+    arms = dynamic_k_arms(config, spec, entry["schedule"], entry.get("static_k", -1))
+    if entry.get("arms") != [cell.cell_id for cell in arms]:
+        raise ValueError(f"{schedule_file}: cells {entry.get('arms')!r} are not the cells this "
+                         f"config makes of its schedule ({[c.cell_id for c in arms]}); derive "
+                         "it again (delete the file)")
+    return arms
 
 
 def cells_by_id(config: dict) -> dict[str, Cell]:

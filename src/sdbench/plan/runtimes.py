@@ -67,14 +67,14 @@ def session_minutes(config: dict, session: Session, cells: dict[str, grid.Cell],
     return min(minutes, limits.max_runtime)
 
 
-def cell_minutes(config: dict, cell: grid.Cell, attempt: int = 1) -> int:
-    """The `runtime` of a job that measures one cell alone (a derived dynamic-K cell): its
+def cell_minutes(config: dict, cells: list[grid.Cell], attempt: int = 1) -> int:
+    """The `runtime` of a job that measures cells alone (a derived dynamic-K schedule's): their
     sessions one after another."""
     limits = settings(config).cells
     if limits.runtime != AUTO:
         return int(limits.runtime)
     seconds = sum(session_work(s, {cell.cell_id: cell}, ConservativeRates(config)).total_s
-                  for s in standalone(cell).values())
+                  for cell in cells for s in standalone(cell).values())
     minutes = max(ASSEMBLE_MINUTES, math.ceil(seconds / 60)) * attempt
     return min(minutes, limits.max_runtime)
 
@@ -93,8 +93,8 @@ def job_priorities(config: dict, planned: dict[str, Session], cells: dict[str, g
     after: dict[str, float] = {}
     derived: dict[tuple, int] = {}
     for spec in grid.dynamic_k_specs(config):
-        cell = grid.dynamic_k_placeholder(config, spec)
         seconds = sum(session_work(s, {cell.cell_id: cell}, model, root=root).total_s
+                      for cell in grid.dynamic_k_placeholders(config, spec)
                       for s in standalone(cell).values())
         derived[(spec["target"], spec["workload"], spec["speculator"])] = round(seconds)
         feeding = {c.cell_id for c in grid.dynamic_k_sources(spec, cells)}

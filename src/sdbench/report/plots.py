@@ -15,8 +15,9 @@ import pandas as pd
 import seaborn as sns
 
 from sdbench.analyze import stops
-from sdbench.analyze.aggregate import DERIVED_SETTING
+from sdbench.analyze.aggregate import ARM_SETTINGS, DERIVED_SETTING, DYNAMIC_K_SETTINGS
 from sdbench.analyze.analysis import (
+    SPLIT,
     best_settings,
     crossover,
     dynamic_k_comparison,
@@ -25,6 +26,7 @@ from sdbench.analyze.analysis import (
     switch_gain,
 )
 from sdbench.analyze.noise import precision
+from sdbench.plan import grid
 
 sns.set_theme(style="whitegrid", context="notebook")
 
@@ -124,7 +126,7 @@ def load_round(round_name: str, summary: str, points: str, buckets: str, schedul
     every_point = pd.read_parquet(points)
     in_round = every_point["round"] == round_name
     if round_name == "round1":  # and the dynamic-K cells derived from it
-        in_round |= every_point["setting"] == DERIVED_SETTING
+        in_round |= every_point["setting"].isin(DYNAMIC_K_SETTINGS)
     all_points = every_point[in_round]
     per_bucket = pd.read_parquet(buckets)
     per_bucket = select(per_bucket[per_bucket["round"] == round_name], load="concurrency")
@@ -418,49 +420,60 @@ def switch_gain_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def dynamic_k_table(frame: pd.DataFrame, schedules: dict[str, list]) -> pd.DataFrame:
-    """Each measured dynamic-K cell against the single best static k of its method, paired by
-    level and repeat: throughput ratio with a 95 % interval, per level and over all levels.
+    """Each measured dynamic-K schedule split three ways (`analysis.dynamic_k_comparison`):
+    the mechanism's cost, the schedule's value and the net against the best static k, each a
+    throughput ratio with a 95 % interval, per level and over all levels.
 
     frame: per-measurement rows (round 1 and the derived cells); schedules: cell_id -> the
     schedule it measured."""
-    table = dynamic_k_comparison(frame, DERIVED_SETTING)
+    table = dynamic_k_comparison(frame, {arm: ARM_SETTINGS[arm] for arm in ARM_SETTINGS})
     if table.empty:
         return table
     derived = frame[frame["setting"] == DERIVED_SETTING]
     keys = zip(derived["target"], derived["workload"],
-               derived["speculator"].str.removesuffix("+dynamic-k"), strict=True)
+               derived["speculator"].str.removesuffix(grid.DERIVED_ARM), strict=True)
     cells = dict(zip(keys, derived["cell_id"], strict=True))
 
+    def schedule_of(row) -> list:
+        return schedules.get(cells.get((row["target"], row["workload"], row["method"])), [])
+
     def k_at(row) -> str:
-        schedule = schedules.get(cells.get((row["target"], row["workload"], row["method"])), [])
+        schedule = schedule_of(row)
         if row["concurrency"] == "all" or not schedule:
             return "–"
         return str(next((k for lo, hi, k in schedule if lo <= row["concurrency"] <= hi),
                         schedule[-1][2]))
 
-    def schedule_of(row) -> str:
-        schedule = schedules.get(cells.get((row["target"], row["workload"], row["method"])), [])
-        if row["concurrency"] != "all" or not schedule:
+    def said(row) -> str:  # once per schedule, on its "all" row
+        if row["concurrency"] != "all" or not schedule_of(row):
             return ""
-        ks = {k for _, _, k in schedule}
-        return (f"constant k = {ks.pop()}: the mechanism alone, no schedule" if len(ks) == 1
+        ks = {k for _, _, k in schedule_of(row)}
+        kind = (f"constant k = {ks.pop()}: the mechanism alone, no schedule" if len(ks) == 1
                 else "k changes with the batch size")
+        return f"{kind}; static k measured {row.get('static measured', '–')}"
+
+    def ratio(name: str) -> list[str]:
+        if f"{name}_mean" not in table:
+            return ["–"] * len(table)
+        return [("–" if pd.isna(m) else with_interval(m, lo, hi)) for m, lo, hi in zip(
+            table[f"{name}_mean"], table[f"{name}_ci_low"], table[f"{name}_ci_high"],
+            strict=True)]
 
     out = pd.DataFrame({
         "target": table["target"], "workload": table["workload"], "method": table["method"],
         "concurrency": table["concurrency"].astype(str),
         "schedule k": [k_at(r) for _, r in table.iterrows()],
-        "schedule": [schedule_of(r) for _, r in table.iterrows()],
+        "schedule": [said(r) for _, r in table.iterrows()],
         "best static k": table["best static k"].astype("Int64"),
-        "dynamic ÷ static": [with_interval(m, lo, hi) for m, lo, hi in zip(
-            table["ratio_mean"], table["ratio_ci_low"], table["ratio_ci_high"], strict=True)],
-        "verdict": table["verdict"],
+        **{SPLIT[name]: ratio(name) for name in SPLIT},
+        "verdict (net)": table["net_verdict"],
         # the engine settings the dynamic mechanism changed (said once, on the "all" row)
         "engine vs static k": [d if c == "all" and isinstance(d, str) else "" for c, d in zip(
             table["concurrency"], table.get("engine_differs", pd.Series(None, index=table.index)),
             strict=True)]})
-    return out.drop(columns=[c for c in ("schedule", "engine vs static k")
-                             if not out[c].astype(bool).any()])
+    return out.drop(columns=[c for c in ("schedule", "engine vs static k", *SPLIT.values())
+                             if not out[c].astype(bool).any()
+                             or out[c].eq("–").all()])
 
 
 def lossless_table(points: pd.DataFrame) -> pd.DataFrame:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from sdbench.analyze.aggregate import DERIVED_SETTING
+from sdbench.analyze.aggregate import DYNAMIC_K_SETTINGS
 from sdbench.analyze.analysis import speculative
 from sdbench.analyze.stats import mean_interval, verdict
 from sdbench.report.plots import METRIC_LABELS, percent_text, speedup_text, stat_text, with_interval
@@ -159,7 +159,7 @@ def quantized_vs_full_table(points: pd.DataFrame) -> pd.DataFrame:
 def setting_heatmaps(points: pd.DataFrame) -> plt.Figure | None:
     """Round 3: mean speedup per setting (rows) x concurrency, per target, method and workload
     (derived dynamic-K cells are not settings: the round 1 report compares them)."""
-    spec = speculative(points[points["setting"] != DERIVED_SETTING])
+    spec = speculative(points[~points["setting"].isin(DYNAMIC_K_SETTINGS)])
     if spec.empty:
         return None
     spec = spec.assign(panel=spec["target"] + " | " + spec["speculator"] + " k="
@@ -190,7 +190,7 @@ def winners_table(points: pd.DataFrame) -> pd.DataFrame:
     throughput is also given against the default setting's vanilla (a ratio of means), with
     its own paired speedup and the verdict of that interval. Derived dynamic-K cells are not
     settings (the round 1 report compares them)."""
-    part = points[(points["setting"] != DERIVED_SETTING)
+    part = points[~points["setting"].isin(DYNAMIC_K_SETTINGS)
                   & points["output_throughput_mean"].notna()]
     rows = []
     for (target, workload, concurrency), group in part.groupby(
