@@ -579,13 +579,11 @@ def dynamic_k_placeholder(config: dict, spec: dict) -> Cell:
 # arms`): report-name suffix of each. The static k runs without the dynamic mechanism, the
 # constant schedule (that k at every batch size) through it, then the derived schedule.
 STATIC_ARM, CONSTANT_ARM, DERIVED_ARM = "+static-k", "+constant-k", "+dynamic-k"
+ARMS = (STATIC_ARM, CONSTANT_ARM, DERIVED_ARM)
 # in the environment of the three servers (it changes nothing in vLLM): the static k's server
 # is round 1's, measured again beside the others, and needs an identity (cell id, point cache,
 # server logs) of its own
 ARM_MARK = {"SDBENCH_MEASURED_WITH": "dynamic-k schedule"}
-
-
-ARMS = (STATIC_ARM, CONSTANT_ARM, DERIVED_ARM)
 
 
 def dynamic_k_placeholders(config: dict, spec: dict) -> list[Cell]:
@@ -608,9 +606,9 @@ def constant_schedule(schedule: list[list[int]], k: int) -> list[list[int]]:
 
 def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]],
                    arm: str = DERIVED_ARM) -> Cell:
-    """The cell that measures a num_speculative_tokens_per_batch_size schedule (Round 3;
-    `schedule` None: the static k of `arm` STATIC_ARM, given as the schedule's k), paired with
-    the same vanilla cell as round 1's."""
+    """A cell that measures a num_speculative_tokens_per_batch_size schedule (Round 3), paired
+    with the same vanilla cell as round 1's; for `arm` STATIC_ARM the (constant) schedule's k
+    served as a static k, without the dynamic mechanism."""
     method = dynamic_k_method(config, spec)
     if arm == STATIC_ARM:
         k, options = schedule[0][2], thawed(method.options)
