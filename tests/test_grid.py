@@ -87,6 +87,12 @@ def test_a_derived_schedule_is_measured_with_its_static_k_and_that_k_as_constant
     and the derived schedule, all paired with round 1's baseline; a derived schedule that is
     the constant one is measured once; they take turns by server instance."""
     spec = grid.dynamic_k_specs(demo_config)[0]
+    # the demo measures its schedule alone (`split: false`): one cell
+    alone = grid.dynamic_k_arms(demo_config, spec, [[1, 1, 5], [2, 24, 0]], 5)
+    assert [c.speculator for c in alone] == ["calibration+dynamic-k"]
+    assert len(grid.dynamic_k_placeholders(demo_config, spec)) == 1
+    spec = {**spec, "split": True}
+    assert len(grid.dynamic_k_placeholders(demo_config, spec)) == 3
     cells = grid.cells_by_id(demo_config)
     arms = grid.dynamic_k_arms(demo_config, spec, [[1, 1, 5], [2, 24, 0]], 5)
     static, constant, derived = arms
@@ -112,6 +118,7 @@ def test_a_derived_schedule_is_measured_with_its_static_k_and_that_k_as_constant
     once = grid.dynamic_k_arms(demo_config, spec, [[1, 24, 5]], 5)
     assert [c.speculator for c in once] == ["calibration+static-k", "calibration+dynamic-k"]
     assert once[1].server_config == constant.server_config
+    assert derived.cell_id == alone[0].cell_id  # the same cell, split or not
     # turns: instance 0 of each, then instance 1, the order rotating
     two = [replace(c, instances=2, repeats=4) for c in arms]
     assert [(c.speculator.split("+")[1], i) for c, i in turn_order(two)] == [

@@ -525,6 +525,7 @@ def dynamic_k_specs(config: dict) -> list[dict]:
                        strict=True))
     return [{"target": target, "workload": workload, "speculator": entry.speculator,
              "method": entries[entry.speculator], "repeats": entry.repeats,
+             "split": entry.split,
              # as many server instances as the method's own cells (whose baseline has them)
              "instances": method.server_instances}
             for entry in settings(config).dynamic_k
@@ -589,14 +590,14 @@ ARM_MARK = {"SDBENCH_MEASURED_WITH": "dynamic-k schedule"}
 def dynamic_k_placeholders(config: dict, spec: dict) -> list[Cell]:
     """The cells a derived schedule will be measured with, before it is known (for estimates:
     `dynamic_k_arms`' three, each with a configuration of its own and the method's largest k;
-    two where the schedule turns out constant)."""
+    two where the schedule turns out constant; the derived one alone without `split`)."""
     placeholder = dynamic_k_placeholder(config, spec)
     server = placeholder.server_config
     return [replace(placeholder, cell_id=f"derived{arm}", speculator=f"{spec['speculator']}{arm}",
                     server_config={**server, "num_speculative_tokens": max(
                         dynamic_k_method(config, spec).k), "env": {**server["env"], **ARM_MARK},
                         "method_options": {**server["method_options"], "arm": arm}})
-            for arm in ARMS]
+            for arm in (ARMS if spec.get("split", True) else (DERIVED_ARM,))]
 
 
 def constant_schedule(schedule: list[list[int]], k: int) -> list[list[int]]:
@@ -629,7 +630,9 @@ def dynamic_k_arms(config: dict, spec: dict, schedule: list[list[int]],
     """The cells a derived schedule is measured with, in turn: the best static k of round 1
     (`static_k`), that k as a constant schedule through the dynamic mechanism, and the derived
     schedule; a derived schedule that is that constant one is measured once (its cell is the
-    derived one)."""
+    derived one). Without the spec's `split`: the derived schedule alone."""
+    if not spec.get("split", True):
+        return [dynamic_k_cell(config, spec, schedule)]
     constant = constant_schedule(schedule, static_k)
     arms = [dynamic_k_cell(config, spec, constant, STATIC_ARM)]
     if {k for _, _, k in schedule} != {static_k}:

@@ -213,6 +213,7 @@ class DynamicK:
     speculator: str
     workloads: tuple[str, ...] | None  # None: every round 1 workload
     repeats: int  # its own `repeats`, else loadgen's
+    split: bool  # measured in turn with the static k and that k as a constant schedule
 
 
 ROUNDS = ("round1", "round2", "round3")
@@ -234,7 +235,8 @@ class Settings:
         return cls(loadgen, Cells.of(config["cells"]), Server.of(config["server"]),
                    MappingProxyType(rounds),
                    tuple(DynamicK(e["speculator"], _names(e.get("workloads")),
-                                  int(e.get("repeats") or loadgen.repeats))
+                                  int(e.get("repeats") or loadgen.repeats),
+                                  bool(e.get("split", True)))
                          for e in config.get("dynamic_k") or ()))
 
 

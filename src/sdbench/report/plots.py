@@ -426,7 +426,7 @@ def dynamic_k_table(frame: pd.DataFrame, schedules: dict[str, list]) -> pd.DataF
 
     frame: per-measurement rows (round 1 and the derived cells); schedules: cell_id -> the
     schedule it measured."""
-    table = dynamic_k_comparison(frame, {arm: ARM_SETTINGS[arm] for arm in ARM_SETTINGS})
+    table = dynamic_k_comparison(frame, dict(ARM_SETTINGS))
     if table.empty:
         return table
     derived = frame[frame["setting"] == DERIVED_SETTING]
