@@ -161,6 +161,7 @@ def _arm(rows, arm, repeats=4, noise=(0.97, 1.02, 0.99, 1.03)):
     frame = measurements([(f"ngram{arm}", k, c, m) for k, c, m in rows], repeats=repeats,
                          spread=0)
     frame["speedup"] *= [noise[r] for r in frame["repeat"]]
+    frame["output_throughput"] = frame["speedup"] * 100  # a baseline of 100 tok/s
     return frame.assign(round="round3", setting=SPLIT_SETTINGS[arm])
 
 
@@ -183,10 +184,19 @@ def test_dynamic_k_is_split_into_the_mechanisms_cost_and_the_schedules_value():
     assert table.loc["all", "mechanism_verdict"] == "the mechanism costs"
     assert table.loc["all", "schedule_verdict"] == "the schedule gains"
     assert table.loc["all", "net_verdict"] == "static k faster"
+    # the adaptive rule measured the baseline's repeats 1-3 at concurrency 1 no more: the
+    # cells that took turns keep their pairs (throughput against throughput), all 4 of them
+    stopped = [f.assign(speedup=f["speedup"].where((f["concurrency"] != 1) | (f["repeat"] == 0)))
+               for f in (static, constant, derived)]
+    table = dynamic_k_comparison(pd.concat([round1, *stopped]),
+                                 SPLIT_SETTINGS).set_index("concurrency")
+    assert (table["mechanism_repeats"] == 4).all() and (table["net_repeats"] == 4).all()
+    assert table["mechanism_mean"].to_numpy() == pytest.approx(0.7, rel=1e-9)
     # one repeat of the derived server drifts alone: the schedule's and the net's intervals
     # widen (and still cover), the mechanism's stays exact
-    moved = derived.assign(speedup=derived["speedup"] * np.where(derived["repeat"] == 1,
-                                                                 1.1, 1.0))
+    drift = np.where(derived["repeat"] == 1, 1.1, 1.0)
+    moved = derived.assign(speedup=derived["speedup"] * drift,
+                           output_throughput=derived["output_throughput"] * drift)
     table = dynamic_k_comparison(pd.concat([round1, static, constant, moved]),
                                  SPLIT_SETTINGS).set_index("concurrency")
     assert table.loc["all", "mechanism_ci_high"] == pytest.approx(0.7)

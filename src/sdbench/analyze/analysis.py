@@ -371,8 +371,9 @@ SPLIT_VERDICTS = {"mechanism": ("the mechanism gains", "the mechanism costs"),
 
 
 def _log_ratio(mine: pd.DataFrame, theirs: pd.DataFrame, levels: list) -> pd.DataFrame:
-    """Per repeat (rows) and level: log(mine ÷ theirs) of two (repeat x level) speedup tables
-    (speedups over the same baseline measurement: their ratio is the throughput ratio)."""
+    """Per repeat (rows) and level: log(mine ÷ theirs) of two (repeat x level) tables of
+    output throughput, or of speedups over the same baseline measurement (whose ratio is the
+    throughput ratio)."""
     ratio = mine.reindex(columns=levels) / theirs.reindex(columns=levels)
     return np.log(ratio.where(ratio > 0)).dropna(how="all")
 
@@ -400,7 +401,9 @@ def dynamic_k_comparison(frame: pd.DataFrame, settings: dict[str, str]) -> pd.Da
     mechanism ÷ that static k), the schedule's value (derived ÷ constant schedule) and the net
     (derived ÷ static k), each a geometric-mean throughput ratio with a 95 % interval over
     repeats, per level and over all levels. The three servers took turns (`grid.dynamic_k_
-    arms`), the static k chosen on round 1's data and judged on these. A derived schedule that
+    arms`): their output throughputs are paired by repeat directly (every repeat, whether its
+    baseline repeat was measured or not); the static k is chosen on round 1's data and judged
+    on these. A derived schedule that
     is the constant one has no schedule value (`constant`). Without the cells measured in turn
     (a schedule derived before they were), the net is against round 1's best static k, chosen
     on the data it is judged by (which favours it), and there is no split.
@@ -435,8 +438,11 @@ def dynamic_k_comparison(frame: pd.DataFrame, settings: dict[str, str]) -> pd.Da
                                       values="speedup")[levels]
             static = static[static["k"] == int(by_k.apply(_geo, axis=1).idxmax())]
         best_k = int(static["k"].iloc[0])
-        table = {name: part.pivot_table(index="repeat", columns="concurrency",
-                                        values="speedup")
+        # cells that took turns: their own throughputs, repeat by repeat (a baseline repeat
+        # the adaptive rule did not measure leaves them a pair); round 1's static k, measured
+        # at another time: its speedups, each over the baseline repeat the derived cell has too
+        value = "output_throughput" if in_turn else "speedup"
+        table = {name: part.pivot_table(index="repeat", columns="concurrency", values=value)
                  for name, part in (("static", static), ("constant", constant),
                                     ("derived", cell)) if not part.empty}
         constant_schedule = in_turn and constant.empty
