@@ -258,7 +258,7 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
     # paired by repeat with vanilla of the same engine, target, server arguments, workload
     # and load point (concurrency, batch size or request rate)
     round2_targets = 4 - len(host["unsupported"])
-    assert len(spec) == 18 + 4 + 2 + 4 * round2_targets + 4 + 4
+    assert len(spec) == 18 + 4 + 2 + 4 * round2_targets + 4 + 4 * len(arms_of(e2e_run["workdir"]))
     assert (spec["target"] == spec["target_vanilla"]).all()
     assert (spec["engine"] == spec["engine_vanilla"]).all()
     assert spec["request_rate"].notna().sum() == 3 * 2
