@@ -313,3 +313,17 @@ def test_the_split_s_intervals_cover_the_true_ratio_at_their_stated_rate(repeats
             hits[level] += row["mechanism_ci_low"] <= np.exp(want) <= row["mechanism_ci_high"]
     for level, hit in hits.items():
         assert 0.93 <= hit / runs <= 0.97, (level, hit / runs)
+
+
+def test_a_point_measured_once_leaves_the_switch_gain_in_sample_not_an_error():
+    """The adaptive rule may stop a point after its first repeat (its verdict settled): that
+    point has no spread (no standard error), the gain's covariance is not finite, and the
+    switching gain is the in-sample estimate, said so (the demo's round 1 report failed on a
+    LinAlgError from such a run)."""
+    three = measurements([("ngram", 2, 1, 1.5), ("ngram", 2, 8, 0.7)], repeats=3)
+    once = measurements([("draft", 2, 1, 1.3), ("draft", 2, 8, 0.8)], repeats=3)
+    once.loc[(once["concurrency"] == 1) & (once["repeat"] > 0), ["speedup", "paired"]] = [
+        np.nan, False]
+    row = switch_gain(pd.concat([three, once], ignore_index=True)).iloc[0]
+    assert row["evaluation"] == "in-sample (no spread measured): biased upward"
+    assert np.isnan(row["gain_ci_low"]) and np.isfinite(row["gain"])

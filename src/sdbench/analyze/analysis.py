@@ -271,8 +271,8 @@ def _picked_gain(center: np.ndarray, static: int, switch: np.ndarray, cov: np.nd
     var = float(eta @ cov @ eta)
     if not np.any(eta) or var <= 0:  # the same setting picked everywhere: no gain, exactly
         return observed, observed, observed
-    if not (np.isfinite(df) and df > 0):
-        return observed, np.nan, np.nan
+    if not (np.isfinite(df) and df > 0 and np.isfinite(var) and np.isfinite(cov).all()):
+        return observed, np.nan, np.nan  # a point without a spread (one repeat measured)
     widen = stats.t.ppf(0.975, df) / stats.norm.ppf(0.975)
     sd = np.sqrt(var) * widen
     # the simultaneous bound: the largest error of any static-vs-switch gain, redrawn
