@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sdbench.analyze.aggregate import ARM_SETTINGS
 from sdbench.analyze.analysis import (
     best_settings,
     best_static_k,
@@ -149,11 +150,6 @@ def test_settings_with_different_repeats_are_chosen_and_judged_on_the_repeats_al
     assert not best[["heldout_mean", "heldout_ci_low", "heldout_ci_high"]].isna().any().any()
 
 
-SPLIT_SETTINGS = {"+static-k": "best static k (beside dynamic K)",
-                  "+constant-k": "constant schedule (dynamic K at the static k)",
-                  "+dynamic-k": "derived dynamic K"}
-
-
 def _arm(rows, arm, repeats=4, noise=(0.97, 1.02, 0.99, 1.03)):
     """A cell measured in turn with a derived schedule: (k, concurrency, speedup) rows, each
     repeat times its factor in `noise` (the factors all three servers of a repeat share: a
@@ -162,7 +158,7 @@ def _arm(rows, arm, repeats=4, noise=(0.97, 1.02, 0.99, 1.03)):
                          spread=0)
     frame["speedup"] *= [noise[r] for r in frame["repeat"]]
     frame["output_throughput"] = frame["speedup"] * 100  # a baseline of 100 tok/s
-    return frame.assign(round="round3", setting=SPLIT_SETTINGS[arm])
+    return frame.assign(round="round3", setting=ARM_SETTINGS[arm])
 
 
 def test_dynamic_k_is_split_into_the_mechanisms_cost_and_the_schedules_value():
@@ -174,8 +170,8 @@ def test_dynamic_k_is_split_into_the_mechanisms_cost_and_the_schedules_value():
     derived = _arm([(4, 1, 1.3 * 0.84), (4, 8, 0.9 * 0.84)], "+dynamic-k")
     round1 = measurements([("ngram", 2, 1, 1.3), ("ngram", 2, 8, 0.9),
                            ("ngram", 4, 1, 1.4), ("ngram", 4, 8, 0.7)])
-    table = dynamic_k_comparison(pd.concat([round1, static, constant, derived]),
-                                 SPLIT_SETTINGS).set_index("concurrency")
+    table = dynamic_k_comparison(pd.concat([round1, static, constant, derived])).set_index(
+        "concurrency")
     assert set(table["best static k"]) == {2}  # the cell measured in turn, not round 1's
     assert set(table["static measured"]) == {"in turn with the schedule"}
     for name, truth in (("mechanism", 0.7), ("schedule", 1.2), ("net", 0.84)):
@@ -188,8 +184,8 @@ def test_dynamic_k_is_split_into_the_mechanisms_cost_and_the_schedules_value():
     # cells that took turns keep their pairs (throughput against throughput), all 4 of them
     stopped = [f.assign(speedup=f["speedup"].where((f["concurrency"] != 1) | (f["repeat"] == 0)))
                for f in (static, constant, derived)]
-    table = dynamic_k_comparison(pd.concat([round1, *stopped]),
-                                 SPLIT_SETTINGS).set_index("concurrency")
+    table = dynamic_k_comparison(pd.concat([round1, *stopped])).set_index(
+        "concurrency")
     assert (table["mechanism_repeats"] == 4).all() and (table["net_repeats"] == 4).all()
     assert table["mechanism_mean"].to_numpy() == pytest.approx(0.7, rel=1e-9)
     # one repeat of the derived server drifts alone: the schedule's and the net's intervals
@@ -197,15 +193,15 @@ def test_dynamic_k_is_split_into_the_mechanisms_cost_and_the_schedules_value():
     drift = np.where(derived["repeat"] == 1, 1.1, 1.0)
     moved = derived.assign(speedup=derived["speedup"] * drift,
                            output_throughput=derived["output_throughput"] * drift)
-    table = dynamic_k_comparison(pd.concat([round1, static, constant, moved]),
-                                 SPLIT_SETTINGS).set_index("concurrency")
+    table = dynamic_k_comparison(pd.concat([round1, static, constant, moved])).set_index(
+        "concurrency")
     assert table.loc["all", "mechanism_ci_high"] == pytest.approx(0.7)
     low, high = table.loc["all", ["schedule_ci_low", "schedule_ci_high"]]
     assert low < 1.2 < high and high - low > 0.05 and low > 0
     # a derived schedule that is the constant one: no schedule value, the mechanism is the
     # derived cell against the static k
-    table = dynamic_k_comparison(pd.concat([round1, static, constant.iloc[:0], derived]),
-                                 SPLIT_SETTINGS).set_index("concurrency")
+    table = dynamic_k_comparison(pd.concat([round1, static, constant.iloc[:0], derived])
+                                 ).set_index("concurrency")
     assert table["constant"].all() and table["schedule_mean"].isna().all()
     assert table["mechanism_mean"].to_numpy() == pytest.approx(0.84)
     shown = dynamic_k_table(pd.concat([round1, static, derived]),
@@ -221,7 +217,7 @@ def test_dynamic_k_without_cells_in_turn_is_compared_with_round_1s_best_static_k
                            ("ngram", 4, 1, 1.4), ("ngram", 4, 8, 0.7)])
     dynamic = measurements([("ngram+dynamic-k", 4, 1, 1.4), ("ngram+dynamic-k", 4, 8, 1.0)])
     dynamic = dynamic.assign(round="round3", setting="derived dynamic K")
-    table = dynamic_k_comparison(pd.concat([static, dynamic]), SPLIT_SETTINGS)
+    table = dynamic_k_comparison(pd.concat([static, dynamic]))
     rows = table.set_index("concurrency")
     # static geo. means: k=2 sqrt(1.3*0.9)=1.082, k=4 sqrt(1.4*0.7)=0.99 -> k=2
     assert set(table["best static k"]) == {2}
@@ -249,7 +245,7 @@ def test_dynamic_k_without_cells_in_turn_is_compared_with_round_1s_best_static_k
         pd.concat([static, dynamic]), {dynamic["cell_id"].iloc[0]: [[1, 8, 4]]})
     # a static k measured more often than the dynamic-K cell: paired on the repeats both have
     more = measurements([("ngram", 2, 1, 1.3), ("ngram", 2, 8, 0.9)], repeats=5)
-    table = dynamic_k_comparison(pd.concat([more, dynamic]), SPLIT_SETTINGS)
+    table = dynamic_k_comparison(pd.concat([more, dynamic]))
     rows = table.set_index("concurrency")
     assert rows.loc["all", "net_repeats"] == 3 and not rows["net_mean"].isna().any()
 

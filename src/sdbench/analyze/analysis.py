@@ -395,49 +395,43 @@ def _ratio_row(logs: pd.DataFrame, level, name: str) -> dict:
             f"{name}_verdict": {"speculate": faster, "no speculation": slower}.get(said, said)}
 
 
-def dynamic_k_comparison(frame: pd.DataFrame, settings: dict[str, str]) -> pd.DataFrame:
+def dynamic_k_comparison(frame: pd.DataFrame) -> pd.DataFrame:
     """Each derived dynamic-K schedule split three ways, paired by level and repeat: the
     mechanism's cost (the best static k as a constant schedule through vLLM's dynamic
     mechanism ÷ that static k), the schedule's value (derived ÷ constant schedule) and the net
     (derived ÷ static k), each a geometric-mean throughput ratio with a 95 % interval over
     repeats, per level and over all levels. The three servers took turns (`grid.dynamic_k_
-    arms`): their output throughputs are paired by repeat directly (every repeat, whether its
-    baseline repeat was measured or not); the static k is chosen on round 1's data and judged
-    on these. A derived schedule that
-    is the constant one has no schedule value (`constant`). Without the cells measured in turn
-    (a schedule derived before they were), the net is against round 1's best static k, chosen
-    on the data it is judged by (which favours it), and there is no split.
-
-    settings: arm -> its setting (`aggregate.ARM_SETTINGS`: STATIC_ARM, CONSTANT_ARM,
-    DERIVED_ARM)."""
-    arms = {arm: speculative(frame[frame["setting"] == setting])
-            for arm, setting in settings.items()}
+    arms`: found by their report names' suffixes): their output throughputs are paired by
+    repeat directly (every repeat, whether its baseline repeat was measured or not); the static
+    k is chosen on round 1's data and judged on these. A derived schedule that is the constant
+    one has no schedule value (`constant`). Without the cells measured in turn (a schedule
+    derived before they were, or `split: false`), the net is against round 1's best static k
+    (`best_static_k`), chosen on the data it is judged by (which favours it), and there is no
+    split."""
+    spec = speculative(frame)
     rows = []
-    for (target, workload, speculator), cell in arms[grid.DERIVED_ARM].groupby(
+    for (target, workload, speculator), cell in spec[
+            spec["speculator"].str.endswith(grid.DERIVED_ARM)].groupby(
             ["target", "workload", "speculator"]):
         method = speculator.removesuffix(grid.DERIVED_ARM)
         base = {"target": target, "workload": workload, "method": method}
-
-        def of(part: pd.DataFrame, label: str, at=(target, workload)) -> pd.DataFrame:
-            return part[(part["target"] == at[0]) & (part["workload"] == at[1])
-                        & (part["speculator"] == label)]
-
-        static = of(arms[grid.STATIC_ARM], method + grid.STATIC_ARM)
-        constant = of(arms[grid.CONSTANT_ARM], method + grid.CONSTANT_ARM)
+        here = spec[(spec["target"] == target) & (spec["workload"] == workload)]
+        static = here[here["speculator"] == method + grid.STATIC_ARM]
+        constant = here[here["speculator"] == method + grid.CONSTANT_ARM]
         in_turn = not static.empty
         if not in_turn:  # round 1's best static k
-            static = of(speculative(frame[frame["round"] == "round1"]), method)
-        if static.empty:
+            static = here[(here["round"] == "round1") & (here["speculator"] == method)]
+        levels = [c for c in sorted(cell["concurrency"].unique())
+                  if c in set(static["concurrency"])]
+        if not levels:
             rows.append({**base, "concurrency": "all", "best static k": None,
                          "net_verdict": "no static k measured"})
             continue
-        levels = [c for c in sorted(cell["concurrency"].unique())
-                  if c in set(static["concurrency"])]
         if not in_turn:
-            by_k = static.pivot_table(index="k", columns="concurrency",
-                                      values="speedup")[levels]
-            static = static[static["k"] == int(by_k.apply(_geo, axis=1).idxmax())]
-        best_k = int(static["k"].iloc[0])
+            means = static[static["concurrency"].isin(levels)].groupby(
+                ["target", "workload", "speculator", "method", "k", "concurrency"],
+                as_index=False)["speedup"].mean().rename(columns={"speedup": "speedup_mean"})
+            static = static[static["k"] == best_static_k(means, target, workload, method)]
         # cells that took turns: their own throughputs, repeat by repeat (a baseline repeat
         # the adaptive rule did not measure leaves them a pair); round 1's static k, measured
         # at another time: its speedups, each over the baseline repeat the derived cell has too
@@ -446,10 +440,9 @@ def dynamic_k_comparison(frame: pd.DataFrame, settings: dict[str, str]) -> pd.Da
                  for name, part in (("static", static), ("constant", constant),
                                     ("derived", cell)) if not part.empty}
         constant_schedule = in_turn and constant.empty
-        mechanism_side = "derived" if constant_schedule else "constant"
         logs = {"net": _log_ratio(table["derived"], table["static"], levels),
-                "mechanism": (_log_ratio(table[mechanism_side], table["static"], levels)
-                              if in_turn else None),
+                "mechanism": (_log_ratio(table["derived" if constant_schedule else "constant"],
+                                         table["static"], levels) if in_turn else None),
                 "schedule": (_log_ratio(table["derived"], table["constant"], levels)
                              if in_turn and not constant_schedule else None)}
         # what the dynamic mechanism changed in the engine against the static k's server
@@ -457,7 +450,7 @@ def dynamic_k_comparison(frame: pd.DataFrame, settings: dict[str, str]) -> pd.Da
             engine.first_settings(constant if not constant.empty else cell),
             engine.first_settings(static), who="dynamic K")
         for level in levels + ["all"]:
-            row = {**base, "concurrency": level, "best static k": best_k,
+            row = {**base, "concurrency": level, "best static k": int(static["k"].iloc[0]),
                    "static measured": ("in turn with the schedule" if in_turn else
                                        "in round 1 (chosen on the data it is judged by)"),
                    "constant": constant_schedule, "engine_differs": differs}

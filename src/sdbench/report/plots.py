@@ -15,7 +15,7 @@ import pandas as pd
 import seaborn as sns
 
 from sdbench.analyze import stops
-from sdbench.analyze.aggregate import ARM_SETTINGS, DERIVED_SETTING, DYNAMIC_K_SETTINGS
+from sdbench.analyze.aggregate import DERIVED_SETTING, DYNAMIC_K_SETTINGS
 from sdbench.analyze.analysis import (
     SPLIT,
     best_settings,
@@ -426,7 +426,7 @@ def dynamic_k_table(frame: pd.DataFrame, schedules: dict[str, list]) -> pd.DataF
 
     frame: per-measurement rows (round 1 and the derived cells); schedules: cell_id -> the
     schedule it measured."""
-    table = dynamic_k_comparison(frame, dict(ARM_SETTINGS))
+    table = dynamic_k_comparison(frame)
     if table.empty:
         return table
     derived = frame[frame["setting"] == DERIVED_SETTING]
