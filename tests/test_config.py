@@ -2,7 +2,10 @@ import copy
 
 import pytest
 
+from sdbench.plan import grid
 from sdbench.plan.config import ConfigError, load_config, validate_config
+
+from workflow_helpers import REPO
 
 
 def test_demo_and_real_configs_validate_with_defaults(repo):
@@ -144,3 +147,15 @@ def test_round_settings(demo_config_raw):
     del raw["round3"]["settings"]
     config = validate_config(raw)  # the default: one setting that changes nothing
     assert config["round3"]["settings"] == [{"name": "default", "server": {}, "speculative": {}}]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "config").glob("*.yaml")))
+def test_every_shipped_config_is_valid_and_plans_its_cells(name):
+    """The configs the docs run (the GPU ones are run on lent machines, not here): valid,
+    with a grid, and every dynamic-K entry's cells (each model runner's) named apart."""
+    config = load_config(REPO / "config" / name)
+    assert grid.all_cells(config)
+    for spec in grid.dynamic_k_specs(config):
+        cells = grid.dynamic_k_placeholders(config, spec)
+        assert len({c.speculator for c in cells}) == len(cells) == (
+            (3 if spec["split"] else 1) * max(1, len(spec["model_runners"])))

@@ -126,6 +126,35 @@ def test_a_derived_schedule_is_measured_with_its_static_k_and_that_k_as_constant
         ("constant-k", 1), ("dynamic-k", 1), ("static-k", 1)]
 
 
+def test_a_dynamic_k_split_under_each_named_model_runner(demo_config):
+    """`model_runners`: the split's cells again under each runner (vLLM's variable in their
+    environment, the runner in their names before the arm), one runner's after the other's;
+    none named: the variable left to vLLM."""
+    spec = {**grid.dynamic_k_specs(demo_config)[0], "split": True}
+    assert spec["model_runners"] == []
+    plain = grid.dynamic_k_arms(demo_config, spec, [[1, 1, 5], [2, 24, 0]], 5)
+    assert not any(grid.RUNNER_ENV in c.server_config["env"] for c in plain)
+    both = grid.dynamic_k_arms(demo_config, {**spec, "model_runners": ["v1", "v2"]},
+                               [[1, 1, 5], [2, 24, 0]], 5)
+    assert [c.speculator for c in both] == [
+        f"calibration@{runner}{arm}" for runner in ("v1", "v2") for arm in grid.ARMS]
+    assert [c.server_config["env"][grid.RUNNER_ENV] for c in both] == ["0"] * 3 + ["1"] * 3
+    assert len({c.cell_id for c in both + plain}) == 9
+    # but for the variable, each runner's cells are the plain ones
+    for cell in both:
+        env = {k: v for k, v in cell.server_config["env"].items() if k != grid.RUNNER_ENV}
+        twin = plain[both.index(cell) % 3]
+        assert {**cell.server_config, "env": env} == twin.server_config
+    assert [grid.runner_method(c.speculator.removesuffix(grid.DERIVED_ARM)) for c in both
+            if c.speculator.endswith(grid.DERIVED_ARM)] == [("calibration", "v1"),
+                                                            ("calibration", "v2")]
+    assert grid.runner_method("calibration") == ("calibration", None)
+    assert grid.runner_method("a@b") == ("a@b", None)  # not a runner: part of the name
+    placeholders = grid.dynamic_k_placeholders(demo_config, {**spec, "model_runners": ["v2"]})
+    assert [c.speculator for c in placeholders] == [f"calibration@v2{a}" for a in grid.ARMS]
+    assert {c.server_config["env"][grid.RUNNER_ENV] for c in placeholders} == {"1"}
+
+
 def test_a_method_s_repeats_and_its_baseline(demo_config_raw):
     """A method's `repeats` applies to its cells only; their baseline is measured as often as
     the most repeated cell paired with it (dynamic-K cells included), so that every speculative

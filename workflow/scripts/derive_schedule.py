@@ -4,7 +4,7 @@ static k it is measured against (beside that k as a constant schedule)."""
 from sdbench.analyze.aggregate import aggregate_points, summarize
 from sdbench.analyze.analysis import best_static_k, derive_schedule
 from sdbench.files import atomic_write_json
-from sdbench.plan.grid import dynamic_k_arms
+from sdbench.plan.grid import DERIVED_ARM, dynamic_k_arms
 from sdbench.script_log import to_log
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
@@ -21,4 +21,7 @@ with to_log(sm.log[0]):
           + ", ".join(f"{c.cell_id} ({c.speculator})" for c in arms))
     atomic_write_json(sm.output.schedule, {**spec, "schedule": schedule, "static_k": static_k,
                                            "cell_id": arms[-1].cell_id,
-                                           "arms": [c.cell_id for c in arms]})
+                                           "arms": [c.cell_id for c in arms],
+                                           "derived_cells": [c.cell_id for c in arms
+                                                             if c.speculator.endswith(
+                                                                 DERIVED_ARM)]})

@@ -404,7 +404,9 @@ def dynamic_k_comparison(frame: pd.DataFrame) -> pd.DataFrame:
     arms`: found by their report names' suffixes): their output throughputs are paired by
     repeat directly (every repeat, whether its baseline repeat was measured or not); the static
     k is chosen on round 1's data and judged on these. A derived schedule that is the constant
-    one has no schedule value (`constant`). Without the cells measured in turn (a schedule
+    one has no schedule value (`constant`). Cells measured under a named vLLM model runner
+    (`dynamic_k[].model_runners`) are split among themselves, one row set per runner
+    (`model_runner`). Without the cells measured in turn (a schedule
     derived before they were, or `split: false`), the net is against round 1's best static k
     (`best_static_k`), chosen on the data it is judged by (which favours it), and there is no
     split."""
@@ -413,14 +415,16 @@ def dynamic_k_comparison(frame: pd.DataFrame) -> pd.DataFrame:
     for (target, workload, speculator), cell in spec[
             spec["speculator"].str.endswith(grid.DERIVED_ARM)].groupby(
             ["target", "workload", "speculator"]):
-        method = speculator.removesuffix(grid.DERIVED_ARM)
-        base = {"target": target, "workload": workload, "method": method}
+        method = speculator.removesuffix(grid.DERIVED_ARM)  # with its runner's tag, if any
+        base = {"target": target, "workload": workload, "method": method,
+                "model_runner": grid.runner_method(method)[1]}
         here = spec[(spec["target"] == target) & (spec["workload"] == workload)]
         static = here[here["speculator"] == method + grid.STATIC_ARM]
         constant = here[here["speculator"] == method + grid.CONSTANT_ARM]
         in_turn = not static.empty
         if not in_turn:  # round 1's best static k
-            static = here[(here["round"] == "round1") & (here["speculator"] == method)]
+            static = here[(here["round"] == "round1")
+                          & (here["speculator"] == grid.runner_method(method)[0])]
         levels = [c for c in sorted(cell["concurrency"].unique())
                   if c in set(static["concurrency"])]
         if not levels:
@@ -431,7 +435,8 @@ def dynamic_k_comparison(frame: pd.DataFrame) -> pd.DataFrame:
             means = static[static["concurrency"].isin(levels)].groupby(
                 ["target", "workload", "speculator", "method", "k", "concurrency"],
                 as_index=False)["speedup"].mean().rename(columns={"speedup": "speedup_mean"})
-            static = static[static["k"] == best_static_k(means, target, workload, method)]
+            static = static[static["k"] == best_static_k(means, target, workload,
+                                                         grid.runner_method(method)[0])]
         # cells that took turns: their own throughputs, repeat by repeat (a baseline repeat
         # the adaptive rule did not measure leaves them a pair); round 1's static k, measured
         # at another time: its speedups, each over the baseline repeat the derived cell has too

@@ -68,14 +68,16 @@ def write_frames(tables: SummaryTables, frame: pd.DataFrame, points: pd.DataFram
 
 def read_schedules(schedule_files) -> dict[str, dict]:
     """cell id -> {target, workload, speculator, schedule, static_k, arms} of each derived
-    dynamic-K cell (static_k: the best static k measured beside it; arms: the ids of the cells
-    that took turns, the derived one last; None in a schedule derived before they were)."""
+    dynamic-K cell, one per model runner it was measured under (static_k: the best static k
+    measured beside it; arms: the ids of the cells that took turns, each runner's derived one
+    last; None in a schedule derived before they were)."""
     out = {}
     for path in schedule_files:
         entry = json.loads(Path(path).read_text())
-        out[entry["cell_id"]] = {**{key: entry[key] for key in
-                                    ("target", "workload", "speculator", "schedule")},
-                                 "static_k": entry.get("static_k"), "arms": entry.get("arms")}
+        for cell_id in entry.get("derived_cells") or [entry["cell_id"]]:
+            out[cell_id] = {**{key: entry[key] for key in
+                               ("target", "workload", "speculator", "schedule")},
+                            "static_k": entry.get("static_k"), "arms": entry.get("arms")}
     return out
 
 

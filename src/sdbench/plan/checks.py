@@ -35,6 +35,52 @@ class VllmFeatures:
     methods: frozenset[str]
     options: frozenset[str]  # the fields of vLLM's SpeculativeConfig
     server_args: frozenset[str] = frozenset()  # the fields of vLLM's EngineArgs
+    # the speculative methods vLLM's V2 model runner accepts (None: this vLLM does not say)
+    v2_methods: frozenset[str] | None = None
+
+
+class _Unset:
+    """A stand-in for the parts of a VllmConfig that `_v2_runner_methods` leaves at their
+    defaults: any attribute is another one; false, equal to nothing, not greater than
+    anything (no parallelism, no optional feature on)."""
+
+    def __init__(self, **given) -> None:
+        self.__dict__.update(given)
+
+    def __getattr__(self, name: str) -> _Unset:
+        return _Unset()
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __eq__(self, other) -> bool:
+        return False
+
+    def __gt__(self, other) -> bool:
+        return False
+
+    __hash__ = object.__hash__
+    __lt__ = __ge__ = __le__ = __gt__
+
+
+def _v2_runner_methods(methods: frozenset[str]) -> frozenset[str] | None:
+    """The methods whose speculation vLLM's V2 model runner accepts, asked of vLLM's own list
+    of what that runner does not support (`VllmConfig._get_v2_model_runner_unsupported_
+    features`, vLLM 0.26+) for an otherwise default configuration; None where this vLLM has
+    no such list or it cannot be asked this way."""
+    try:
+        from vllm.config import VllmConfig
+
+        def ask(speculative: _Unset | None) -> set[str]:
+            return set(VllmConfig._get_v2_model_runner_unsupported_features(_Unset(
+                model_config=None, speculative_config=speculative)))
+
+        # what the stand-in itself trips (an `is not None` test of an optional part) is not
+        # the method's
+        unset = ask(None)
+        return frozenset(m for m in methods if not ask(_Unset(method=m)) - unset)
+    except Exception:  # noqa: BLE001 - another vLLM's internals: then it is not checked
+        return None
 
 
 def _literal_values(tp) -> list[str]:
@@ -64,23 +110,29 @@ def vllm_features() -> VllmFeatures | None:
     cached = _features_cache()
     if cached is not None and cached.is_file():
         data = json.loads(cached.read_text())
-        if "server_args" in data:  # older cache files lack it: read vLLM again
+        if "v2_methods" in data:  # older cache files lack it: read vLLM again
+            v2 = data["v2_methods"]
             return VllmFeatures(data["version"], frozenset(data["methods"]),
-                                frozenset(data["options"]), frozenset(data["server_args"]))
+                                frozenset(data["options"]), frozenset(data["server_args"]),
+                                None if v2 is None else frozenset(v2))
     import vllm
     from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod
     from vllm.engine.arg_utils import EngineArgs
 
-    features = VllmFeatures(vllm.__version__, frozenset(_literal_values(SpeculativeMethod)),
+    methods = frozenset(_literal_values(SpeculativeMethod))
+    features = VllmFeatures(vllm.__version__, methods,
                             frozenset(f.name for f in dataclasses.fields(SpeculativeConfig)),
-                            frozenset(f.name for f in dataclasses.fields(EngineArgs)))
+                            frozenset(f.name for f in dataclasses.fields(EngineArgs)),
+                            _v2_runner_methods(methods))
     if cached is not None:
         with contextlib.suppress(OSError):  # a read-only home only costs the import next time
             cached.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_json(cached, {"version": features.version,
                                        "methods": sorted(features.methods),
                                        "options": sorted(features.options),
-                                       "server_args": sorted(features.server_args)})
+                                       "server_args": sorted(features.server_args),
+                                   "v2_methods": (None if features.v2_methods is None
+                                                  else sorted(features.v2_methods))})
     return features
 
 
@@ -153,6 +205,25 @@ def check_setting(setting: Setting, where: str, features: VllmFeatures | None,
 # speculative methods that need a package besides vLLM (checked when a cell runs: the machine
 # that plans the workflow need not be the one that measures)
 METHOD_PACKAGES = {"suffix": ("arctic_inference", "arctic-inference")}
+
+
+def check_model_runners(config: dict, features: VllmFeatures | None,
+                        source: str = "config") -> None:
+    """A dynamic-K entry measured under the V2 model runner: its method must be one that
+    runner accepts in the installed vLLM (else the server refuses to start, after the round 1
+    cells it derives from have used the GPU)."""
+    if features is None or features.v2_methods is None:
+        return
+    round1 = settings(config).rounds.get("round1")
+    for i, entry in enumerate(settings(config).dynamic_k):
+        if "v2" not in entry.model_runners or round1 is None:
+            continue
+        method = round1.method(entry.speculator).method
+        if method not in features.v2_methods:
+            raise ConfigError(
+                f"{source}: dynamic_k[{i}].model_runners has v2, but the V2 model runner of "
+                f"the installed vLLM {features.version} does not run {method!r} speculation "
+                f"(it runs: {sorted(features.v2_methods)}); remove v2 for {entry.speculator!r}")
 
 
 def check_cell_tools(cell: grid.Cell, source: str = "cell") -> None:
@@ -320,6 +391,7 @@ def check_installed(config: dict, root: str | Path = ".", source: str = "config"
             check_speculator(method, f"{round_name}.methods[{i}]", features, source)
         for i, setting in enumerate(spec.settings):
             check_setting(setting, f"{round_name}.settings[{i}]", features, source)
+    check_model_runners(config, features, source)
     cells = grid.all_cells(config)
     for name in sorted({name for cell in cells for name in grid.cell_models(cell)}):
         check_quantization(config, name, root, source)

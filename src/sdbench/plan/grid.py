@@ -525,7 +525,7 @@ def dynamic_k_specs(config: dict) -> list[dict]:
                        strict=True))
     return [{"target": target, "workload": workload, "speculator": entry.speculator,
              "method": entries[entry.speculator], "repeats": entry.repeats,
-             "split": entry.split,
+             "split": entry.split, "model_runners": list(entry.model_runners),
              # as many server instances as the method's own cells (whose baseline has them)
              "instances": method.server_instances}
             for entry in settings(config).dynamic_k
@@ -585,6 +585,22 @@ ARMS = (STATIC_ARM, CONSTANT_ARM, DERIVED_ARM)
 # is round 1's, measured again beside the others, and needs an identity (cell id, point cache,
 # server logs) of its own
 ARM_MARK = {"SDBENCH_MEASURED_WITH": "dynamic-k schedule"}
+# `dynamic_k[].model_runners`: the arms again under each named vLLM model runner, by this
+# variable; their report names carry RUNNER_TAG + the runner before the arm's suffix
+# ("eagle@v2+constant-k"), so that each runner's arms are split among themselves
+RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+RUNNER_VALUES = {"v1": "0", "v2": "1"}
+RUNNER_TAG = "@"
+
+
+def runner_method(speculator: str) -> tuple[str, str | None]:
+    """(round 1 method name, model runner or None) of a derived cell's name less its arm."""
+    method, tag, runner = speculator.rpartition(RUNNER_TAG)
+    return (method, runner) if tag and runner in RUNNER_VALUES else (speculator, None)
+
+
+def _runners(spec: dict) -> list[str | None]:
+    return list(spec.get("model_runners") or [None])
 
 
 def dynamic_k_placeholders(config: dict, spec: dict) -> list[Cell]:
@@ -593,11 +609,22 @@ def dynamic_k_placeholders(config: dict, spec: dict) -> list[Cell]:
     two where the schedule turns out constant; the derived one alone without `split`)."""
     placeholder = dynamic_k_placeholder(config, spec)
     server = placeholder.server_config
-    return [replace(placeholder, cell_id=f"derived{arm}", speculator=f"{spec['speculator']}{arm}",
+    return [replace(placeholder, cell_id=f"derived{tag}{arm}",
+                    speculator=f"{spec['speculator']}{tag}{arm}",
                     server_config={**server, "num_speculative_tokens": max(
-                        dynamic_k_method(config, spec).k), "env": {**server["env"], **ARM_MARK},
+                        dynamic_k_method(config, spec).k),
+                        "env": {**server["env"], **ARM_MARK, **_runner_env(runner)},
                         "method_options": {**server["method_options"], "arm": arm}})
+            for runner in _runners(spec) for tag in [_runner_tag(runner)]
             for arm in (ARMS if spec.get("split", True) else (DERIVED_ARM,))]
+
+
+def _runner_tag(runner: str | None) -> str:
+    return "" if runner is None else f"{RUNNER_TAG}{runner}"
+
+
+def _runner_env(runner: str | None) -> dict[str, str]:
+    return {} if runner is None else {RUNNER_ENV: RUNNER_VALUES[runner]}
 
 
 def constant_schedule(schedule: list[list[int]], k: int) -> list[list[int]]:
@@ -606,10 +633,11 @@ def constant_schedule(schedule: list[list[int]], k: int) -> list[list[int]]:
 
 
 def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]],
-                   arm: str = DERIVED_ARM) -> Cell:
+                   arm: str = DERIVED_ARM, runner: str | None = None) -> Cell:
     """A cell that measures a num_speculative_tokens_per_batch_size schedule (Round 3), paired
     with the same vanilla cell as round 1's; for `arm` STATIC_ARM the (constant) schedule's k
-    served as a static k, without the dynamic mechanism."""
+    served as a static k, without the dynamic mechanism; under vLLM's model `runner` where one
+    is named (`RUNNER_VALUES`)."""
     method = dynamic_k_method(config, spec)
     if arm == STATIC_ARM:
         k, options = schedule[0][2], thawed(method.options)
@@ -617,9 +645,10 @@ def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]],
         k = max([entry[2] for entry in schedule] + [min(method.k)])
         options = {**thawed(method.options), "num_speculative_tokens_per_batch_size": schedule}
     server = server_config(config, spec["target"], method.method, k, method.draft, options)
-    server = {**server, "env": {**server["env"], **ARM_MARK}}
+    server = {**server, "env": {**server["env"], **ARM_MARK, **_runner_env(runner)}}
     workload = workload_spec(config, spec["workload"])
-    return Cell(cell_id_of(server, workload), "round3", f"{spec['speculator']}{arm}", server,
+    return Cell(cell_id_of(server, workload), "round3",
+                f"{spec['speculator']}{_runner_tag(runner)}{arm}", server,
                 workload, dynamic_k_baseline(config, spec),
                 settings(config).rounds["round1"].concurrency, spec["repeats"],
                 instances=spec["instances"])
@@ -630,14 +659,19 @@ def dynamic_k_arms(config: dict, spec: dict, schedule: list[list[int]],
     """The cells a derived schedule is measured with, in turn: the best static k of round 1
     (`static_k`), that k as a constant schedule through the dynamic mechanism, and the derived
     schedule; a derived schedule that is that constant one is measured once (its cell is the
-    derived one). Without the spec's `split`: the derived schedule alone."""
-    if not spec.get("split", True):
-        return [dynamic_k_cell(config, spec, schedule)]
-    constant = constant_schedule(schedule, static_k)
-    arms = [dynamic_k_cell(config, spec, constant, STATIC_ARM)]
-    if {k for _, _, k in schedule} != {static_k}:
-        arms.append(dynamic_k_cell(config, spec, constant, CONSTANT_ARM))
-    return arms + [dynamic_k_cell(config, spec, schedule)]
+    derived one). Without the spec's `split`: the derived schedule alone. With `model_runners`:
+    those cells under each runner, one runner's after the other's."""
+    arms = []
+    for runner in _runners(spec):
+        if not spec.get("split", True):
+            arms.append(dynamic_k_cell(config, spec, schedule, runner=runner))
+            continue
+        constant = constant_schedule(schedule, static_k)
+        arms.append(dynamic_k_cell(config, spec, constant, STATIC_ARM, runner))
+        if {k for _, _, k in schedule} != {static_k}:
+            arms.append(dynamic_k_cell(config, spec, constant, CONSTANT_ARM, runner))
+        arms.append(dynamic_k_cell(config, spec, schedule, runner=runner))
+    return arms
 
 
 def read_dynamic_k_arms(config: dict, spec: dict, schedule_file: str | Path) -> list[Cell]:

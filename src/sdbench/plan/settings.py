@@ -214,6 +214,8 @@ class DynamicK:
     workloads: tuple[str, ...] | None  # None: every round 1 workload
     repeats: int  # its own `repeats`, else loadgen's
     split: bool  # measured in turn with the static k and that k as a constant schedule
+    model_runners: tuple[str, ...] = ()  # each measured under these vLLM model runners; ():
+    # whichever vLLM picks
 
 
 ROUNDS = ("round1", "round2", "round3")
@@ -236,7 +238,8 @@ class Settings:
                    MappingProxyType(rounds),
                    tuple(DynamicK(e["speculator"], _names(e.get("workloads")),
                                   int(e.get("repeats") or loadgen.repeats),
-                                  bool(e.get("split", True)))
+                                  bool(e.get("split", True)),
+                                  tuple(e.get("model_runners") or ()))
                          for e in config.get("dynamic_k") or ()))
 
 

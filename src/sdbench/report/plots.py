@@ -459,8 +459,13 @@ def dynamic_k_table(frame: pd.DataFrame, schedules: dict[str, list]) -> pd.DataF
             table[f"{name}_mean"], table[f"{name}_ci_low"], table[f"{name}_ci_high"],
             strict=True)]
 
+    def method_name(name: str) -> str:
+        method, runner = grid.runner_method(name)
+        return method if runner is None else f"{method} ({runner.upper()} model runner)"
+
     out = pd.DataFrame({
-        "target": table["target"], "workload": table["workload"], "method": table["method"],
+        "target": table["target"], "workload": table["workload"],
+        "method": table["method"].map(method_name),
         "concurrency": table["concurrency"].astype(str),
         "schedule k": [k_at(r) for _, r in table.iterrows()],
         "schedule": [said(r) for _, r in table.iterrows()],
