@@ -34,6 +34,7 @@ import pandas as pd
 from scipy import stats
 
 from sdbench.analyze import engine
+from sdbench.analyze.acceptance import synthetic_setting
 from sdbench.analyze.lossless import lossless_columns, read_all_details
 from sdbench.analyze.noise import WITHIN, minimum_detectable, point_key, point_noise
 from sdbench.analyze.prompts import with_prompt_intervals
@@ -335,6 +336,8 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
             row["engine_differs"] = "; ".join(
                 sorted(set(group["engine_differs"].dropna()))) or None
         row["interval_covers"] = interval_covers(group)
+        if "spec_options" in group:  # drafts accepted at a set rate: a simulated point
+            row["simulated_acceptance"] = synthetic_setting(group["spec_options"].iloc[0])
         if "spec_decode_acceptance_length" in group and pd.notna(row["k"]):
             row["acceptance_efficiency"] = acceptance_efficiency(ok, row["k"])
         for column in STAT_COLUMNS:

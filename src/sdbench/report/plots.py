@@ -15,6 +15,7 @@ import pandas as pd
 import seaborn as sns
 
 from sdbench.analyze import stops
+from sdbench.analyze.acceptance import acceptance_check, simulated_label
 from sdbench.analyze.aggregate import DERIVED_SETTING, DYNAMIC_K_SETTINGS
 from sdbench.analyze.analysis import (
     SPLIT,
@@ -178,9 +179,49 @@ def level_axis(ax, levels, scale_log2: bool = True) -> None:
     ax.minorticks_off()
 
 
+def method_names(frame: pd.DataFrame, suffix: pd.Series | str = "") -> pd.Series:
+    """Each row's method name (+ `suffix`), marked "(simulated: acceptance X)" where vLLM
+    accepted its drafts at a set rate (`acceptance.simulated_label`): from a point's
+    `simulated_acceptance` or a measurement's `spec_options`."""
+    names = frame["speculator"] + suffix
+    if "simulated_acceptance" in frame:
+        settings = [None if pd.isna(v) else {"rejection_sample_method": "synthetic",
+                                             "synthetic_acceptance_length": v}
+                    for v in frame["simulated_acceptance"]]
+    elif "spec_options" in frame:
+        settings = list(frame["spec_options"])
+    else:
+        return names
+    return pd.Series([simulated_label(name, options) for name, options in zip(
+        names, settings, strict=True)], index=frame.index)
+
+
 def setting_label(frame: pd.DataFrame) -> pd.Series:
+    """"<method> k=<k>" of each row ("vanilla" without speculation), simulated ones marked."""
     k = frame["k"].astype("Int64").astype(str)
-    return np.where(frame["method"] == "vanilla", "vanilla", frame["speculator"] + " k=" + k)
+    return np.where(frame["method"] == "vanilla", "vanilla", method_names(frame, " k=" + k))
+
+
+def synthetic_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each synthetic-acceptance point's known answer (`acceptance.acceptance_check`): the
+    acceptance length set and measured, over how many drafts, the range sampling allows."""
+    table = acceptance_check(frame)
+    if table.empty:
+        return table
+    return pd.DataFrame({
+        "cell": [simulated_label(s, {"rejection_sample_method": "synthetic",
+                                     "synthetic_acceptance_length": v})
+                 + f" k={k}" for s, v, k in zip(table["speculator"], table["set"], table["k"],
+                                                strict=True)],
+        "concurrency": table["concurrency"].astype("Int64"),
+        "acceptance length set": table["set"].map("{:.2f}".format),
+        "measured": table["measured"].map("{:.3f}".format),
+        "drafts": table["drafts"].map("{:,}".format),
+        "sampling allows (99.9 %)": [f"[{lo:.3f}, {hi:.3f}] ({how})" for lo, hi, how in zip(
+            table["allowed_low"], table["allowed_high"], table["error_from"], strict=True)],
+        "check": np.where(table["passed"], "✓ as set",
+                          "✗ differs: the engine or the accounting"),
+    })
 
 
 def percent_text(value, scale: float = 1.0) -> str:
@@ -621,7 +662,7 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({
         "round": points["round"], "setting": points.get("setting"),
         "target": points["target"], "workload": points["workload"],
-        "method": points["speculator"], "k": points["k"].astype("Int64"),
+        "method": method_names(points), "k": points["k"].astype("Int64"),
         "concurrency": points["concurrency"],
         "status (repeats ok)": [_status_text(r) for _, r in points.iterrows()],
         "total tok/s": [with_interval(m, lo, hi, "") for m, lo, hi in zip(
@@ -852,12 +893,13 @@ def select(frame: pd.DataFrame, engine: str = "serve", load: str | None = None) 
 def methods_table(points: pd.DataFrame) -> pd.DataFrame:
     """Every setting measured: engine, method, its draft / head, k values, targets, levels."""
     rows = []
-    for (engine, speculator, method, draft), group in points.groupby(
+    for (engine, _speculator, method, draft), group in points.groupby(
             ["engine", "speculator", "method", "draft"], dropna=False, sort=False):
         levels = [f"c={int(c)}" if engine == "serve" else f"batch {int(c)}"
                   for c in sorted(group["concurrency"].dropna().unique())]
         levels += [f"{r:g} req/s" for r in sorted(group["request_rate"].dropna().unique())]
-        rows.append({"engine": engine, "method": speculator, "vLLM method": method,
+        rows.append({"engine": engine, "method": method_names(group.iloc[:1]).iloc[0],
+                     "vLLM method": method,
                      "draft / head": draft if pd.notna(draft) else "",
                      "k": ", ".join(str(int(k)) for k in sorted(group["k"].dropna().unique())),
                      "targets": ", ".join(sorted(group["target"].unique())),
@@ -907,7 +949,7 @@ def engine_table(points: pd.DataFrame, reference: pd.DataFrame | None = None) ->
                                                 "speedup_ci_high"]]
         spec = spec.merge(server, on=same, how="left", suffixes=("", "_server"))
     out = pd.DataFrame({
-        "target": spec["target"], "workload": spec["workload"], "method": spec["speculator"],
+        "target": spec["target"], "workload": spec["workload"], "method": method_names(spec),
         "k": spec["k"].astype("Int64"), "batch size": spec["concurrency"].astype("Int64"),
         "speedup": [speedup_text(r) for _, r in spec.iterrows()],
         "acceptance length": spec["spec_decode_acceptance_length_mean"].round(2),
