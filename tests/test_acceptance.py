@@ -1,6 +1,7 @@
 """Synthetic acceptance: the setting read from a cell's options, the simulated label, and the
 known-answer check (its variance formula and its false-alarm rate by simulation)."""
 
+import copy
 import json
 
 import numpy as np
@@ -11,10 +12,16 @@ from sdbench.analyze.acceptance import (
     CHECK_LEVEL,
     acceptance_check,
     accepted_variance,
+    break_even,
     simulated_label,
     synthetic_setting,
 )
-from sdbench.report.plots import synthetic_table
+from sdbench.analyze.analysis import best_settings
+from sdbench.analyze.stats import mean_interval
+from sdbench.plan import grid
+from sdbench.plan.config import validate_config
+from sdbench.plan.settings import settings
+from sdbench.report.plots import break_even_plot, break_even_table, synthetic_table
 
 
 def _accepted(rates, drafts, rng):
@@ -103,3 +110,91 @@ def test_a_deterministic_pattern_allows_one_draft_cut_short():
         "the largest variance k allows")
     plain = {**base, "spec_options": "{}", "spec_decode_accepted_tokens": 10}
     assert acceptance_check(pd.DataFrame([plain])).empty  # real acceptance: nothing to check
+
+
+def _sweep(slope, lengths, rng, repeats=3, noise=0.05, level=1, real=None):
+    """Points of an acceptance sweep whose true speedup is slope x acceptance length (the
+    step-time model: linear in the length), each the mean of `repeats` measurements with
+    multiplicative noise and a 95 % Student-t interval (as the summary computes them); and
+    the method's real cell accepting `real`."""
+    rows = []
+    for length in lengths:
+        values = slope * length * np.exp(rng.normal(0, noise, repeats))
+        mean, _, low, high = mean_interval(values)
+        rows.append({"speculator": grid.sweep_name("draft", length), "simulated_acceptance":
+                     length, "speedup_mean": mean, "speedup_ci_low": low,
+                     "speedup_ci_high": high, "repeats_ok": repeats})
+    if real is not None:
+        rows.append({"speculator": "draft", "simulated_acceptance": None,
+                     "speedup_mean": slope * real, "speedup_ci_low": np.nan,
+                     "speedup_ci_high": np.nan, "spec_decode_acceptance_length_mean": real})
+    return pd.DataFrame(rows).assign(target="t", workload="w", k=4, concurrency=level,
+                                     load="concurrency")
+
+
+def test_the_break_even_acceptance_is_found_and_its_interval_covers():
+    """Known answer: speedup = L / 1.8 crosses 1 at L = 1.8 exactly (no noise), and a real
+    draft far from it is read right. Simulation: 400 sweeps of each of two designs (6 lengths,
+    3 repeats, 5 % noise; 4 lengths, 4 repeats, 2 % noise) cover the true break-even 92-98 %
+    of the time."""
+    rng = np.random.default_rng(3)
+    exact = break_even(_sweep(1 / 1.8, [1, 1.5, 2, 3], rng, noise=1e-9, real=3.5))
+    row = exact.iloc[0]
+    assert row["break_even"] == pytest.approx(1.8) and row["break_even_side"] == ""
+    assert row["reading"].startswith("it pays: accepts 3.50")
+    assert break_even(_sweep(1 / 1.8, [1, 1.5, 2, 3], rng, noise=1e-9, real=1.2)).iloc[0][
+        "reading"].startswith("it loses")
+    # never paying within the sweep: the break-even lies beyond it, said so
+    beyond = break_even(_sweep(1 / 6, [1, 2, 3, 4, 5], rng, noise=1e-9)).iloc[0]
+    assert beyond["break_even_side"] == ">" and beyond["break_even"] == 5
+    assert beyond["reading"] == "no real cell of this method and k measured here"
+    for lengths, repeats, noise, truth in (([1, 1.5, 2, 3, 4, 5], 3, 0.05, 1.8),
+                                           ([1, 1.5, 2, 3], 4, 0.02, 2.1)):
+        covered, widths = 0, []
+        for _ in range(400):
+            row = break_even(_sweep(1 / truth, lengths, rng, repeats, noise)).iloc[0]
+            covered += row["ci_low"] <= truth <= row["ci_high"]
+            widths.append(row["ci_high"] - row["ci_low"])
+        assert 0.92 <= covered / 400 <= 0.98
+        assert 0 < np.median(widths) < 0.2  # informative, not the whole sweep
+
+
+def test_the_sweep_is_drawn_and_tabled_for_the_report():
+    rng = np.random.default_rng(4)
+    points = pd.concat([_sweep(1 / 1.8, [1, 1.5, 2, 3], rng, level=1, real=2.9),
+                        _sweep(1 / 2.6, [1, 1.5, 2, 3], rng, level=16, real=2.9)])
+    table = break_even_table(points)
+    assert list(table["concurrency"]) == [1, 16]
+    assert table["reading"].iloc[0].startswith("it pays: accepts 2.90")
+    assert table["reading"].iloc[1].startswith("it pays")  # 2.9 > 2.6 (+ its interval)
+    fig = break_even_plot(points)
+    assert len(fig.axes) == 1 and len(fig.axes[0].get_lines()) >= 2
+    assert break_even_plot(points[points["speculator"] == "draft"]) is None
+
+
+def test_an_acceptance_sweep_makes_simulated_cells_that_no_decision_picks(demo_config_raw):
+    """Each swept length up to k + 1 is a cell of its own (synthetic acceptance in its
+    speculative options, the method's baseline); the best-setting analysis leaves them out."""
+    raw = copy.deepcopy(demo_config_raw)
+    method = raw["round1"]["methods"][0]
+    method["acceptance_sweep"] = [1.0, 2.0, 99.0]
+    config = validate_config(raw)
+    cells = [c for c in grid.round_cells(config, "round1") if c.engine == grid.SERVE]
+    name = settings(config).rounds["round1"].methods[0].name
+    plain = [c for c in cells if c.speculator == name]
+    swept = [c for c in cells if grid.swept_method(c.speculator) == name]
+    assert plain and len(swept) == 2 * len(plain)  # 99 exceeds every k + 1
+    assert {c.speculator for c in swept} == {f"{name} at acceptance 1", f"{name} at acceptance 2"}
+    for cell in swept:
+        options = cell.server_config["method_options"]
+        assert options["rejection_sample_method"] == "synthetic"
+        assert synthetic_setting(options) in (1.0, 2.0)
+    assert {c.baseline_cell_id for c in swept} == {c.baseline_cell_id for c in plain}
+    frame = pd.DataFrame([
+        {"speculator": s, "k": 2, "concurrency": c, "repeat": r, "speedup": v, "target": "t",
+         "workload": "w", "method": "ngram", "paired": True, "spec_options": o}
+        for s, v, o in (("ngram", 1.1, "{}"),
+                        ("ngram at acceptance 3", 1.9, json.dumps(grid.synthetic_options(3))))
+        for c in (1, 8) for r in range(3)])
+    best = best_settings(frame)
+    assert set(best["speculator"]) == {"ngram"}  # 1.9x at acceptance 3: simulated

@@ -113,6 +113,10 @@ def test_predicted_speedup_uses_each_side_s_own_step_times_and_flags_a_gap():
     assert table.loc[1, "acceptance_rate"] == pytest.approx(250 / 3)  # 2.5 of 3 drafts
     # a pair that does not agree says so (here 2.5 of 3 drafted tokens accepted: 83 %)
     assert "acceptance 83.3 % < 95 %: not an exact draft" in table.loc[1, "reading"]
+    # drafts accepted at a set rate: said so, not flagged as an inexact draft
+    simulated = predicted_speedups(pd.DataFrame(rows).assign(simulated_acceptance=3.5))
+    assert simulated["reading"].str.endswith(
+        "simulated: drafts accepted at a set length 3.5").all()
 
 
 def test_a_start_of_turn_eos_becomes_the_end_of_turn_token(demo_tokenizer_dir):

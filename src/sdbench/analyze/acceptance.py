@@ -29,6 +29,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from sdbench.plan import grid
+
 SYNTHETIC = "synthetic"
 # the check's two-sided level: one false alarm in a thousand correct cells (every synthetic
 # cell of a study is checked), beyond which a difference is the engine's or the accounting's
@@ -54,10 +56,14 @@ def synthetic_setting(options) -> float | None:
 
 
 def simulated_label(speculator: str, options) -> str:
-    """A cell's name, marked as simulated where its acceptance is synthetic."""
+    """A cell's name, marked as simulated where its acceptance is synthetic (an acceptance
+    sweep's cell names its acceptance already)."""
     setting = synthetic_setting(options)
-    return speculator if setting is None else (
-        f"{speculator} (simulated: acceptance {setting:g})")
+    if setting is None:
+        return speculator
+    if grid.swept_method(speculator.split(" k=")[0]) is not None:
+        return f"{speculator} (simulated)"
+    return f"{speculator} (simulated: acceptance {setting:g})"
 
 
 def accepted_variance(rates) -> float:
@@ -117,3 +123,117 @@ def _pooled_rates(part: pd.DataFrame) -> list[float] | None:
         weighted = values if weighted is None else weighted + values
         total += float(drafts)
     return None if weighted is None else list(weighted / total)
+
+
+def sweep_points(points: pd.DataFrame) -> pd.DataFrame:
+    """The acceptance sweeps' points (`methods[].acceptance_sweep`): the method each belongs
+    to (`swept`) and the acceptance length it was set to (`set`), with its speedup."""
+    need = {"simulated_acceptance", "speculator", "speedup_mean"}
+    if points.empty or not need <= set(points):
+        return pd.DataFrame()
+    swept = points["speculator"].map(grid.swept_method)
+    part = points[(swept.notna() & points["simulated_acceptance"].notna()
+                   & points["speedup_mean"].notna()).to_numpy()]
+    if "load" in part:
+        part = part[(part["load"] == "concurrency").to_numpy()]
+    return part.assign(swept=part["speculator"].map(grid.swept_method).to_numpy(),
+                       set=part["simulated_acceptance"].astype(float).to_numpy())
+
+
+def _clipped(x: float, lengths: np.ndarray) -> tuple[float, str]:
+    """A length, or the swept range's end it lies beyond ("≤" the lowest, ">" the highest)."""
+    if np.isnan(x) or x > lengths[-1]:
+        return float(lengths[-1]), ">"
+    if x <= lengths[0]:
+        return float(lengths[0]), "≤"
+    return float(x), ""
+
+
+def _fieller(lengths: np.ndarray, speedups: np.ndarray, variances: np.ndarray,
+             df: int) -> tuple[float, float, float]:
+    """(estimate, low, high) of the length where the weighted least-squares line through the
+    speedups reaches 1, with Fieller's 95 % interval (Student t with `df`); NaN where the line
+    does not rise; low -inf / high inf where the interval is unbounded."""
+    x = np.column_stack([np.ones_like(lengths), lengths])
+    w = 1 / variances
+    cov = np.linalg.inv(x.T @ (x * w[:, None]))
+    a, b = cov @ (x.T @ (w * speedups))
+    if b <= 0:
+        return np.nan, np.nan, np.nan
+    q2 = float(stats.t.ppf(0.975, max(df, 1))) ** 2
+    # (a - 1 + b x)^2 <= q2 (Vaa + 2 x Vab + x^2 Vbb): A x^2 + 2 B x + C <= 0
+    big_a = b * b - q2 * cov[1, 1]
+    big_b = (a - 1) * b - q2 * cov[0, 1]
+    big_c = (a - 1) ** 2 - q2 * cov[0, 0]
+    estimate = float((1 - a) / b)
+    if big_a <= 0:  # the slope is not told from 0: every length is possible
+        return estimate, -np.inf, np.inf
+    root = math.sqrt(max(big_b * big_b - big_a * big_c, 0.0))
+    return estimate, float((-big_b - root) / big_a), float((-big_b + root) / big_a)
+
+
+def break_even(points: pd.DataFrame) -> pd.DataFrame:
+    """Per target, workload, swept method, k and concurrency: the acceptance length at which
+    speculation starts to pay (speedup 1). Speedup is linear in the acceptance length at fixed
+    step times (tokens per step over the step's cost: the step-time model), so a line is fitted
+    through the swept points by weighted least squares (each point's variance its speedup
+    squared times the coefficient of variation pooled over the points' repeats, over its
+    repeats) and the break-even is where it reaches 1, with Fieller's 95 % interval (Student t
+    on the pooled degrees of freedom); ends beyond the swept
+    lengths are said so ("≤" the lowest, ">" the highest). Beside it the acceptance length the
+    method's real cell measured there (same k), and what follows: it pays (real acceptance
+    above the interval), it loses (below), or no clear answer."""
+    sweep = sweep_points(points)
+    if sweep.empty:
+        return pd.DataFrame()
+    rows = []
+    keys = ["target", "workload", "swept", "k", "concurrency"]
+    for (target, workload, method, k, level), part in sweep.groupby(keys, sort=True):
+        part = part.sort_values("set")
+        n = (part["repeats_ok"].to_numpy(float) if "repeats_ok" in part
+             else np.full(len(part), 3.0))
+        mean = part["speedup_mean"].to_numpy(float)
+        half = (part["speedup_ci_high"] - part["speedup_ci_low"]).to_numpy(float) / 2
+        # each point's standard deviation over its repeats (from its Student-t interval),
+        # pooled as one coefficient of variation: the noise is a share of the speedup, alike
+        # at every swept length of one cell's server settings, and n = 2 or 3 repeats give
+        # each point's own variance too few degrees of freedom to weigh by
+        sd = half / stats.t.ppf(0.975, np.maximum(n - 1, 1)) * np.sqrt(n)
+        ok = np.isfinite(sd) & (n >= 2) & (mean > 0)
+        if ok.sum() < 2 or len(part) < 2:
+            continue
+        df = int(np.sum(n[ok] - 1))
+        cv2 = float(np.sum((n[ok] - 1) * (sd[ok] / mean[ok]) ** 2) / df)
+        if cv2 <= 0:
+            continue
+        lengths = part["set"].to_numpy(float)
+        estimate, low, high = _fieller(lengths, mean, cv2 * mean ** 2 / n, df)
+        if np.isnan(estimate):
+            continue
+        estimate, side = _clipped(estimate, lengths)
+        low, low_side = _clipped(low, lengths)
+        high, high_side = _clipped(high, lengths)
+        real = points[(points["speculator"] == method) & (points["k"] == k)
+                      & (points["target"] == target) & (points["workload"] == workload)
+                      & (points["concurrency"] == level)]
+        accepts = (float(real["spec_decode_acceptance_length_mean"].iloc[0])
+                   if not real.empty and "spec_decode_acceptance_length_mean" in real
+                   else np.nan)
+        rows.append({"target": target, "workload": workload, "method": method, "k": int(k),
+                     "concurrency": level, "lengths": len(part),
+                     "break_even": estimate, "break_even_side": side,
+                     "ci_low": low, "ci_low_side": low_side,
+                     "ci_high": high, "ci_high_side": high_side,
+                     "real_acceptance": accepts,
+                     "reading": _reading(accepts, low, low_side, high, high_side)})
+    return pd.DataFrame(rows)
+
+
+def _reading(accepts: float, low: float, low_side: str, high: float, high_side: str) -> str:
+    if np.isnan(accepts):
+        return "no real cell of this method and k measured here"
+    if high_side != ">" and accepts > high:
+        return f"it pays: accepts {accepts:.2f}, above the break-even's interval"
+    if low_side != "≤" and accepts < low:
+        return f"it loses: accepts {accepts:.2f}, below the break-even's interval"
+    return f"no clear answer: accepts {accepts:.2f}, within the break-even's interval"

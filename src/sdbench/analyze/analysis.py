@@ -17,6 +17,7 @@ import pandas as pd
 from scipy import optimize, special, stats
 
 from sdbench.analyze import engine
+from sdbench.analyze.acceptance import synthetic_setting
 from sdbench.analyze.noise import correlations, covariance, dof_text, point_noise
 from sdbench.analyze.stats import mean_interval, verdict
 from sdbench.plan import grid
@@ -29,6 +30,17 @@ def speculative(frame: pd.DataFrame) -> pd.DataFrame:
     (`speedup_mean`)."""
     has = frame["paired"] if "paired" in frame else frame["speedup_mean"].notna()
     return frame[(frame["method"] != "vanilla") & has]
+
+
+def deployable(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows of cells whose drafts were accepted by comparison, not at a set rate: the
+    candidates of a decision (a simulated cell says what a method would give at an acceptance
+    it may not have)."""
+    if "simulated_acceptance" in frame:
+        return frame[frame["simulated_acceptance"].isna()]
+    if "spec_options" in frame:
+        return frame[frame["spec_options"].map(synthetic_setting).isna()]
+    return frame
 
 
 def _cube(group: pd.DataFrame) -> pd.DataFrame:
@@ -176,9 +188,11 @@ def best_settings(frame: pd.DataFrame) -> pd.DataFrame:
     repeats, speculation off (1.0) a candidate, and an estimate of it free of selection bias:
     the setting chosen on all repeats but one, evaluated on the held-out repeat (each in turn),
     with a 95 % interval; the verdict comes from that interval. With one repeat there is no
-    held-out estimate and the verdict says so."""
+    held-out estimate and the verdict says so. Simulated cells are no candidates
+    (`deployable`)."""
     rows = []
-    for (target, workload), group in speculative(frame).groupby(["target", "workload"]):
+    for (target, workload), group in deployable(speculative(frame)).groupby(
+            ["target", "workload"]):
         cube = _cube(group)
         for level in sorted(cube.columns.get_level_values("concurrency").unique()):
             label, held = _held_out(cube, level)
@@ -320,7 +334,7 @@ def switch_gain(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.Da
     baseline, the levels of one cell its server instances) by `_picked_gain`."""
     rows = []
     missing = _missing_levels(frame, ["target", "workload"])
-    spec = speculative(frame)
+    spec = deployable(speculative(frame))
     noise = _noise(spec, noise)
     if noise.empty:
         return pd.DataFrame()
@@ -581,7 +595,10 @@ def predicted_speedups(points: pd.DataFrame) -> pd.DataFrame:
         reading = ("as predicted" if abs(ratio - 1) <= PREDICTION_TOLERANCE else
                    f"measured {abs(ratio - 1):.0%} {'above' if ratio > 1 else 'below'} "
                    "the prediction")
-        if accepted < PAIR_AGREEMENT:
+        simulated = row.get("simulated_acceptance")
+        if simulated is not None and pd.notna(simulated):
+            reading += f"; simulated: drafts accepted at a set length {simulated:g}"
+        elif accepted < PAIR_AGREEMENT:
             reading += (f"; acceptance {accepted:.1f} % < {PAIR_AGREEMENT:.0f} %: not an exact "
                         "draft for this target")
         rows.append({

@@ -361,20 +361,48 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
                 for i, method in enumerate(spec.methods):
                     if target not in spec.method_targets(method):
                         continue
-                    for k in method.k:
+                    for k, length in ((k, length) for k in method.k
+                                      for length in (None, *method.acceptance_sweep)
+                                      if length is None or length <= k + 1):
+                        options = {**thawed(method.options), **extra,
+                                   **({} if length is None else synthetic_options(length))}
                         server = server_config(config, target, method.method, k, method.draft,
-                                               {**thawed(method.options), **extra}, args)
-                        add(Cell(cell_id_of(server, workload), round_name, method.name, server,
-                                 workload, base_id, spec.concurrency, method.repeats, name,
-                                 **rates, profile=method.profile, interleave=method.interleave,
+                                               options, args)
+                        add(Cell(cell_id_of(server, workload), round_name,
+                                 method.name if length is None else sweep_name(method.name,
+                                                                               length),
+                                 server, workload, base_id, spec.concurrency, method.repeats,
+                                 name, **rates, profile=method.profile,
+                                 interleave=method.interleave,
                                  instances=method.server_instances),
                             f"{round_name}.methods[{i}] (k={k}, target {target!r}, "
-                            f"workload {workload_name!r}{at})")
+                            f"workload {workload_name!r}{at}"
+                            + ("" if length is None else f", acceptance {length:g}") + ")")
     if round_name == "round1":
         for cell in offline_cells(config) + transformers_cells(config):
             add(cell, f"round1.{cell.engine}")
     return with_baseline_repeats(list(cells.values()),
                                  dynamic_k_repeats(config) if round_name == "round1" else {})
+
+
+# `methods[].acceptance_sweep`: a method's cells again with their drafts accepted by vLLM at a
+# set mean acceptance length, named "<method> at acceptance <length>"
+SWEEP_MARK = " at acceptance "
+
+
+def synthetic_options(length: float) -> dict:
+    """vLLM's speculative_config keys that accept drafts at mean acceptance length `length`."""
+    return {"rejection_sample_method": "synthetic", "synthetic_acceptance_length": length}
+
+
+def sweep_name(method: str, length: float) -> str:
+    return f"{method}{SWEEP_MARK}{length:g}"
+
+
+def swept_method(speculator: str) -> str | None:
+    """The method an acceptance-sweep cell's name belongs to (None: not a sweep cell)."""
+    method, mark, _ = speculator.rpartition(SWEEP_MARK)
+    return method if mark else None
 
 
 def with_baseline_repeats(cells: list[Cell], extra: dict[str, int] | None = None) -> list[Cell]:

@@ -122,13 +122,16 @@ class Speculator:
     interleave: bool
     repeats: int  # its own `repeats`, else loadgen's
     server_instances: int  # its own `server_instances`, else loadgen's
+    # mean acceptance lengths its cells are measured at again, drafts accepted at that rate
+    acceptance_sweep: tuple[float, ...] = ()
 
     @classmethod
     def of(cls, spec: Mapping, loadgen: Loadgen) -> Speculator:
         return cls(speculator_name(spec), spec["method"], tuple(spec["k"]), spec.get("draft"),
                    _names(spec.get("targets")), _frozen(spec["options"]), spec.get("profile"),
                    bool(spec["interleave"]), int(spec.get("repeats") or loadgen.repeats),
-                   int(spec.get("server_instances") or loadgen.server_instances))
+                   int(spec.get("server_instances") or loadgen.server_instances),
+                   tuple(float(x) for x in spec.get("acceptance_sweep") or ()))
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,12 @@ import pandas as pd
 import seaborn as sns
 
 from sdbench.analyze import stops
-from sdbench.analyze.acceptance import acceptance_check, simulated_label
+from sdbench.analyze.acceptance import (
+    acceptance_check,
+    break_even,
+    simulated_label,
+    sweep_points,
+)
 from sdbench.analyze.aggregate import DERIVED_SETTING, DYNAMIC_K_SETTINGS
 from sdbench.analyze.analysis import (
     SPLIT,
@@ -200,6 +205,66 @@ def setting_label(frame: pd.DataFrame) -> pd.Series:
     """"<method> k=<k>" of each row ("vanilla" without speculation), simulated ones marked."""
     k = frame["k"].astype("Int64").astype(str)
     return np.where(frame["method"] == "vanilla", "vanilla", method_names(frame, " k=" + k))
+
+
+def break_even_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Per swept method, k and concurrency: the break-even acceptance length with its 95 %
+    interval, the method's real acceptance there and what follows (`acceptance.break_even`)."""
+    table = break_even(points)
+    if table.empty:
+        return table
+
+    def length(value, side) -> str:
+        return f"{side}{value:.2f}" if side != ">" else f"> {value:.2f}"
+
+    return pd.DataFrame({
+        "target": table["target"], "workload": table["workload"],
+        "method": table["method"], "k": table["k"],
+        "concurrency": table["concurrency"].astype("Int64"),
+        "lengths swept": table["lengths"],
+        "break-even acceptance length (95 %)": [
+            f"{length(m, ms)} [{length(lo, ls)}, {length(hi, hs)}]" for m, ms, lo, ls, hi, hs
+            in zip(table["break_even"], table["break_even_side"], table["ci_low"],
+                   table["ci_low_side"], table["ci_high"], table["ci_high_side"],
+                   strict=True)],
+        "real acceptance length": table["real_acceptance"].map(
+            lambda v: "–" if pd.isna(v) else f"{v:.2f}"),
+        "reading": table["reading"]})
+
+
+def break_even_plot(points: pd.DataFrame) -> plt.Figure | None:
+    """Speedup against the set acceptance length, a line per concurrency with 95 % intervals,
+    speedup 1 drawn, and the method's real cell at each level (its acceptance dotted, its
+    speedup a star)."""
+    sweep = sweep_points(points)
+    if sweep.empty:
+        return None
+    panels = list(sweep.groupby(["target", "workload", "swept", "k"], sort=True))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False)
+    for ax, ((target, workload, method, k), part) in zip(axes[0], panels, strict=True):
+        levels = sorted(part["concurrency"].unique())
+        colors = dict(zip(levels, sns.color_palette("viridis", len(levels)), strict=True))
+        for level in levels:
+            line = part[part["concurrency"] == level].sort_values("set")
+            ax.errorbar(line["set"], line["speedup_mean"],
+                        yerr=[line["speedup_mean"] - line["speedup_ci_low"],
+                              line["speedup_ci_high"] - line["speedup_mean"]],
+                        marker="o", capsize=3, color=colors[level], label=f"c={int(level)}")
+            real = points[(points["speculator"] == method) & (points["k"] == k)
+                          & (points["target"] == target) & (points["workload"] == workload)
+                          & (points["concurrency"] == level)]
+            if not real.empty and pd.notna(real["spec_decode_acceptance_length_mean"].iloc[0]):
+                accepts = real["spec_decode_acceptance_length_mean"].iloc[0]
+                ax.axvline(accepts, color=colors[level], linestyle=":", linewidth=1)
+                ax.plot([accepts], [real["speedup_mean"].iloc[0]], marker="*", markersize=11,
+                        color=colors[level], linestyle="none")
+        ax.axhline(1, color="black", linewidth=0.8)
+        ax.set_xlabel("acceptance length set (1 + accepted tokens per draft)")
+        ax.set_ylabel("output-token speedup")
+        ax.set_title(f"{method} k={int(k)} | {target} | {workload}", fontsize=10)
+        ax.legend(title="concurrency", fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 def synthetic_table(frame: pd.DataFrame) -> pd.DataFrame:
