@@ -1,6 +1,7 @@
 """Checks against the installed vLLM, the checkpoints and the GPU."""
 
 import copy
+import dataclasses
 import enum
 import json
 import subprocess
@@ -102,6 +103,11 @@ def _speculator(method: str, options: dict) -> Speculator:
 def test_speculator_entries_are_checked_against_vllm():
     features = checks.VllmFeatures("9.9", frozenset({"ngram"}), frozenset({"prompt_lookup_min"}))
     checks.check_speculator(_speculator("ngram", {"prompt_lookup_min": 2}), "m", features)
+    swept = dataclasses.replace(_speculator("ngram", {}), acceptance_sweep=(2.0,))
+    with pytest.raises(ConfigError, match=r"m.acceptance_sweep needs vLLM's synthetic"):
+        checks.check_speculator(swept, "m", features)
+    checks.check_speculator(swept, "m", dataclasses.replace(
+        features, options=frozenset({"synthetic_acceptance_length"})))
     with pytest.raises(ConfigError, match=r"m.method = 'medusa' .* vLLM 9.9 \(it has: \['ngram'"):
         checks.check_speculator(_speculator("medusa", {}), "m", features)
     with pytest.raises(ConfigError, match=r"m.options.lookahead .* vLLM 9.9"):

@@ -178,6 +178,11 @@ def check_speculator(spec: Speculator, where: str, features: VllmFeatures | None
         raise ConfigError(
             f"{source}: {where}.method = {spec.method!r} is not a speculative method of the "
             f"installed vLLM {features.version} (it has: {sorted(features.methods)})")
+    if spec.acceptance_sweep and "synthetic_acceptance_length" not in features.options:
+        raise ConfigError(
+            f"{source}: {where}.acceptance_sweep needs vLLM's synthetic rejection sampling "
+            "(speculative_config synthetic_acceptance_length, vLLM 0.26+); the installed vLLM "
+            f"{features.version} does not have it: remove the sweep or install a newer vLLM")
     unknown = sorted(set(spec.options) - features.options)
     if unknown:
         raise ConfigError(
