@@ -66,6 +66,24 @@ def simulated_label(speculator: str, options) -> str:
     return f"{speculator} (simulated: acceptance {setting:g})"
 
 
+def simulated_lengths(frame: pd.DataFrame) -> pd.Series:
+    """Each row's set acceptance length (NaN where acceptance is real): a point's
+    `simulated_acceptance`, else read from a measurement's `spec_options`."""
+    if "simulated_acceptance" in frame:
+        return frame["simulated_acceptance"].astype(float)
+    if "spec_options" in frame:
+        return frame["spec_options"].map(synthetic_setting).astype(float)
+    return pd.Series(np.nan, index=frame.index)
+
+
+def real_point(points: pd.DataFrame, method: str, k, target: str, workload: str,
+               level) -> pd.DataFrame:
+    """The point of a swept method's own cell (real acceptance) at the same k and level."""
+    return points[(points["speculator"] == method) & (points["k"] == k)
+                  & (points["target"] == target) & (points["workload"] == workload)
+                  & (points["concurrency"] == level)]
+
+
 def accepted_variance(rates) -> float:
     """Var[A] of one draft's accepted count from the unconditional per-position rates."""
     p = np.asarray(rates, dtype=float)
@@ -213,9 +231,7 @@ def break_even(points: pd.DataFrame) -> pd.DataFrame:
         estimate, side = _clipped(estimate, lengths)
         low, low_side = _clipped(low, lengths)
         high, high_side = _clipped(high, lengths)
-        real = points[(points["speculator"] == method) & (points["k"] == k)
-                      & (points["target"] == target) & (points["workload"] == workload)
-                      & (points["concurrency"] == level)]
+        real = real_point(points, method, k, target, workload, level)
         accepts = (float(real["spec_decode_acceptance_length_mean"].iloc[0])
                    if not real.empty and "spec_decode_acceptance_length_mean" in real
                    else np.nan)

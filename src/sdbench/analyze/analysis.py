@@ -17,7 +17,7 @@ import pandas as pd
 from scipy import optimize, special, stats
 
 from sdbench.analyze import engine
-from sdbench.analyze.acceptance import synthetic_setting
+from sdbench.analyze.acceptance import simulated_lengths
 from sdbench.analyze.noise import correlations, covariance, dof_text, point_noise
 from sdbench.analyze.stats import mean_interval, verdict
 from sdbench.plan import grid
@@ -36,11 +36,7 @@ def deployable(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows of cells whose drafts were accepted by comparison, not at a set rate: the
     candidates of a decision (a simulated cell says what a method would give at an acceptance
     it may not have)."""
-    if "simulated_acceptance" in frame:
-        return frame[frame["simulated_acceptance"].isna()]
-    if "spec_options" in frame:
-        return frame[frame["spec_options"].map(synthetic_setting).isna()]
-    return frame
+    return frame[simulated_lengths(frame).isna()]
 
 
 def _cube(group: pd.DataFrame) -> pd.DataFrame:

@@ -18,7 +18,9 @@ from sdbench.analyze import stops
 from sdbench.analyze.acceptance import (
     acceptance_check,
     break_even,
+    real_point,
     simulated_label,
+    simulated_lengths,
     sweep_points,
 )
 from sdbench.analyze.aggregate import DERIVED_SETTING, DYNAMIC_K_SETTINGS
@@ -189,16 +191,9 @@ def method_names(frame: pd.DataFrame, suffix: pd.Series | str = "") -> pd.Series
     accepted its drafts at a set rate (`acceptance.simulated_label`): from a point's
     `simulated_acceptance` or a measurement's `spec_options`."""
     names = frame["speculator"] + suffix
-    if "simulated_acceptance" in frame:
-        settings = [None if pd.isna(v) else {"rejection_sample_method": "synthetic",
-                                             "synthetic_acceptance_length": v}
-                    for v in frame["simulated_acceptance"]]
-    elif "spec_options" in frame:
-        settings = list(frame["spec_options"])
-    else:
-        return names
-    return pd.Series([simulated_label(name, options) for name, options in zip(
-        names, settings, strict=True)], index=frame.index)
+    return pd.Series([name if pd.isna(length) else simulated_label(
+        name, grid.synthetic_options(length)) for name, length in zip(
+        names, simulated_lengths(frame), strict=True)], index=frame.index)
 
 
 def setting_label(frame: pd.DataFrame) -> pd.Series:
@@ -250,9 +245,7 @@ def break_even_plot(points: pd.DataFrame) -> plt.Figure | None:
                         yerr=[line["speedup_mean"] - line["speedup_ci_low"],
                               line["speedup_ci_high"] - line["speedup_mean"]],
                         marker="o", capsize=3, color=colors[level], label=f"c={int(level)}")
-            real = points[(points["speculator"] == method) & (points["k"] == k)
-                          & (points["target"] == target) & (points["workload"] == workload)
-                          & (points["concurrency"] == level)]
+            real = real_point(points, method, k, target, workload, level)
             if not real.empty and pd.notna(real["spec_decode_acceptance_length_mean"].iloc[0]):
                 accepts = real["spec_decode_acceptance_length_mean"].iloc[0]
                 ax.axvline(accepts, color=colors[level], linestyle=":", linewidth=1)
@@ -274,10 +267,8 @@ def synthetic_table(frame: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return table
     return pd.DataFrame({
-        "cell": [simulated_label(s, {"rejection_sample_method": "synthetic",
-                                     "synthetic_acceptance_length": v})
-                 + f" k={k}" for s, v, k in zip(table["speculator"], table["set"], table["k"],
-                                                strict=True)],
+        "cell": [simulated_label(s, grid.synthetic_options(v)) + f" k={k}" for s, v, k in zip(
+            table["speculator"], table["set"], table["k"], strict=True)],
         "concurrency": table["concurrency"].astype("Int64"),
         "acceptance length set": table["set"].map("{:.2f}".format),
         "measured": table["measured"].map("{:.3f}".format),
