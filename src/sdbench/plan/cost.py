@@ -291,8 +291,8 @@ def format_plan(result: dict, source: str, config: dict | None = None) -> str:
               "A start is one (server configuration, instance); fresh-server-per-point "
               "exceptions: " + ("; ".join(total.exceptions) if total.exceptions else "none")]
     if result["unsupported"]:
-        lines.append(f"{len(result['unsupported'])} cells are unsupported on this host (no "
-                     "start, nothing measured): " + "; ".join(sorted(set(
+        lines.append(f"{len(result['unsupported'])} cells are unsupported here (this host "
+                     "or its vLLM; no start, nothing measured): " + "; ".join(sorted(set(
                          result["unsupported"].values()))))
     if config is not None:
         lines += adaptive_projection(config, parts)

