@@ -40,7 +40,7 @@ def dump(config_path: str) -> list[dict]:
 
     from sdbench.measure import server
     from sdbench.measure.serving import server_command
-    from sdbench.plan import grid
+    from sdbench.plan import checks, grid
     from sdbench.plan.config import load_config, validate_config
     from sdbench.plan.settings import settings
 
@@ -61,6 +61,8 @@ def dump(config_path: str) -> list[dict]:
         load = server.point_argv(cell, config, fake, {"concurrency": level}, None)
         cells.append({"cell_id": cell.cell_id, "label": cell.label,
                       "method": cell.server_config["method"],
+                      "draft_architecture": checks.METHOD_ARCHITECTURES.get(
+                          cell.server_config["method"]),
                       "server_argv": argv[3:], "module": argv[2], "loadgen_argv": load})
     return cells
 
@@ -74,7 +76,8 @@ def plan_reasons(checked: dict, config_path: str) -> dict[str, str | None]:
 
     config = validate_config(load_config(config_path))
     features = checks.VllmFeatures(checked["version"], frozenset(checked["methods"]),
-                                   frozenset())
+                                   frozenset(), architectures=frozenset(
+                                       checked["architectures"]))
     return {c.cell_id: hostcaps.plan_reason(config, c, None, features=features)
             for c in grid.all_cells(config)}
 
@@ -105,7 +108,8 @@ def report(checked: dict, config_path: str) -> str:
              "by that release's own `vllm serve` parser (and `validate_parsed_serve_args`), "
              "turned into `EngineArgs`, each `--speculative-config` key checked against the "
              "fields of its `SpeculativeConfig` and each value of a `Literal` field against "
-             "the values it allows; the load generator's arguments of the cell's first point "
+             "the values it allows, a Medusa or MLP-speculator draft's architecture looked up "
+             "in its model registry; the load generator's arguments of the cell's first point "
              "parsed by its `vllm bench serve` parser.", "",
              f"- cells: {len(cells)}; accepted: {len(cells) - len(bad)}; with problems: "
              f"{len(bad)}",
@@ -167,6 +171,7 @@ def check(cells: list[dict]) -> dict:
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     import torch
     import vllm
+    from vllm import ModelRegistry
     from vllm.benchmarks import serve as bench
     from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod
     from vllm.engine.arg_utils import AsyncEngineArgs
@@ -181,6 +186,7 @@ def check(cells: list[dict]) -> dict:
     with contextlib.suppress(ImportError):
         validate = _first(*(f"{place}.validate_parsed_serve_args" for place in places))
     methods = set(_literals(SpeculativeMethod))
+    registered = set(ModelRegistry.get_supported_archs())
     hints = typing.get_type_hints(SpeculativeConfig)
     fields = {f.name for f in dataclasses.fields(SpeculativeConfig)}
     out = []
@@ -209,6 +215,10 @@ def check(cells: list[dict]) -> dict:
                 elif allowed and isinstance(value, str) and value not in allowed:
                     problems.append(f"speculative_config.{key} = {value!r} is not one of "
                                     f"{allowed}")
+        architecture = cell.get("draft_architecture")
+        if architecture and cell["method"] in methods and architecture not in registered:
+            problems.append(f"its model registry has no {architecture} (the {cell['method']} "
+                            "draft's architecture)")
         bench_parser = parser_cls()
         bench.add_cli_args(bench_parser)
         _, error = _parse(bench_parser, cell["loadgen_argv"])
@@ -223,7 +233,8 @@ def check(cells: list[dict]) -> dict:
             if "deprecated" in text else "present")
     return {"version": vllm.__version__, "torch": torch.__version__, "module": module,
             "platform": os.environ["VLLM_TARGET_DEVICE"],
-            "module_note": note, "methods": sorted(methods), "cells": out}
+            "module_note": note, "methods": sorted(methods),
+            "architectures": sorted(registered), "cells": out}
 
 
 def main(argv: list[str] | None = None) -> int:

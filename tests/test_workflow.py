@@ -33,9 +33,10 @@ def test_real_study_plans(tmp_path):
     counts = job_counts(result.stdout + result.stderr)
     assert counts["cell"] == REAL_STUDY_CELLS
     assert counts["dynamic_k_cell"] == 2 * 7       # ngram and the draft, per round 1 workload
-    # 12 Qwen targets and the 0.5B draft; Llama 3 8B + EAGLE and MLP-speculator heads, Vicuna
-    # 7B + Medusa heads, Llama 3.1 8B + an EAGLE-3 head, MiMo-7B (MTP)
-    assert counts["download_model"] == 13 + 8 and "model" not in counts
+    # 12 Qwen targets and the 0.5B draft; Llama 3 8B + an EAGLE head, Vicuna 7B + Medusa
+    # heads, Llama 3.1 8B + an EAGLE-3 head, MiMo-7B (MTP); not the MLP speculator, whose
+    # cells the installed vLLM cannot run (planned as unsupported: nothing downloads for them)
+    assert counts["download_model"] == 13 + 7 and "model" not in counts
     assert counts["fetch_source"] == 4    # Spec-Bench (GitHub), ShareGPT, CNN-DM, THUCNews (hub)
     # Spec-Bench 6 groups + all, ShareGPT, 6 news->summary, 6 highlights->news, 6 THUCNews
     # polish buckets, the mixed-length set
@@ -120,18 +121,22 @@ def test_slurm_profile_plans_gpu_runtime_and_memory_per_session(tmp_path):
     # of its configuration; the cells' own jobs only write their records
     cells = grid.cells_by_id(load_config(REPO / "config" / "config.yaml"))
     assert counts["session"] == len(sessions.plan_sessions(cells)) < REAL_STUDY_CELLS
-    # every download (21 hub checkpoints, 4 sources) is a job of a local rule: the submitting
+    # every download (20 hub checkpoints, 4 sources) is a job of a local rule: the submitting
     # node has the network and the token, compute nodes may have neither (a dry run does not
     # print which jobs are local: the Snakefile's localrules say it); so is a cell's records
-    assert counts["download_model"] == 21 and counts["fetch_source"] == 4
+    assert counts["download_model"] == 20 and counts["fetch_source"] == 4
     block = re.search(r"^localrules:\n((?:\s+\w+,\n)+)", (REPO / "Snakefile")
                       .read_text(), flags=re.M)
     local = set(re.findall(r"\w+", block.group(1)))
     assert {"download_model", "fetch_source", "cell"} <= local
     assert not {"model", "session"} & local
-    gpus_by_target, minutes = {}, []
+    gpus_by_target, minutes, modelless = {}, [], 0
     for block in out.split("rule session:")[1:]:
-        target = re.search(r"resources/models/([\w.\-]+)", block).group(1)
+        found = re.search(r"resources/models/([\w.\-]+)", block)
+        if found is None:  # a session of cells the installed vLLM cannot run: no model needed
+            modelless += 1
+            continue
+        target = found.group(1)
         resources = dict(re.findall(r"(\w+)=([^,\s]+)", block.split("resources:", 1)[1]
                                     .splitlines()[0]))
         assert resources["mem_mb"] == "64000"
@@ -140,6 +145,9 @@ def test_slurm_profile_plans_gpu_runtime_and_memory_per_session(tmp_path):
     # time limits from each session's work (cells.runtime: auto), within the cap; a failed
     # job is retried (a session killed at its limit resumes from its points)
     assert len(set(minutes)) > 1 and max(minutes) <= 2880
+    # the MLP speculator's (vLLM 0.32 names the method but cannot load its draft)
+    assert modelless == len({s for s in sessions.plan_sessions(cells).values()
+                             if cells[s.cells[0]].server_config["method"] == "mlp_speculator"})
     profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml")
                              .read_text())
     assert profile["retries"] >= 1

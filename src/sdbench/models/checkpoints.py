@@ -307,6 +307,121 @@ def build_eagle_head(name: str, source: dict, base_dir: str | Path, out_dir: str
     return card
 
 
+# `kind: random_head`: an untrained speculator in the checkpoint layout vLLM loads for each
+# method, sized from its target's config; the defaults are the published heads' own configs
+# (EAGLE-3: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B; Medusa: FasterDecoding/medusa-vicuna-7b-v1.3
+# as converted for vLLM, abhigoyal/vllm-medusa-vicuna-7b-v1.3; MLP speculator:
+# ibm-ai-platform/llama3-8b-accelerator). Their cost is the trained head's; their acceptance is
+# nothing (set it with vLLM's synthetic rejection sampling).
+HEAD_DEFAULTS = {
+    "eagle3": {"num_hidden_layers": 1, "draft_vocab_size": 32000},
+    "medusa": {"num_heads": 5, "num_hidden_layers": 1},
+    "mlp_speculator": {"n_predict": 4, "inner_dim": 3072, "tie_weights": True,
+                       "scale_input": True},
+}
+
+
+def head_layout(method: str, target: dict, overrides: dict | None = None
+                ) -> tuple[dict, dict[str, tuple[int, ...]]]:
+    """(config.json, {tensor name: shape}) of a `method` head for a target whose Hugging Face
+    config is `target`, in the layout vLLM 0.26-0.32 loads (vllm/model_executor/models/
+    llama_eagle3.py, medusa.py, mlp_speculator.py)."""
+    if method not in HEAD_DEFAULTS:
+        raise ModelError(f"a random head of method {method!r}: known are "
+                         f"{sorted(HEAD_DEFAULTS)}")
+    spec = {**HEAD_DEFAULTS[method], **(overrides or {})}
+    hidden, vocab = target["hidden_size"], target["vocab_size"]
+    if method == "medusa":
+        config = {"architectures": ["MedusaModel"], "model_type": "medusa",
+                  "hidden_size": hidden, "vocab_size": vocab, **spec}
+        shapes = {f"blocks.{i}.layers.{j}.weight": (hidden, hidden)
+                  for i in range(spec["num_heads"]) for j in range(spec["num_hidden_layers"])}
+        shapes.update({f"lm_heads.{i}.weight": (vocab, hidden)
+                       for i in range(spec["num_heads"])})
+        return config, shapes
+    if method == "mlp_speculator":
+        n, inner = spec["n_predict"], spec["inner_dim"] or hidden
+        config = {"architectures": ["MLPSpeculatorPreTrainedModel"],
+                  "model_type": "mlp_speculator", "emb_dim": hidden, "vocab_size": vocab,
+                  "top_k_tokens_per_head": [1] * n, "n_candidates": 1, **spec}
+        distinct = 1 if spec["tie_weights"] else n  # tied: one embedding, one norm, two projs
+        shapes = {f"emb.{i}.weight": (vocab, inner) for i in range(distinct)}
+        shapes.update({f"proj.{i}.weight": (inner, hidden if i == 0 else inner)
+                       for i in range(2 if spec["tie_weights"] else n)})
+        shapes.update({f"head.{i}.weight": (vocab, inner) for i in range(n)})
+        for i in range(distinct):
+            shapes[f"ln.{i}.weight"] = shapes[f"ln.{i}.bias"] = (inner,)
+        return config, shapes
+    # eagle3: one decoder layer whose attention reads [embedding, fc(3 target hidden states)]
+    keep = ("hidden_act", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+            "rms_norm_eps", "max_position_embeddings", "rope_theta", "rope_scaling",
+            "bos_token_id", "eos_token_id", "head_dim")
+    config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+              **{k: target[k] for k in keep if target.get(k) is not None},
+              "hidden_size": hidden, "vocab_size": vocab, "tie_word_embeddings": False,
+              **spec}
+    config["draft_vocab_size"] = min(config["draft_vocab_size"], vocab)
+    heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim = config.get("head_dim") or hidden // heads
+    inter, draft_vocab = config["intermediate_size"], config["draft_vocab_size"]
+    layer = "midlayer"
+    shapes = {f"{layer}.hidden_norm.weight": (hidden,),
+              f"{layer}.input_layernorm.weight": (hidden,),
+              f"{layer}.post_attention_layernorm.weight": (hidden,),
+              f"{layer}.self_attn.q_proj.weight": (heads * head_dim, 2 * hidden),
+              f"{layer}.self_attn.k_proj.weight": (kv * head_dim, 2 * hidden),
+              f"{layer}.self_attn.v_proj.weight": (kv * head_dim, 2 * hidden),
+              f"{layer}.self_attn.o_proj.weight": (hidden, heads * head_dim),
+              f"{layer}.mlp.gate_proj.weight": (inter, hidden),
+              f"{layer}.mlp.up_proj.weight": (inter, hidden),
+              f"{layer}.mlp.down_proj.weight": (hidden, inter),
+              "fc.weight": (hidden, 3 * hidden), "norm.weight": (hidden,),
+              "lm_head.weight": (draft_vocab, hidden)}
+    if draft_vocab < vocab:
+        shapes["d2t"] = (draft_vocab,)  # draft id -> target id offsets (zeros: the first ids)
+    return config, shapes
+
+
+def build_random_head(name: str, source: dict, base_dir: str | Path, out_dir: str | Path
+                      ) -> dict:
+    """An untrained `source.method` head for the model in `base_dir` (`head_layout`): normal
+    weights (std 0.02, norms 1, seeded), the target's tokenizer."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer
+
+    target = checkpoint_json(base_dir)
+    config, shapes = head_layout(source["method"], target, source.get("config"))
+    generator = torch.Generator().manual_seed(source.get("seed", 0))
+    weights = {}
+    for key, shape in shapes.items():
+        if key == "d2t":
+            weights[key] = torch.zeros(shape, dtype=torch.long)
+        elif len(shape) == 1:
+            weights[key] = (torch.zeros if key.endswith(".bias") else torch.ones)(
+                shape, dtype=torch.bfloat16)
+        else:
+            weights[key] = (torch.randn(shape, generator=generator) * 0.02).to(torch.bfloat16)
+    with _atomic_dir(out_dir) as tmp:
+        save_file(weights, tmp / "model.safetensors", metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps({**config, "torch_dtype": "bfloat16"},
+                                                    indent=1))
+        AutoTokenizer.from_pretrained(base_dir).save_pretrained(tmp)
+        card = _write_card(tmp, name, source, {
+            "dtype": "bfloat16", "trained": False, "method": source["method"],
+            "parameters": sum(w.numel() for w in weights.values()),
+            "note": f"UNTRAINED {source['method']} head (random weights) in the published "
+                    "heads' layout: its cost is a trained head's, its acceptance nothing; "
+                    "measure it with synthetic acceptance"})
+    return card
+
+
+def checkpoint_json(model_dir: str | Path) -> dict:
+    """A checkpoint's config.json, its text part merged in (multimodal configs)."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    return {**config, **(config.get("text_config") or {})}
+
+
 def build_quantized(name: str, source: dict, base_dir: str | Path, out_dir: str | Path) -> dict:
     """A GPTQ / AWQ (4-bit) or W8A8 (compressed-tensors) checkpoint of the full-precision model
     in `base_dir`."""
@@ -346,6 +461,7 @@ def build_model(name: str, source: dict, base_dir: str | Path | None, out_dir: s
     if kind == "hf":
         return download_hf(name, source, out_dir)
     builders = {"truncate": build_truncated, "eagle_head": build_eagle_head,
+                "random_head": build_random_head,
                 "quantize": build_quantized, "deepen": build_deepened,
                 "random_init": build_random}
     if kind not in builders:

@@ -39,6 +39,8 @@ class VllmFeatures:
     server_args: frozenset[str] = frozenset()  # the fields of vLLM's EngineArgs
     # the speculative methods vLLM's V2 model runner accepts (None: this vLLM does not say)
     v2_methods: frozenset[str] | None = None
+    # the model architectures vLLM's registry loads (None: not asked)
+    architectures: frozenset[str] | None = None
 
 
 class _Unset:
@@ -85,6 +87,12 @@ def _v2_runner_methods(methods: frozenset[str]) -> frozenset[str] | None:
         return None
 
 
+def _registered_architectures() -> frozenset[str]:
+    from vllm import ModelRegistry
+
+    return frozenset(ModelRegistry.get_supported_archs())
+
+
 def _literal_values(tp) -> list[str]:
     values = []
     for arg in typing.get_args(tp):
@@ -112,11 +120,12 @@ def vllm_features() -> VllmFeatures | None:
     cached = _features_cache()
     if cached is not None and cached.is_file():
         data = json.loads(cached.read_text())
-        if "v2_methods" in data:  # older cache files lack it: read vLLM again
+        if "architectures" in data:  # older cache files lack it: read vLLM again
             v2 = data["v2_methods"]
             return VllmFeatures(data["version"], frozenset(data["methods"]),
                                 frozenset(data["options"]), frozenset(data["server_args"]),
-                                None if v2 is None else frozenset(v2))
+                                None if v2 is None else frozenset(v2),
+                                frozenset(data["architectures"]))
     import vllm
     from vllm.config.speculative import SpeculativeConfig, SpeculativeMethod
     from vllm.engine.arg_utils import EngineArgs
@@ -125,7 +134,7 @@ def vllm_features() -> VllmFeatures | None:
     features = VllmFeatures(vllm.__version__, methods,
                             frozenset(f.name for f in dataclasses.fields(SpeculativeConfig)),
                             frozenset(f.name for f in dataclasses.fields(EngineArgs)),
-                            _v2_runner_methods(methods))
+                            _v2_runner_methods(methods), _registered_architectures())
     if cached is not None:
         with contextlib.suppress(OSError):  # a read-only home only costs the import next time
             cached.parent.mkdir(parents=True, exist_ok=True)
@@ -134,7 +143,8 @@ def vllm_features() -> VllmFeatures | None:
                                        "options": sorted(features.options),
                                        "server_args": sorted(features.server_args),
                                    "v2_methods": (None if features.v2_methods is None
-                                                  else sorted(features.v2_methods))})
+                                                  else sorted(features.v2_methods)),
+                                   "architectures": sorted(features.architectures)})
     return features
 
 
@@ -179,16 +189,33 @@ def check_quantization(config: dict, name: str, root: str | Path = ".",
 REMOVED_METHODS = {"medusa": ("0.32.0", "0.33.0"), "mlp_speculator": ("0.32.0", "0.33.0")}
 
 
+# the architecture vLLM loads a method's draft checkpoint as, where the method fixes it (its
+# config class's): a vLLM whose model registry lacks it cannot run the method although the
+# method's name is valid. vLLM 0.26 and 0.32 list mlp_speculator as a method but leave
+# MLPSpeculatorPreTrainedModel out of their registry ("Temporarily disabled ... once the MLP
+# Speculator is supported in V1", vllm/model_executor/models/registry.py).
+METHOD_ARCHITECTURES = {"mlp_speculator": "MLPSpeculatorPreTrainedModel",
+                        "medusa": "MedusaModel"}
+
+
 def method_reason(method: str, features: VllmFeatures | None) -> str | None:
     """Why the installed vLLM cannot run a (known) speculative method; None when it can, when
     the method is no speculation, or when no vLLM is installed here."""
-    if features is None or method == grid.VANILLA or method in features.methods:
+    if features is None or method == grid.VANILLA:
         return None
+    architecture = METHOD_ARCHITECTURES.get(method)
+    if method in features.methods:
+        if architecture is None or features.architectures is None or \
+                architecture in features.architectures:
+            return None
+        return (f"unsupported by vLLM {features.version}: it names the method {method!r} but "
+                f"its model registry has no {architecture}, the architecture such a draft "
+                "loads as (vLLM leaves it out until its V1 engine supports it)")
     last, first = REMOVED_METHODS.get(method, (None, None))
     if last is None:
         return f"vLLM {features.version} has no speculative method {method!r}"
     return (f"unsupported by vLLM {features.version} (removed): its speculative methods no "
-            f"longer include {method!r} (vLLM {first} removed it; {last} has it)")
+            f"longer include {method!r} (vLLM {first} removed it; {last} still names it)")
 
 
 def cell_method_reason(cell: grid.Cell, features: VllmFeatures | None) -> str | None:

@@ -268,7 +268,7 @@ def _check_round(source: str, round_name: str, spec: dict, config: dict) -> None
 
 
 # built from another model of the config (random_init takes only its tokenizer)
-DERIVED_KINDS = ("truncate", "quantize", "eagle_head", "deepen", "random_init")
+DERIVED_KINDS = ("truncate", "quantize", "eagle_head", "deepen", "random_init", "random_head")
 
 
 def _check_round1_extras(source: str, round1: dict, typed: settings.Round) -> None:
@@ -305,6 +305,8 @@ def check_config(config: dict, source: str = "config") -> None:
             derived = base["source"]["kind"] in DERIVED_KINDS
             if src["kind"] != "random_init" and base["source"]["kind"] == "random_init":
                 derived = False  # a model with random weights is a base like a download
+            if src["kind"] == "random_head":  # reads only its target's shape (config.json)
+                derived = False
             if derived or base.get("quantization"):
                 _fail(source, f"models.{name}.source.model", src["model"],
                       "a derived model needs a full-precision model that is not itself derived")

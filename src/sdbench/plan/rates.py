@@ -153,7 +153,7 @@ def model_shape(config: dict, name: str, root: str | Path = ".") -> tuple[float,
         if kind == "truncate":
             total = _base_layers(config, source["model"], root)
             return (layers * source["layers"] / total if total else layers / 4), embeddings
-        if kind == "eagle_head":  # one decoder layer and a projection, the target's head
+        if kind in ("eagle_head", "random_head"):  # about one decoder layer, and heads
             total = _base_layers(config, source["model"], root) or 30
             return layers / total, embeddings
         return base  # quantize: the same parameters
@@ -191,7 +191,8 @@ def acceptance(config: dict, cell: grid.Cell, gpu: bool) -> float:
     target_source = config["models"][target]["source"]
     if draft and target_source["kind"] == "deepen" and target_source["model"] == draft:
         return EXACT_ACCEPTANCE[gpu]
-    if draft and _source_kind(config, draft) in ("eagle_head", "truncate", "random_init"):
+    if draft and _source_kind(config, draft) in ("eagle_head", "truncate", "random_init",
+                                                 "random_head"):
         return PLUMBING_ACCEPTANCE
     return ACCEPTANCE.get(server["method"], 0.5)
 
@@ -238,7 +239,12 @@ class CalibratedRates:
         k = server["num_speculative_tokens"]
         if server["method"] == VANILLA or not k:
             return self.step_ms(target, concurrency)
-        tau = expected_tokens(acceptance(self.config, cell, self.device.gpu), k)
+        # a cell whose drafts vLLM accepts at a set mean length (synthetic rejection sampling)
+        # makes that many tokens a step
+        length = server["method_options"].get("synthetic_acceptance_length")
+        tau = (min(float(length), k + 1.0) if server["method_options"].get(
+            "rejection_sample_method") == "synthetic" and length else
+            expected_tokens(acceptance(self.config, cell, self.device.gpu), k))
         verify = self.step_ms(target, concurrency * (k + 1))
         proposer = (k * self.device.draft_step_share * self.step_ms(draft, concurrency)
                     if draft else 0.1 * k)
