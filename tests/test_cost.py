@@ -2,6 +2,7 @@
 configuration instance plus the named exceptions, GPU time projected by one request model at
 calibrated rates, with sessions and without."""
 
+import dataclasses
 import json
 import re
 import socket
@@ -92,6 +93,23 @@ def test_the_h100_rates_reproduce_the_exact_pairs_measured_speedups(tmp_path):
         projected = model.tpot_ms(base, level) / model.tpot_ms(spec, level)
         assert projected == pytest.approx(measured, rel=0.10), level
     assert model.tpot_ms(base, 1) == pytest.approx(6.0, rel=0.05)
+
+
+def test_a_synthetic_cell_is_projected_at_its_set_acceptance_length(tmp_path):
+    """A cell whose drafts vLLM accepts at a set mean length makes that many tokens a step in
+    the projection (not the method's assumed acceptance): the same server at 2.0 takes twice
+    the time per token it takes at 4.0; a setting above k + 1 counts as k + 1."""
+    config = load_config(REPO / "config" / "gpu-calibration.yaml")
+    spec = next(c for c in grid.all_cells(config) if c.speculator == "calibration")
+    model = rates.CalibratedRates(config, rates.DEVICES["h100"], tmp_path)
+
+    def at(length):
+        options = {**spec.server_config["method_options"], **grid.synthetic_options(length)}
+        return model.tpot_ms(dataclasses.replace(spec, server_config={
+            **spec.server_config, "method_options": options}), 1)
+
+    assert at(2.0) == pytest.approx(2 * at(4.0))
+    assert at(9.0) == pytest.approx(at(5.0))  # k = 4: at most 5 tokens a step
 
 
 def test_start_ups_measured_on_this_host_replace_the_rates(tmp_path):
