@@ -1,12 +1,12 @@
 """Checks that need the installed vLLM, the model checkpoints or the GPU.
 
 `check_installed(config)` runs at workflow start (before any job): every speculative method
-and option must be known to the installed vLLM (but for a method a vLLM release removed:
-its cells are planned as unsupported, `cell_method_reason`), and a draft whose vocabulary
-differs from its target's is refused unless the pair opts into vLLM's heterogeneous-vocabulary
-mode. A cell runs
-the checks that need its own models again (they may have been built since) and, on a GPU,
-refuses to start beside leftover vLLM processes that hold the device.
+and option must be known to the installed vLLM (but for a method a vLLM release removed, or
+one whose draft architecture its registry leaves out: those cells are planned as unsupported,
+`cell_method_reason`), and a draft whose vocabulary differs from its target's is refused
+unless the pair opts into vLLM's heterogeneous-vocabulary mode. A cell runs the checks that
+need its own models again (they may have been built since) and, on a GPU, refuses to start
+beside leftover vLLM processes that hold the device.
 """
 
 from __future__ import annotations
