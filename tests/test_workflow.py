@@ -134,7 +134,8 @@ def test_slurm_profile_plans_gpu_runtime_and_memory_per_session(tmp_path):
     for block in out.split("rule session:")[1:]:
         found = re.search(r"resources/models/([\w.\-]+)", block)
         if found is None:  # a session of cells the installed vLLM cannot run: no model needed
-            modelless += 1
+            modelless += 1  # and no GPU: nothing will start
+            assert re.search(r"\bgpu=0\b", block.split("resources:", 1)[1].splitlines()[0])
             continue
         target = found.group(1)
         resources = dict(re.findall(r"(\w+)=([^,\s]+)", block.split("resources:", 1)[1]

@@ -122,8 +122,12 @@ def session_inputs(wildcards):
 
 
 def session_gpus(wildcards):
-    """GPUs of a session: its server's, or the sum of servers side by side."""
+    """GPUs of a session: its server's, or the sum of servers side by side; none where this
+    host's plan has every cell of it unsupported (no server starts: a cluster job of it asks
+    for no GPU)."""
     session = SESSIONS[wildcards.session_id]
+    if all(HOST_PLAN[c.cell_id]["unsupported_here"] for c in session_cells(wildcards)):
+        return 0
     first = {sessions.config_id(c.server_config): c for c in session_cells(wildcards)}
     counts = [grid.cell_gpus(c.server_config) for c in first.values()]
     return sum(counts) if session.interleaved else counts[0]
