@@ -387,11 +387,14 @@ def test_a_random_head_has_the_layout_and_config_vllm_reads(tmp_path, method):
     (base / "config.json").write_text(json.dumps(target))
     PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(
         {"a": 0, "[UNK]": 1}, unk_token="[UNK]"))).save_pretrained(base)
+    # the MLP speculator's published inner size (3,072) at this vocabulary is 600M random
+    # numbers: a small one, through the `config` overrides
+    overrides = {"inner_dim": 48} if method == "mlp_speculator" else None
     card = checkpoints.build_random_head(
-        "head", {"kind": "random_head", "model": "base", "method": method}, base,
-        tmp_path / "head")
+        "head", {"kind": "random_head", "model": "base", "method": method,
+                 "config": overrides}, base, tmp_path / "head")
     weights = load_file(tmp_path / "head" / "model.safetensors")
-    _, shapes = checkpoints.head_layout(method, target)
+    _, shapes = checkpoints.head_layout(method, target, overrides)
     assert {k: tuple(v.shape) for k, v in weights.items()} == shapes
     assert card["parameters"] == sum(v.numel() for v in weights.values())
     read = get_config(str(tmp_path / "head"), trust_remote_code=False)
@@ -400,7 +403,8 @@ def test_a_random_head_has_the_layout_and_config_vllm_reads(tmp_path, method):
         assert shapes["lm_heads.4.weight"] == (40000, 32)
     elif method == "mlp_speculator":
         assert type(read).__name__ == "MLPSpeculatorConfig" and read.n_predict == 4
-        assert read.tie_weights and shapes["proj.1.weight"] == (3072, 3072)
+        assert read.tie_weights and read.inner_dim == 48 and shapes["proj.1.weight"] == (48, 48)
+        assert checkpoints.head_layout(method, target)[1]["proj.1.weight"] == (3072, 3072)
         assert "proj.2.weight" not in shapes  # tied stages share one projection
     else:
         assert read.architectures == ["LlamaForCausalLMEagle3"]
