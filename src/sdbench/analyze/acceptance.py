@@ -31,28 +31,12 @@ from scipy import stats
 
 from sdbench.plan import grid
 
-SYNTHETIC = "synthetic"
+SYNTHETIC = grid.SYNTHETIC
+# a cell's set mean acceptance length (None: not synthetic), read where the plan reads it
+synthetic_setting = grid.synthetic_setting
 # the check's two-sided level: one false alarm in a thousand correct cells (every synthetic
 # cell of a study is checked), beyond which a difference is the engine's or the accounting's
 CHECK_LEVEL = 0.999
-
-
-def _options(options) -> dict:
-    if isinstance(options, str):
-        return json.loads(options) if options else {}
-    return dict(options) if isinstance(options, dict) else {}
-
-
-def synthetic_setting(options) -> float | None:
-    """The mean acceptance length a cell's speculative options set (its records'
-    `spec_options`: a JSON text or a dict), or None where acceptance is not synthetic."""
-    options = _options(options)
-    if options.get("rejection_sample_method") != SYNTHETIC:
-        return None
-    if options.get("synthetic_acceptance_length") is not None:
-        return float(options["synthetic_acceptance_length"])
-    rates = options.get("synthetic_acceptance_rates")
-    return None if rates is None else 1.0 + float(sum(rates))
 
 
 def simulated_label(speculator: str, options) -> str:

@@ -390,9 +390,26 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
 SWEEP_MARK = " at acceptance "
 
 
+SYNTHETIC = "synthetic"
+
+
 def synthetic_options(length: float) -> dict:
     """vLLM's speculative_config keys that accept drafts at mean acceptance length `length`."""
-    return {"rejection_sample_method": "synthetic", "synthetic_acceptance_length": length}
+    return {"rejection_sample_method": SYNTHETIC, "synthetic_acceptance_length": length}
+
+
+def synthetic_setting(options) -> float | None:
+    """The mean acceptance length a cell's speculative options set (a dict, or its records'
+    `spec_options` JSON text), or None where acceptance is not synthetic."""
+    if isinstance(options, str):
+        options = json.loads(options) if options else {}
+    options = dict(options) if isinstance(options, dict) else {}
+    if options.get("rejection_sample_method") != SYNTHETIC:
+        return None
+    if options.get("synthetic_acceptance_length") is not None:
+        return float(options["synthetic_acceptance_length"])
+    rates = options.get("synthetic_acceptance_rates")
+    return None if rates is None else 1.0 + float(sum(rates))
 
 
 def sweep_name(method: str, length: float) -> str:

@@ -49,7 +49,7 @@ from sdbench.host import cache_dir, dist_version, nvml_session, vllm_distributio
 from sdbench.models.quantize import planned_config
 from sdbench.plan.checks import cell_method_reason, checkpoint_config, vllm_features
 from sdbench.plan.config import ConfigError
-from sdbench.plan.grid import TRANSFORMERS, cell_models, model_dir
+from sdbench.plan.grid import TRANSFORMERS, cell_models, model_dir, synthetic_setting
 
 # a record's status when the host cannot run its cell: nothing was measured, `error` says why
 UNSUPPORTED = "unsupported"
@@ -374,15 +374,11 @@ def model_reason(name: str, quant: dict | None, facts: dict | None, caps: dict) 
     return None
 
 
-SYNTHETIC = "synthetic"
-
-
 def sampling_reason(cell, caps: dict | None) -> str | None:
     """Why this host's vLLM cannot run the cell's rejection sampling (None: it can, or the
     probe does not say): synthetic acceptance on a CPU whose sampler has no synthetic mode."""
-    options = cell.server_config.get("method_options") or {}
-    if caps is None or options.get("rejection_sample_method") != SYNTHETIC or \
-            caps.get("synthetic_sampling") is not False:
+    if caps is None or caps.get("synthetic_sampling") is not False or \
+            synthetic_setting(cell.server_config.get("method_options")) is None:
         return None
     return (f"{_vllm_label(caps)} has no synthetic acceptance on CPU (its rejection sampler "
             "asserts it off: \"Synthetic acceptance not supported with CPU sampling\"); "

@@ -241,10 +241,9 @@ class CalibratedRates:
             return self.step_ms(target, concurrency)
         # a cell whose drafts vLLM accepts at a set mean length (synthetic rejection sampling)
         # makes that many tokens a step
-        length = server["method_options"].get("synthetic_acceptance_length")
-        tau = (min(float(length), k + 1.0) if server["method_options"].get(
-            "rejection_sample_method") == "synthetic" and length else
-            expected_tokens(acceptance(self.config, cell, self.device.gpu), k))
+        length = grid.synthetic_setting(server["method_options"])
+        tau = (min(length, k + 1.0) if length else
+               expected_tokens(acceptance(self.config, cell, self.device.gpu), k))
         verify = self.step_ms(target, concurrency * (k + 1))
         proposer = (k * self.device.draft_step_share * self.step_ms(draft, concurrency)
                     if draft else 0.1 * k)
