@@ -390,7 +390,7 @@ def build_random_head(name: str, source: dict, base_dir: str | Path, out_dir: st
     from safetensors.torch import save_file
     from transformers import AutoTokenizer
 
-    target = checkpoint_json(base_dir)
+    target = with_text_config(json.loads((Path(base_dir) / "config.json").read_text()))
     config, shapes = head_layout(source["method"], target, source.get("config"))
     generator = torch.Generator().manual_seed(source.get("seed", 0))
     weights = {}
@@ -416,9 +416,9 @@ def build_random_head(name: str, source: dict, base_dir: str | Path, out_dir: st
     return card
 
 
-def checkpoint_json(model_dir: str | Path) -> dict:
-    """A checkpoint's config.json, its text part merged in (multimodal configs)."""
-    config = json.loads((Path(model_dir) / "config.json").read_text())
+def with_text_config(config: dict) -> dict:
+    """A checkpoint's config with its text part merged in (multimodal configs keep the
+    language model's sizes under `text_config`)."""
     return {**config, **(config.get("text_config") or {})}
 
 

@@ -26,6 +26,7 @@ from sdbench import layout
 from sdbench.data.builders import request_bound
 from sdbench.files import atomic_write_json, read_jsonl
 from sdbench.host import cache_dir, nsys_executable, nvml_session, vllm_distribution
+from sdbench.models.checkpoints import with_text_config
 from sdbench.plan import grid
 from sdbench.plan.config import ConfigError
 from sdbench.plan.settings import Setting, Speculator, settings
@@ -159,7 +160,7 @@ def vocab_size(model_dir: str | Path) -> int | None:
     config = checkpoint_config(model_dir)
     if config is None:
         return None
-    return config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    return config.get("vocab_size") or with_text_config(config).get("vocab_size")
 
 
 def check_quantization(config: dict, name: str, root: str | Path = ".",
@@ -341,7 +342,7 @@ def checkpoint_context(model_dir: str | Path) -> tuple[int, str] | None:
     config = checkpoint_config(model_dir)
     if config is None:
         return None
-    config = {**config, **(config.get("text_config") or {})}
+    config = with_text_config(config)
     found = [(config[k], k) for k in CONTEXT_KEYS
              if isinstance(config.get(k), int) and not isinstance(config.get(k), bool)]
     if not found:
