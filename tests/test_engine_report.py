@@ -100,8 +100,12 @@ def test_differences_beyond_speculation_make_one_sentence():
                                   "async_scheduling_off": True, "kv_cache_tokens": 600_000},
                                  BASE)
     assert several == ("speculation switched CUDA graphs from FULL_AND_PIECEWISE to PIECEWISE, "
-                       "turned asynchronous scheduling off and shrank the KV cache from "
-                       "1,000,000 to 600,000 tokens on this server")
+                       "turned asynchronous scheduling off and shrank the KV cache by 40 % "
+                       "(in tokens) on this server")
+    # two instances of one baseline whose caches differ by a few blocks: the same sentence
+    assert engine.differences({**BASE, "kv_cache_tokens": 884_144},
+                              {**BASE, "kv_cache_tokens": 993_328}) == engine.differences(
+        {**BASE, "kv_cache_tokens": 884_144}, {**BASE, "kv_cache_tokens": 994_256})
     # a setting only one side's log states is not compared (never guessed); unknown: None
     assert engine.differences({**BASE, "model_runner": "V2"}, BASE) is None
     assert engine.differences(BASE, None) is None

@@ -31,8 +31,10 @@ def _phrase(key: str, mine, base) -> str | None:
     if key == "kv_cache_tokens":
         if base and abs(mine / base - 1) <= KV_TOLERANCE:
             return None
+        # a share, not token counts: a pair's two sides run several server instances each,
+        # whose caches differ by a few blocks, and the point's sentence is one sentence
         verb = "shrank" if mine < base else "grew"
-        return f"{verb} the KV cache from {_text(base)} to {_text(mine)} tokens"
+        return f"{verb} the KV cache by {abs(mine / base - 1) * 100:.0f} % (in tokens)"
     return f"switched {COMPARED[key]} from {_text(base)} to {_text(mine)}"
 
 
