@@ -90,6 +90,19 @@ def test_simulated_sweeps_keep_coverage_and_verdicts_at_a_fraction_of_the_cost()
     assert every["cost"] > rows[0]["cost"]
 
 
+def test_the_real_studys_rule_measures_at_most_three_tenths_of_the_full_design():
+    """config/config.yaml's rule (O'Brien-Fleming, the lowest and highest level first) on the
+    noisiest simulated sweeps: issue 35's ≤ 30 % of the point-repeats, verdicts kept."""
+    rule = sweeps.config_rule("config/config.yaml")
+    assert (rule.shape, rule.coarse) == (0.0, 2)
+    row = sweeps.run(sweeps.Sweep(0.05, 0.1), rule, 40, seed=3)
+    assert row["cost"] <= 0.30
+    assert 0.92 <= row["coverage"] <= 0.99
+    assert row["agreement"] >= 0.92
+    default = sweeps.run(sweeps.Sweep(0.05, 0.1), adaptive.Rule(), 40, seed=3)
+    assert row["cost"] < default["cost"]
+
+
 def test_min_repeats_holds_a_clear_point_for_a_second_look():
     rule = adaptive.Rule(min_repeats=2)
     assert adaptive.decide([math.log(3.0)], 3, rule, 0.05, math.inf).reason == adaptive.CONTINUE

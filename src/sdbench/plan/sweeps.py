@@ -25,8 +25,9 @@ either neighbour (`adaptive.level_contenders`), the same functions the workflow 
 pick a best k at every level: the highest mean where measured, else the highest of each k's
 mean interpolated (linearly in log concurrency) between the nearest levels that measured it.
 
-`python -m sdbench.plan.sweeps` runs the full table and writes
-docs/adaptive-simulation.md.
+`python -m sdbench.plan.sweeps` runs the full table under the rule of a config's `adaptive:`
+section (`--config`, config/config.yaml by default: the rule the real study runs; each row
+sets its own prior σ) and writes docs/adaptive-simulation.md.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import pandas as pd
 from scipy import stats
 
 from sdbench.plan import adaptive
+from sdbench.plan.config import load_config
 
 REPO = Path(__file__).resolve().parents[3]
 # a simulated sweep is one method's k values
@@ -224,7 +226,13 @@ def expected_share(rule: adaptive.Rule, ks: int, levels: int, repeats: int,
     return run(sweep, rule, sweeps, seed=0, bisect=bisect)["cost"]
 
 
-def write_table(frame: pd.DataFrame, path: Path, sweeps: int, rule: adaptive.Rule) -> None:
+def config_rule(path: str | Path) -> adaptive.Rule:
+    """The rule of a config's `adaptive:` section (the defaults where it is off)."""
+    return adaptive.Rule.from_config(load_config(path).get("adaptive")) or adaptive.Rule()
+
+
+def write_table(frame: pd.DataFrame, path: Path, sweeps: int, rule: adaptive.Rule,
+                source: str = "the default") -> None:
     lines = [
         "# The adaptive design, simulated",
         "",
@@ -232,9 +240,10 @@ def write_table(frame: pd.DataFrame, path: Path, sweeps: int, rule: adaptive.Rul
         f"{sweeps} simulated sweeps per row, each {SWEEPS[0].ks} values of k × "
         f"{SWEEPS[0].levels} concurrency levels × {SWEEPS[0].repeats} repeats, measured in full "
         "and adaptively on the same draws (the model: `src/sdbench/plan/sweeps.py`). "
-        f"Rule: precision ±{rule.precision:.0%}, α = {rule.alpha}, Wang-Tsiatis Δ = "
-        f"{rule.shape}, a prior σ of one repeat's log speedup (× the true one as the row says) "
-        f"counted as {rule.prior_df:g} degrees of freedom.",
+        f"Rule ({source}'s `adaptive:`): precision ±{rule.precision:.0%}, α = {rule.alpha}, "
+        f"Wang-Tsiatis Δ = {rule.shape}, futility {rule.futility:g}, {rule.coarse} coarse levels, "
+        "a prior σ of one repeat's log speedup (× the true one as the row says) counted as "
+        f"{rule.prior_df:g} degrees of freedom.",
         "",
         "- **coverage**: of the adaptive design's intervals at the points it measured (the "
         "interval at the look where each stopped);",
@@ -263,10 +272,12 @@ def write_table(frame: pd.DataFrame, path: Path, sweeps: int, rule: adaptive.Rul
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sweeps", type=int, default=1000)
+    parser.add_argument("--config", default="config/config.yaml",
+                        help="the config whose adaptive: rule is simulated")
     parser.add_argument("--out", default=str(REPO / "docs" / "adaptive-simulation.md"))
     args = parser.parse_args(argv)
-    rule = adaptive.Rule()
-    write_table(table(args.sweeps, rule), Path(args.out), args.sweeps, rule)
+    rule = config_rule(args.config)
+    write_table(table(args.sweeps, rule), Path(args.out), args.sweeps, rule, args.config)
     print(f"wrote {args.out}")
     return 0
 
