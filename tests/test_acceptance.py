@@ -16,12 +16,13 @@ from sdbench.analyze.acceptance import (
     simulated_label,
     synthetic_setting,
 )
+from sdbench.analyze.aggregate import apply_index
 from sdbench.analyze.analysis import best_settings
 from sdbench.analyze.stats import mean_interval
 from sdbench.plan import grid
-from sdbench.plan.config import validate_config
+from sdbench.plan.config import ConfigError, validate_config
 from sdbench.plan.settings import settings
-from sdbench.report.plots import break_even_plot, break_even_table, synthetic_table
+from sdbench.report.plots import break_even_plot, break_even_table, method_names, synthetic_table
 
 
 def _accepted(rates, drafts, rng):
@@ -54,7 +55,34 @@ def test_the_setting_and_the_label_come_from_the_options():
     assert simulated_label("eagle3", {"rejection_sample_method": "synthetic",
                                       "synthetic_acceptance_length": 3.0}) == (
         "eagle3 (simulated: acceptance 3)")
+    assert simulated_label("eagle3", {"rejection_sample_method": "synthetic",
+                                      "synthetic_acceptance_length": 3.08}, "eagle3",
+                           "vLLM issue 20780") == (
+        "eagle3 (simulated: eagle3 at acceptance 3.08 (vLLM issue 20780))")
     assert simulated_label("ngram", {}) == "ngram"
+
+
+def test_a_method_names_where_its_set_acceptance_comes_from(demo_config_raw):
+    """`acceptance_source` reaches the summary's rows and the reports' method names; without
+    synthetic options it is refused, naming the key."""
+    raw = copy.deepcopy(demo_config_raw)
+    method = raw["round1"]["methods"][0]
+    method["acceptance_source"] = "a paper, table 2"
+    with pytest.raises(ConfigError, match=r"round1\.methods\[0\]\.acceptance_source"):
+        validate_config(copy.deepcopy(raw))
+    method["options"] = {**method.get("options", {}), **grid.synthetic_options(2.5)}
+    config = validate_config(raw)
+    name = settings(config).rounds["round1"].methods[0].name
+    index = grid.summary_index(config)["cells"]
+    cited = {c["acceptance_source"] for c in index.values() if c["speculator"] == name}
+    assert cited == {"a paper, table 2"}
+    assert {c["acceptance_source"] for c in index.values() if c["speculator"] != name} == {None}
+    cell_id = next(i for i, c in index.items() if c["speculator"] == name)
+    frame = apply_index(pd.DataFrame({"cell_id": [cell_id], "speculator": [name],
+                                      "round": ["round1"], "target": ["t"]}),
+                        grid.summary_index(config))
+    shown = method_names(frame.assign(method="ngram", simulated_acceptance=2.5))
+    assert shown.iloc[0] == f"{name} (simulated: ngram at acceptance 2.5 (a paper, table 2))"
 
 
 def test_the_accepted_count_s_variance_is_the_chain_s():

@@ -91,10 +91,11 @@ def test_simulated_sweeps_keep_coverage_and_verdicts_at_a_fraction_of_the_cost()
 
 
 def test_the_real_studys_rule_measures_at_most_three_tenths_of_the_full_design():
-    """config/config.yaml's rule (O'Brien-Fleming, the lowest and highest level first) on the
-    noisiest simulated sweeps: issue 35's ≤ 30 % of the point-repeats, verdicts kept."""
+    """config/config.yaml's rule (O'Brien-Fleming, the lowest and highest level first, futility
+    3 %) on the noisiest simulated sweeps: issue 35's ≤ 30 % of the point-repeats, verdicts
+    kept."""
     rule = sweeps.config_rule("config/config.yaml")
-    assert (rule.shape, rule.coarse) == (0.0, 2)
+    assert (rule.shape, rule.coarse, rule.futility) == (0.0, 2, 0.03)
     row = sweeps.run(sweeps.Sweep(0.05, 0.1), rule, 40, seed=3)
     assert row["cost"] <= 0.30
     assert 0.92 <= row["coverage"] <= 0.99

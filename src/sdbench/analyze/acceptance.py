@@ -29,25 +29,29 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sdbench.plan import grid
+from sdbench.plan import grid, settings
 
-SYNTHETIC = grid.SYNTHETIC
+SYNTHETIC = settings.SYNTHETIC
 # a cell's set mean acceptance length (None: not synthetic), read where the plan reads it
-synthetic_setting = grid.synthetic_setting
+synthetic_setting = settings.synthetic_setting
 # the check's two-sided level: one false alarm in a thousand correct cells (every synthetic
 # cell of a study is checked), beyond which a difference is the engine's or the accounting's
 CHECK_LEVEL = 0.999
 
 
-def simulated_label(speculator: str, options) -> str:
+def simulated_label(speculator: str, options, method: str | None = None,
+                    source: str | None = None) -> str:
     """A cell's name, marked as simulated where its acceptance is synthetic (an acceptance
-    sweep's cell names its acceptance already)."""
+    sweep's cell names its acceptance already): "(simulated: <vLLM method> at acceptance X
+    (<where X comes from>))" where the config names its `acceptance_source`."""
     setting = synthetic_setting(options)
     if setting is None:
         return speculator
     if grid.swept_method(speculator.split(" k=")[0]) is not None:
         return f"{speculator} (simulated)"
-    return f"{speculator} (simulated: acceptance {setting:g})"
+    what = f"{method} at acceptance" if isinstance(method, str) and method else "acceptance"
+    cited = f" ({source})" if isinstance(source, str) and source else ""
+    return f"{speculator} (simulated: {what} {setting:g}{cited})"
 
 
 def simulated_lengths(frame: pd.DataFrame) -> pd.Series:

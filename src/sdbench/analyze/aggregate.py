@@ -338,6 +338,8 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
         row["interval_covers"] = interval_covers(group)
         if "spec_options" in group:  # drafts accepted at a set rate: a simulated point
             row["simulated_acceptance"] = synthetic_setting(group["spec_options"].iloc[0])
+        if "acceptance_source" in group:
+            row["acceptance_source"] = group["acceptance_source"].iloc[0]
         if "spec_decode_acceptance_length" in group and pd.notna(row["k"]):
             row["acceptance_efficiency"] = acceptance_efficiency(ok, row["k"])
         for column in STAT_COLUMNS:
@@ -476,6 +478,8 @@ def apply_index(frame: pd.DataFrame, index: dict | None) -> pd.DataFrame:
                       for c, r in zip(frame["cell_id"], frame["round"], strict=True)]
     frame["full_precision"] = frame["target"].map(
         lambda t: targets.get(t, {}).get("full_precision"))
+    frame["acceptance_source"] = [cells.get(c, {}).get("acceptance_source")
+                                  for c in frame["cell_id"]]
     return frame.explode("round").reset_index(drop=True)
 
 

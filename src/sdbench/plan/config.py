@@ -244,6 +244,12 @@ def _check_round(source: str, round_name: str, spec: dict, config: dict) -> None
         if draft is not None and draft not in models:
             _fail(source, f"{key}.draft", draft,
                   f"must be one of the models defined: {sorted(models)}")
+        if method_spec.get("acceptance_source") is not None and \
+                settings.synthetic_setting(method_spec["options"]) is None:
+            _fail(source, f"{key}.acceptance_source", method_spec["acceptance_source"],
+                  "names where a set acceptance comes from: give `options` "
+                  "rejection_sample_method: synthetic with synthetic_acceptance_length (or "
+                  "rates), or remove it")
         reserved = (RESERVED_OPTIONS | {"num_speculative_tokens_per_batch_size"}) \
             & set(method_spec["options"])
         if reserved:

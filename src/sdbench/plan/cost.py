@@ -210,7 +210,8 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
                                                                    "levels bisected"]
     lines = ["", f"adaptive measuring ({state} in this config; rule: ±{rule.precision:.0%}, "
              f"α {rule.alpha}, prior σ {rule.noise:g} of a repeat's log speedup on "
-             f"{rule.prior_df:g} df, Δ {rule.shape}):"]
+             f"{rule.prior_df:g} df, Δ {rule.shape}, futility {rule.futility:g}, "
+             f"{rule.coarse} coarse levels):"]
     full = live = other = 0.0
     needs = {}  # each part's adaptive GPU-hours: start-ups, the rest, its measuring share
     for name, tally in parts.items():

@@ -22,7 +22,13 @@ from sdbench.plan.config import (
     VANILLA,
     ConfigError,
 )
-from sdbench.plan.settings import Engine, Speculator, settings, thawed
+from sdbench.plan.settings import (
+    SYNTHETIC,
+    Engine,
+    Speculator,
+    settings,
+    thawed,
+)
 
 DEFAULT_SETTING = "default"
 # how a cell measures: a vLLM server + vLLM's load generator (the default, not in the server
@@ -390,26 +396,9 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
 SWEEP_MARK = " at acceptance "
 
 
-SYNTHETIC = "synthetic"
-
-
 def synthetic_options(length: float) -> dict:
     """vLLM's speculative_config keys that accept drafts at mean acceptance length `length`."""
     return {"rejection_sample_method": SYNTHETIC, "synthetic_acceptance_length": length}
-
-
-def synthetic_setting(options) -> float | None:
-    """The mean acceptance length a cell's speculative options set (a dict, or its records'
-    `spec_options` JSON text), or None where acceptance is not synthetic."""
-    if isinstance(options, str):
-        options = json.loads(options) if options else {}
-    options = dict(options) if isinstance(options, dict) else {}
-    if options.get("rejection_sample_method") != SYNTHETIC:
-        return None
-    if options.get("synthetic_acceptance_length") is not None:
-        return float(options["synthetic_acceptance_length"])
-    rates = options.get("synthetic_acceptance_rates")
-    return None if rates is None else 1.0 + float(sum(rates))
 
 
 def sweep_name(method: str, length: float) -> str:
@@ -552,10 +541,15 @@ def full_precision(config: dict, name: str) -> str | None:
 
 
 def summary_index(config: dict) -> dict:
-    """What the summary takes from the current config: rounds, setting and method name of every
-    cell, and each target's full-precision counterpart."""
+    """What the summary takes from the current config: rounds, setting, method name and
+    acceptance source (`methods[].acceptance_source`) of every cell, and each target's
+    full-precision counterpart."""
+    typed = settings(config)
+    sources = {m.name: m.acceptance_source for r in typed.rounds.values() for m in r.methods
+               if m.acceptance_source}
     return {"cells": {cell_id: {"rounds": rounds, "setting": cell.setting,
-                                "speculator": cell.speculator}
+                                "speculator": cell.speculator,
+                                "acceptance_source": sources.get(cell.speculator)}
                       for cell_id, (cell, rounds) in _cells_and_rounds(config).items()},
             "targets": {t: {"full_precision": full_precision(config, t)}
                         for t in round_targets(config)}}

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sdbench.plan import grid
+from sdbench.plan import grid, settings
 from sdbench.plan.config import DERIVED_KINDS, VANILLA
 from sdbench.plan.sessions import Session
 
@@ -241,7 +241,7 @@ class CalibratedRates:
             return self.step_ms(target, concurrency)
         # a cell whose drafts vLLM accepts at a set mean length (synthetic rejection sampling)
         # makes that many tokens a step
-        length = grid.synthetic_setting(server["method_options"])
+        length = settings.synthetic_setting(server["method_options"])
         tau = (min(length, k + 1.0) if length else
                expected_tokens(acceptance(self.config, cell, self.device.gpu), k))
         verify = self.step_ms(target, concurrency * (k + 1))

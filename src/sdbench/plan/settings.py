@@ -13,6 +13,7 @@ place below (how often a method's cells are measured, on how many server instanc
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -124,6 +125,8 @@ class Speculator:
     server_instances: int  # its own `server_instances`, else loadgen's
     # mean acceptance lengths its cells are measured at again, drafts accepted at that rate
     acceptance_sweep: tuple[float, ...] = ()
+    # where the acceptance its synthetic options set comes from (the reports' label)
+    acceptance_source: str | None = None
 
     @classmethod
     def of(cls, spec: Mapping, loadgen: Loadgen) -> Speculator:
@@ -131,7 +134,8 @@ class Speculator:
                    _names(spec.get("targets")), _frozen(spec["options"]), spec.get("profile"),
                    bool(spec["interleave"]), int(spec.get("repeats") or loadgen.repeats),
                    int(spec.get("server_instances") or loadgen.server_instances),
-                   tuple(float(x) for x in spec.get("acceptance_sweep") or ()))
+                   tuple(float(x) for x in spec.get("acceptance_sweep") or ()),
+                   spec.get("acceptance_source"))
 
 
 @dataclass(frozen=True)
@@ -271,3 +275,21 @@ def settings(config: Mapping) -> Settings:
     if kept is not None and kept[0] is config and kept[1] == _sections(config):
         return kept[2]
     return build(config)
+
+
+# vLLM's rejection_sample_method whose drafts are accepted at a set rate
+SYNTHETIC = "synthetic"
+
+
+def synthetic_setting(options) -> float | None:
+    """The mean acceptance length a cell's speculative options set (a dict, or its records'
+    `spec_options` JSON text), or None where acceptance is not synthetic."""
+    if isinstance(options, str):
+        options = json.loads(options) if options else {}
+    options = dict(options) if isinstance(options, dict) else {}
+    if options.get("rejection_sample_method") != SYNTHETIC:
+        return None
+    if options.get("synthetic_acceptance_length") is not None:
+        return float(options["synthetic_acceptance_length"])
+    rates = options.get("synthetic_acceptance_rates")
+    return None if rates is None else 1.0 + float(sum(rates))

@@ -187,13 +187,17 @@ def level_axis(ax, levels, scale_log2: bool = True) -> None:
 
 
 def method_names(frame: pd.DataFrame, suffix: pd.Series | str = "") -> pd.Series:
-    """Each row's method name (+ `suffix`), marked "(simulated: acceptance X)" where vLLM
-    accepted its drafts at a set rate (`acceptance.simulated_label`): from a point's
-    `simulated_acceptance` or a measurement's `spec_options`."""
+    """Each row's method name (+ `suffix`), marked "(simulated: <vLLM method> at acceptance X
+    (source))" where vLLM accepted its drafts at a set rate (`acceptance.simulated_label`):
+    from a point's `simulated_acceptance` or a measurement's `spec_options`, the source from
+    the config's `acceptance_source` where it names one."""
     names = frame["speculator"] + suffix
+    none = pd.Series(None, index=frame.index, dtype=object)
+    methods, sources = frame.get("method", none), frame.get("acceptance_source", none)
     return pd.Series([name if pd.isna(length) else simulated_label(
-        name, grid.synthetic_options(length)) for name, length in zip(
-        names, simulated_lengths(frame), strict=True)], index=frame.index)
+        name, grid.synthetic_options(length), method, source) for name, length, method, source
+        in zip(names, simulated_lengths(frame), methods, sources, strict=True)],
+        index=frame.index)
 
 
 def setting_label(frame: pd.DataFrame) -> pd.Series:
