@@ -343,7 +343,8 @@ def test_provenance_lists_cpu_records_and_the_dtype_they_ran_in(tmp_path):
     frame = apply_index(summarize([tmp_path / "cells.jsonl"]), None)
     table = plots.provenance_table(frame)
     assert table["records"].sum() == 2 and set(table["dtype"]) == {"float32", "bfloat16"}
-    assert set(table["driver"]) == {"-"} and set(table["host_isa"]) == {"AVX2, no AVX-512"}
+    assert set(table["GPU driver"]) == {"-"} and set(table["host ISA"]) == {"AVX2, no AVX-512"}
+    assert not {"vllm_distribution", "git_dirty", "hostname"} & set(table.columns)  # readable
     from sdbench.report.round_plots import target_label
 
     points = aggregate_points(frame)

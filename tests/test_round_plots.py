@@ -144,3 +144,23 @@ def test_acceptance_by_bucket_plots_one_target(tmp_path):
     rate, length = fig.axes
     assert rate.get_ylim()[0] == 0 and rate.get_ylim()[1] >= 5.0
     assert length.get_ylim()[0] == 1 and length.get_ylim()[1] >= 1.1
+
+
+def test_a_bucket_s_interval_is_a_ratio_s_never_below_zero():
+    """Two repeats far apart (0.4× and 2.5×): a t-interval on the ratios reached below 0
+    ("1.20× [-0.70, 3.10]" in a demo report); on the log scale it stays positive, around the
+    geometric mean."""
+    from sdbench.analyze.stats import mean_interval, ratio_interval
+
+    spread = np.array([0.4, 2.5])
+    assert mean_interval(spread)[2] < 0  # what the table showed before
+    mean, low, high = ratio_interval(spread)
+    assert mean == pytest.approx(1.0) and 0 < low < 0.4 and high > 2.5
+    assert low * high == pytest.approx(1.0)  # symmetric in log around the geometric mean
+    data = pd.DataFrame({"target": "t", "workload": "w", "setting": "default",
+                         "speculator": "ngram", "k": 3, "concurrency": 1, "bucket": "qa",
+                         "tpot_speedup": spread})
+    shown = round_plots.bucket_speedup_table(data).iloc[0]["qa"]
+    assert shown.startswith("1.00× [0.") and "-" not in shown
+    assert ratio_interval(np.array([2.0]))[0] == pytest.approx(2.0)
+    assert np.isnan(ratio_interval(np.array([2.0]))[1])

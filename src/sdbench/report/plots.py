@@ -884,13 +884,20 @@ def effective_engine_table(frame: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=[c for c in ENGINE_COLUMNS.values() if (shown[c] == "–").all()])
 
 
+# the records' provenance columns, as the report names them
+PROVENANCE_COLUMNS = {"vllm_distribution": "vLLM package", "vllm_version": "vLLM",
+                      "torch_version": "torch", "device_kind": "device kind", "device": "device",
+                      "host_isa": "host ISA", "dtype": "dtype", "driver": "GPU driver",
+                      "hostname": "host", "git_commit": "workflow commit",
+                      "git_dirty": "uncommitted changes"}
+
+
 def provenance_table(frame: pd.DataFrame) -> pd.DataFrame:
-    columns = ["vllm_distribution", "vllm_version", "torch_version", "device_kind", "device",
-               "host_isa", "dtype", "driver", "hostname", "git_commit", "git_dirty"]
-    columns = [c for c in columns if c in frame]
+    columns = [c for c in PROVENANCE_COLUMNS if c in frame]
     # missing values (no GPU driver on CPU) shown as "-": value_counts would drop such rows
     values = frame[columns].astype(object).where(frame[columns].notna(), "-").astype(str)
-    return values.value_counts().rename("records").reset_index()
+    return values.value_counts().rename("records").reset_index().rename(
+        columns=PROVENANCE_COLUMNS)
 
 
 def data_cards(frame: pd.DataFrame, cards: dict[str, dict | None]) -> dict[str, dict | None]:

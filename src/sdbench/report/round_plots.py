@@ -14,7 +14,7 @@ import seaborn as sns
 
 from sdbench.analyze.aggregate import DYNAMIC_K_SETTINGS
 from sdbench.analyze.analysis import speculative
-from sdbench.analyze.stats import mean_interval, verdict
+from sdbench.analyze.stats import ratio_interval, verdict
 from sdbench.report.plots import METRIC_LABELS, percent_text, speedup_text, stat_text, with_interval
 
 
@@ -121,6 +121,7 @@ def efficiency_table(points: pd.DataFrame) -> pd.DataFrame:
                              columns="subset", values="acceptance_efficiency", aggfunc="mean")
     table = table[bucket_order(table.columns)]
     table.columns.name = "bucket"
+    table.index = table.index.set_names(["target", "speculator", "k", "dataset"])
     return table.map(lambda x: "–" if pd.isna(x) else f"{x:.0%}")
 
 
@@ -253,14 +254,15 @@ def per_position_plot(frame: pd.DataFrame) -> plt.Figure | None:
 
 
 def bucket_speedup_table(data: pd.DataFrame) -> pd.DataFrame:
-    """Per-bucket TPOT speedups (the summary's bucket table, `summary.bucket_speedups`): mean
-    and 95 % interval over repeats, a column per bucket."""
+    """Per-bucket TPOT speedups (the summary's bucket table, `summary.bucket_speedups`): the
+    geometric mean over repeats and its 95 % interval on the log scale (`stats.ratio_interval`),
+    a column per bucket."""
     if data.empty:
         return data
     rows = []
     for keys, group in data.groupby(["target", "workload", "setting", "speculator", "k",
                                      "concurrency", "bucket"]):
-        mean, _, low, high = mean_interval(group["tpot_speedup"].to_numpy(dtype=float))
+        mean, low, high = ratio_interval(group["tpot_speedup"].to_numpy(dtype=float))
         rows.append({**dict(zip(["target", "workload", "setting", "speculator", "k",
                                  "concurrency", "bucket"], keys, strict=True)),
                      "value": with_interval(mean, low, high)})
