@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from sdbench.analyze.lossless import read_all_details
+from sdbench.analyze.stats import mean_interval, ratio_interval
 from sdbench.analyze.summary import bucket_speedups, read_cards
 from sdbench.report import round_plots
 
@@ -150,8 +151,6 @@ def test_a_bucket_s_interval_is_a_ratio_s_never_below_zero():
     """Two repeats far apart (0.4× and 2.5×): a t-interval on the ratios reached below 0
     ("1.20× [-0.70, 3.10]" in a demo report); on the log scale it stays positive, around the
     geometric mean."""
-    from sdbench.analyze.stats import mean_interval, ratio_interval
-
     spread = np.array([0.4, 2.5])
     assert mean_interval(spread)[2] < 0  # what the table showed before
     mean, low, high = ratio_interval(spread)

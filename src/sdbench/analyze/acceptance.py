@@ -29,11 +29,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sdbench.plan import grid, settings
+from sdbench.plan import grid
+from sdbench.plan.settings import synthetic_setting
 
-SYNTHETIC = settings.SYNTHETIC
-# a cell's set mean acceptance length (None: not synthetic), read where the plan reads it
-synthetic_setting = settings.synthetic_setting
 # the check's two-sided level: one false alarm in a thousand correct cells (every synthetic
 # cell of a study is checked), beyond which a difference is the engine's or the accounting's
 CHECK_LEVEL = 0.999
