@@ -144,8 +144,14 @@ def test_the_adaptive_projection_and_a_short_budget_name_what_is_left_out(demo_c
     lines = cost.adaptive_projection(config, result["parts"])
     assert lines[1].startswith("adaptive measuring (on in this config")
     round1 = next(line for line in lines if line.strip().startswith("round1"))
-    share = int(re.search(r"adaptive [\d.]+ h \((\d+)%\)", round1).group(1))
-    assert 0 < share < 100
+    share, fixed = re.search(r"adaptive [\d.]+ h \((\d+)%; ([\d.]+) h measured in full\)",
+                             round1).groups()
+    assert 0 < int(share) < 100
+    # the open-loop points are measured in full: only closed-loop hours are simulated
+    tally = result["parts"]["round1"]
+    rates = sum(h for (level, _), h in tally.levels.items() if level is None)
+    assert rates > 0 and float(fixed) == pytest.approx(rates, abs=0.05)
+    assert sum(tally.levels.values()) == pytest.approx(tally.measuring_h)
     budget = lines[-1]
     assert budget.startswith("  budget 0.05 h: the adaptive plan needs ")
     assert "left out to fit: round1" in budget

@@ -260,6 +260,56 @@ def test_adaptive_stopping_ends_a_settled_pair_and_its_baseline(group, demo_conf
     frame.to_parquet(tmp / "frame.parquet")
 
 
+def test_a_repeat_split_into_blocks_of_prompts_stops_after_a_block(
+        demo_config_raw, served_dir, monkeypatch):
+    """`adaptive.blocks`: at concurrency 1 (24 prompts a repeat: 6 waves) each of the
+    calibration pair's 5 repeats is 4 blocks of 6 prompts, each with its own seed that both
+    sides send; a clear 2x gain settles after the first block (the rule's prior σ a block's),
+    not the first repeat. At 24 (one wave) repeats stay whole. The check recomputes both."""
+    from sdbench.analyze import aggregate, stops
+
+    raw = demo_config_raw
+    raw["round1"]["request_rates"] = []
+    raw["loadgen"]["prompts_per_concurrency"] = 24
+    raw["adaptive"] = {**ADAPTIVE, "blocks": 4}
+    config = validate_config(raw)
+    cells = grid.cells_by_id(config)
+    members = [cells[i] for i in next(c.group for c in cells.values() if c.group)]
+    base, pair = members
+    one, many = pair.load_points()
+    assert (grid.point_blocks(pair, one), grid.point_prompts(pair, one)) == (4, 6)
+    assert (grid.point_blocks(pair, many), grid.point_prompts(pair, many)) == (1, 24)
+    assert len(pair.load_repeats(one)) == 4 * pair.repeats == 20
+    # a block is another measurement than a whole repeat: its own cache key
+    facts = {"prompts_sha256": "x"}
+    assert points.point_key(pair, one, 0, facts) != points.point_key(
+        dataclasses.replace(pair, blocks=1), one, 0, facts)
+    (sid,) = sessions.cell_sessions(pair, cells)
+    planned = sessions.plan_sessions(cells)[sid]
+    stand = Stand(throughput={"calibration": 20.0})
+    use(stand, monkeypatch)
+    manifest = session.run_session(planned, cells, config, layout.session_output(sid))
+    assert manifest["not_done"] == {}
+    seed = config["loadgen"]["seed"]
+    # (seed, concurrency, prompts) of each point: block 0 at 1, repeat 0 at 24, both sides
+    assert [(e[2], e[5], e[6]) for e in stand.point_events()] == [
+        (seed, 1, 6), (seed, 1, 6), (seed, 24, 24), (seed, 24, 24)]
+    for cell in members:
+        cellmod.assemble(cell, [layout.session_output(sid)], layout.cell_output(cell.cell_id))
+    frame = aggregate.summarize([layout.cell_output(c.cell_id) for c in members])
+    spec = frame[(frame["cell_id"] == pair.cell_id) & (frame["status"] == "stopped")]
+    errors = set(spec["error"])
+    assert {e.split(":")[0] for e in errors} == {"stopped after 1 of 20 blocks of prompts",
+                                                 "stopped after 1 of 5 repeats"}
+    assert {json.loads(s)["blocks"] for s in spec["stop"]} == {4, 1}
+    checks = stops.recheck_frame(frame)
+    assert len(checks) == 2 and checks["holds"].all()
+    # the check holds a block's stop to a block's prior: recomputed at a whole repeat's, its
+    # σ differs
+    frame["stop"] = frame["stop"].str.replace('"blocks": 4', '"blocks": 1')
+    assert not stops.recheck_frame(frame)["holds"].all()
+
+
 def test_a_stopped_cell_beside_one_still_measuring_keeps_its_baseline_and_no_pair_issue(
         demo_config_raw, served_dir, monkeypatch):
     """n-gram settles at once, the EAGLE cell does not (futility off): the baseline goes on

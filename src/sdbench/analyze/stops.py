@@ -56,7 +56,8 @@ def _recheck(level: pd.DataFrame, row, stop: dict) -> str | None:
     ys = _log_speedups(level[level["cell_id"] == row.cell_id], before)
     pooled = level[level["cell_id"].isin(stop.get("pooled_cells") or [row.cell_id])]
     ss, df = adaptive.spread(_log_speedups(cell, before) for _, cell in pooled.groupby("cell_id"))
-    sigma, _ = adaptive.pooled_sigma(adaptive.Rule(**stop["rule"]), ss, df)
+    rule = adaptive.Rule(**stop["rule"]).at(stop.get("blocks", 1))
+    sigma, _ = adaptive.pooled_sigma(rule, ss, df)
     if not math.isclose(sigma, stop["sigma"], rel_tol=1e-9):
         return f"σ recomputed {sigma:.4g}, stored {stop['sigma']:.4g}"
     return adaptive.recheck(stop, ys)
@@ -77,7 +78,9 @@ def _level_recheck(frame: pd.DataFrame, cell_id: str, stop: dict) -> str | None:
     """A level the bisection left out (for `cell_id`), recomputed: its neighbours' decisions
     from their records, and whether they leave this cell out."""
     rule = adaptive.Rule(**stop["rule"])
-    found = {str(c): _level_decisions(frame, c, stop["pooled_cells"], rule)
+    blocks = stop.get("blocks") or {}
+    found = {str(c): _level_decisions(frame, c, stop["pooled_cells"],
+                                      rule.at(blocks.get(str(c), 1)))
              for c in (stop["lower"], stop["upper"])}
     if any(d is None for d in found.values()):
         return None if "decisions" not in stop else "a neighbour has no measured repeats"

@@ -91,8 +91,8 @@ def _points(cell: grid.Cell, manifests: list[str | Path]) -> list[dict]:
                 found[pid] = {"record": entry["record"], "detail": None}
             elif (point := read_point(entry["file"])) is not None:
                 found[pid] = point
-    plan = sorted(LoadPoint.of_load(load, r).order for r in range(cell.repeats)
-                  for load in cell.load_points())
+    plan = sorted(LoadPoint.of_load(load, r).order for load in cell.load_points()
+                  for r in cell.load_repeats(load))
     missing = [pid for pid in plan if pid not in found]
     if missing:
         raise CellError(

@@ -20,7 +20,8 @@ from sdbench.records import LoadPoint
 
 def repeat_seed(cell: grid.Cell, repeat: int) -> int:
     """Each repeat its own seed (prompt order, arrival times, sampling), so that the interval
-    over repeats covers them."""
+    over repeats covers them; a block of prompts (`grid.point_blocks`) is a repeat of its own:
+    its seed draws its prompts, the same on both sides of a pair."""
     return int(cell.workload["loadgen"]["seed"]) + repeat
 
 
@@ -56,6 +57,8 @@ def point_key(cell: grid.Cell, load: dict, repeat: int, facts: dict) -> str:
               **facts}
     if load["mode"] == "rate":
         fields["load"] = load
+    if (blocks := grid.point_blocks(cell, load)) > 1:  # a block of prompts, not a whole repeat
+        fields["blocks"] = blocks
     if cell.profile:
         fields["profile"] = cell.profile
     if cell.group:  # measured in turn with the other cells of its group, their servers up

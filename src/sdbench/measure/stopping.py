@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from sdbench.plan import adaptive
+from sdbench.plan import adaptive, grid
 from sdbench.records import STOPPED, LoadPoint, read_records
 
 
@@ -70,6 +70,13 @@ class GroupStops:
                                  None if b is None else levels[b])
                      for i, (depth, a, b) in tree.items()}
         self.gates: dict[tuple, dict] = {}
+        # level -> the blocks of prompts its repeats are split into (`grid.point_blocks`)
+        self.blocks = {_level(pid): grid.point_blocks(p.cell, p.plan[pid][0])
+                       for p in self.partners for pid in p.plan}
+
+    def rule_at(self, level: tuple) -> adaptive.Rule:
+        """The rule at a level: its prior σ a block's where repeats are split (`Rule.at`)."""
+        return self.rule.at(self.blocks.get(level, 1))
 
     def order(self, pids: list[tuple]) -> list[tuple]:
         """`pids` in the order the rule needs them measured: depth by depth of the level tree
@@ -84,7 +91,7 @@ class GroupStops:
         return adaptive.level_decisions(
             {p.cell_id: (p.cell.speculator, self._ys(p, level, math.inf),
                          len(self._repeats(p, level)))
-             for p in self.partners if self._repeats(p, level)}, self.rule)
+             for p in self.partners if self._repeats(p, level)}, self.rule_at(level))
 
     def gate(self, level: tuple) -> dict:
         """Which cells measure a level: {"cells": the contenders (None: all; []: none), and the
@@ -103,6 +110,7 @@ class GroupStops:
                 self.gates[level] = {
                     "cells": sorted(cells or []),
                     "lower": lower[1], "upper": upper[1], "decisions": found,
+                    "blocks": {str(n[1]): self.blocks.get(n, 1) for n in (lower, upper)},
                     "why": ("every method's verdict agrees at its neighbours" if cells is None
                             else "not the best of its method at either neighbour")}
         return self.gates[level]
@@ -134,16 +142,18 @@ class GroupStops:
         if not ys:
             return None
         ss, df = adaptive.spread(self._ys(other, level, repeat) for other in self.partners)
-        sigma, pooled_df = adaptive.pooled_sigma(self.rule, ss, df)
+        rule = self.rule_at(level)
+        sigma, pooled_df = adaptive.pooled_sigma(rule, ss, df)
         looks = len(self._repeats(run, level))
         bar, racing = adaptive.race(
             {other.cell_id: self._ys(other, level, repeat) for other in self.partners
              if other.cell.speculator == run.cell.speculator},
-            run.cell_id, looks, self.rule, sigma, pooled_df)
-        look = adaptive.decide(ys, looks, self.rule, sigma, pooled_df, bar, racing)
+            run.cell_id, looks, rule, sigma, pooled_df)
+        look = adaptive.decide(ys, looks, rule, sigma, pooled_df, bar, racing)
         if look.reason == adaptive.CONTINUE or look.n >= looks:
             return None
         return {**look.to_dict(), "before_repeat": repeat, "rule": self.rule.to_dict(),
+                "blocks": self.blocks.get(level, 1),
                 "bar": bar, "rivals": racing, "pooled_ss": ss, "pooled_df": df,
                 "pooled_cells": sorted(p.cell_id for p in self.partners),
                 "speedup": math.exp(look.mean), "low": math.exp(look.low),
@@ -203,7 +213,8 @@ def reason_line(stop: dict) -> str:
            adaptive.PRECISE: f"precise ({interval} within ±{stop['rule']['precision']:.0%})",
            adaptive.BEATEN: f"beaten ({interval}: another setting is clearly faster here)",
            adaptive.FUTILE: f"futile ({interval}: no verdict expected by the cap)"}
-    return (f"stopped after {stop['repeats']} of {stop['looks']} repeats: "
+    unit = "blocks of prompts" if stop.get("blocks", 1) > 1 else "repeats"
+    return (f"stopped after {stop['repeats']} of {stop['looks']} {unit}: "
             f"{why.get(stop['reason'], stop['reason'])}")
 
 

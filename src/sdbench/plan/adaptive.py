@@ -24,6 +24,12 @@ it, `separable`), when its chance of a verdict by the cap falls below
 `futility` (`verdict_chance`), or at the cap; each stop records why and the numbers it was
 decided on, so that the report recomputes it (`recheck`).
 
+**Blocks of prompts.** With `blocks` > 1, a repeat at a low closed-loop concurrency is split
+into blocks of its prompts (`grid.point_blocks`: as many as keep 4 waves of the concurrency in
+a block, at most `blocks`), each a repeat of its own with its own seed: both sides of a pair
+send the same prompts in it, and a point can stop after a block instead of a whole repeat. The
+looks are then the blocks (repeats × blocks), and the prior σ is a block's (`Rule.at`).
+
 **Load levels.** A sweep measures a coarse grid first (`coarse_levels`: `coarse` levels, the
 lowest and highest among them), then the level halfway (in the grid's order) between two
 measured neighbours whose decisions differ — the verdict against 1 of each speculator's best
@@ -39,7 +45,7 @@ analysis stage recomputes it. `sdbench.plan.sweeps` simulates whole sweeps throu
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from functools import cache, lru_cache
 
 import numpy as np
@@ -66,6 +72,7 @@ class Rule:
     min_repeats: int = 1  # never stop before this many paired repeats
     bisect: bool = True  # measure `coarse` load levels first, add others where decisions differ
     coarse: int = 3  # how many levels the coarse grid has (the lowest and highest among them)
+    blocks: int = 1  # the most blocks of prompts a repeat splits into at a low concurrency
 
     @classmethod
     def from_config(cls, section: dict | None) -> Rule | None:
@@ -78,25 +85,47 @@ class Rule:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def at(self, blocks: int) -> Rule:
+        """The rule at a level whose repeats are split into `blocks` blocks of prompts
+        (`grid.point_blocks`): the prior σ of one block's log speedup √blocks times a whole
+        repeat's, as it would be were a repeat's noise all its prompts' own."""
+        return self if blocks <= 1 else replace(self, noise=self.noise * math.sqrt(blocks))
+
+
+def staying_inside(bound, step: float = 0.05) -> float:
+    """P(|Z_n| ≤ bound[n − 1] for every n) for the standardized mean Z_n = S_n / √n of n
+    independent N(0, 1) steps, by recursive numerical integration (Armitage, McPherson & Rowe
+    1969): the density of S_n on its continuation region |S_n| ≤ bound · √n, carried look to
+    look by convolution with the step's density on a grid (`step` apart, Simpson's rule)."""
+    edges = np.asarray(bound, dtype=float) * np.sqrt(np.arange(1, len(bound) + 1))
+
+    def grid(edge: float) -> tuple[np.ndarray, np.ndarray]:
+        m = max(int(math.ceil(2 * edge / step)), 2)
+        m += m % 2
+        x = np.linspace(-edge, edge, m + 1)
+        w = np.ones(m + 1)
+        w[1:-1:2], w[2:-1:2] = 4, 2
+        return x, w * (2 * edge / m) / 3
+
+    x, w = grid(edges[0])
+    density = np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    for edge in edges[1:]:
+        y, v = grid(edge)
+        gap = y[:, None] - x[None, :]
+        density = (np.exp(-0.5 * gap * gap) @ (density * w)) / math.sqrt(2 * math.pi)
+        x, w = y, v
+    return float(np.sum(density * w))
+
 
 @cache
 def boundary(looks: int, alpha: float = 0.05, shape: float = 0.25) -> tuple[float, ...]:
     """c_1 … c_N of the Wang-Tsiatis family for N equally spaced looks: P(|Z_n| ≤ c_n for
-    every n) = 1 − α, Z_n the standardized mean after n of N repeats (corr √(m/n))."""
+    every n) = 1 − α, Z_n the standardized mean after n of N repeats (`staying_inside`)."""
     if looks == 1:
         return (float(stats.norm.ppf(1 - alpha / 2)),)
-    n = np.arange(1, looks + 1)
-    corr = np.sqrt(np.minimum.outer(n, n) / np.maximum.outer(n, n))
-    shape_n = (n / looks) ** (shape - 0.5)
-    mvn = stats.multivariate_normal(mean=np.zeros(looks), cov=corr)
-    rng = np.random.default_rng(0)  # the integration's own draws: the same C every time
-
-    def miss(scale: float) -> float:
-        bound = scale * shape_n
-        inside = mvn.cdf(bound, lower_limit=-bound, rng=rng)
-        return float(inside) - (1 - alpha)
-
-    scale = optimize.brentq(miss, 1.0, 6.0, xtol=1e-4)
+    shape_n = (np.arange(1, looks + 1) / looks) ** (shape - 0.5)
+    scale = optimize.brentq(lambda c: staying_inside(c * shape_n) - (1 - alpha), 1.0, 6.0,
+                            xtol=1e-7)
     return tuple(float(scale * s) for s in shape_n)
 
 

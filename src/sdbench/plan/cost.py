@@ -44,6 +44,8 @@ class Tally:
     startup_without_h: float = 0.0
     rest_without_h: float = 0.0
     exceptions: list[str] = field(default_factory=list)
+    # (closed-loop concurrency or None, blocks of prompts there) -> measuring hours
+    levels: dict = field(default_factory=dict)
 
     def add(self, work: SessionWork, without: bool = False, gpu: bool = True) -> None:
         """Add a session's work: GPU-hours (its wall time on every GPU it holds), or on a CPU
@@ -58,6 +60,8 @@ class Tally:
             self.starts += work.starts
             self.startup_h += work.startup_s * hours
             self.measuring_h += work.measuring_s * hours
+            for key, seconds in work.levels.items():
+                self.levels[key] = self.levels.get(key, 0.0) + seconds * hours
             self.rest_h += work.rest_s * hours
 
 
@@ -195,13 +199,28 @@ def _assumptions(config: dict, device: rates.DeviceRates) -> list[str]:
             "derived dynamic-K cells at their method's largest k"]
 
 
+def level_shape(spec, tally: Tally) -> tuple[tuple[int, ...], tuple[float, ...], float]:
+    """A round's closed-loop levels as the projection simulates them: per level of its
+    concurrency grid, the blocks of prompts carrying most of its measuring there and its
+    measuring hours (what a repeat there costs, relative); and the hours no rule stops
+    (open-loop rates, levels outside the grid)."""
+    blocks, weights = [], []
+    for level in spec.concurrency:
+        here = {b: h for (c, b), h in tally.levels.items() if c == level}
+        blocks.append(max(here, key=here.get) if here else 1)
+        weights.append(sum(here.values()))
+    return tuple(blocks), tuple(weights), tally.measuring_h - sum(weights)
+
+
 def adaptive_projection(config: dict, parts: dict) -> list[str]:
     """Lines of the plan: each round's measuring under the adaptive rule, as the expected share
-    of its point-repeats that `sdbench.plan.sweeps` simulates for a sweep of its shape (its
-    methods' most k values x its concurrency levels x loadgen.repeats) at the rule's prior
+    of its closed-loop measuring that `sdbench.plan.sweeps` simulates for a sweep of its shape
+    (its methods' most k values x its concurrency levels x loadgen.repeats, each level
+    weighted by its projected hours and split into its blocks of prompts) at the rule's prior
     noise, as the workflow measures (repeats stop, settings race, and with the rule's `bisect`
     the levels are coarse first, then bisected), and the other way (with or without
-    bisection) for comparison. Then the budget, where one is set."""
+    bisection) for comparison; open-loop points are measured in full. Then the budget, where
+    one is set."""
     configured = adaptive.Rule.from_config(config.get("adaptive"))
     rule = configured or adaptive.Rule()
     repeats = int(config["loadgen"].get("repeats", 3))
@@ -211,7 +230,8 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
     lines = ["", f"adaptive measuring ({state} in this config; rule: ±{rule.precision:.0%}, "
              f"α {rule.alpha}, prior σ {rule.noise:g} of a repeat's log speedup on "
              f"{rule.prior_df:g} df, Δ {rule.shape}, futility {rule.futility:g}, "
-             f"{rule.coarse} coarse levels):"]
+             f"{rule.coarse} coarse levels, repeats split into at most {rule.blocks} "
+             "block(s) of prompts):"]
     full = live = other = 0.0
     needs = {}  # each part's adaptive GPU-hours: start-ups, the rest, its measuring share
     for name, tally in parts.items():
@@ -219,32 +239,44 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
         if not tally.measuring_h:
             needs[name] = tally.startup_h + tally.rest_h
             continue
-        if spec is None:
-            ks, levels = 1, 2
+        if spec is None or name == "dynamic-K":
+            # a derived schedule's three cells measure every repeat (their ratios pair them all)
+            ks, blocks, weights, fixed = 1, (1, 1), (), tally.measuring_h
+            shares = [0.0, 0.0]
         else:
             ks = max((len(m.k or (1,)) for m in spec.methods), default=1)
             ks *= max(len(getattr(spec, "settings", ()) or ()), 1)
-            levels = max(len(spec.concurrency), 2)
-        # a derived schedule's three cells measure every repeat (their ratios pair them all)
-        shares = ([1.0, 1.0] if name == "dynamic-K" else
-                  [sweeps.expected_share(rule, ks, levels, repeats, bisect)
-                   for bisect in (rule.bisect, not rule.bisect)])
+            blocks, weights, fixed = level_shape(spec, tally)
+            if len(blocks) < 2:  # (one level: simulated as two alike)
+                blocks, weights = blocks * 2, weights * 2
+            shares = [sweeps.expected_share(rule, ks, len(blocks), repeats, bisect,
+                                            blocks=blocks, weights=weights)
+                      for bisect in (rule.bisect, not rule.bisect)]
+        stoppable = tally.measuring_h - fixed
+        spent = [fixed + stoppable * share for share in shares]
         full += tally.measuring_h
-        live += tally.measuring_h * shares[0]
-        needs[name] = tally.startup_h + tally.rest_h + tally.measuring_h * shares[0]
-        other += tally.measuring_h * shares[1]
-        lines.append(f"  {name:<10} {ks} setting(s) x {levels} levels x {repeats} repeats: "
-                     f"full {tally.measuring_h:.1f} h, adaptive {tally.measuring_h * shares[0]:.1f}"
-                     f" h ({shares[0]:.0%}); {ways[1]} {tally.measuring_h * shares[1]:.1f} h "
-                     f"({shares[1]:.0%})")
+        live += spent[0]
+        needs[name] = tally.startup_h + tally.rest_h + spent[0]
+        other += spent[1]
+        if spec is None or name == "dynamic-K":
+            lines.append(f"  {name:<10} measured in full (its cells' ratios pair every repeat): "
+                         f"{tally.measuring_h:.1f} h")
+            continue
+        split = "" if set(blocks) == {1} else f" (blocks {'/'.join(map(str, blocks))})"
+        lines.append(f"  {name:<10} {ks} setting(s) x {len(blocks)} levels{split} x {repeats} "
+                     f"repeats: full {tally.measuring_h:.1f} h, adaptive {spent[0]:.1f} h "
+                     f"({spent[0] / tally.measuring_h:.0%}; {fixed:.1f} h measured in full); "
+                     f"{ways[1]} {spent[1]:.1f} h ({spent[1] / tally.measuring_h:.0%})")
     lines.append(f"  total measuring: full {full:.1f} h, adaptive {live:.1f} h "
                  f"({live / full if full else 0:.0%}; {ways[0]}); {ways[1]} {other:.1f} h")
     lines.append("  assumptions: every speedup surface of the simulation's family "
-                 "(docs/adaptive-simulation.md), the prior σ as the true noise, no instance "
-                 "offsets; a baseline's repeats stop with its pairs where they are interleaved "
-                 "(interleave: true); a cell measured on its own stops against its baseline's "
-                 "records, whose repeats are all measured (this projection counts them as "
-                 "stopping too)")
+                 "(docs/adaptive-simulation.md), the prior σ as the true noise of a repeat (a "
+                 "block of 1/b of its prompts √b times it), no instance offsets; a level's "
+                 "share of the measuring as this plan projects it; open-loop rates and the "
+                 "dynamic-K cells measured in full; a baseline's repeats stop with its pairs "
+                 "where they are interleaved (interleave: true); a cell measured on its own "
+                 "stops against its baseline's records, whose repeats are all measured (this "
+                 "projection counts them as stopping too)")
     budget = (config.get("plan") or {}).get("budget_gpu_hours")
     if budget is not None:
         order = (config.get("plan") or {}).get("leave_out_first") or [

@@ -63,6 +63,9 @@ class Cell:
     # r mod n): the method's `server_instances`, else loadgen's; a baseline takes the most of
     # the cells paired with it, an interleaved cell its baseline's. Not in the identity
     instances: int = 1
+    # the adaptive rule's `blocks`: the most blocks of prompts a repeat is split into at a
+    # low closed-loop concurrency (`point_blocks`; 1 without the rule). Not in the identity
+    blocks: int = 1
 
     @property
     def engine(self) -> str:
@@ -72,9 +75,14 @@ class Cell:
         """The server instance that measures `repeat`."""
         return repeat % self.instances
 
-    def instance_repeats(self, instance: int) -> list[int]:
-        """The repeats server instance `instance` measures."""
-        return [r for r in range(self.repeats) if self.instance_of(r) == instance]
+    def instance_repeats(self, instance: int, load: dict | None = None) -> list[int]:
+        """The repeats server instance `instance` measures (at `load`: its blocks)."""
+        return [r for r in self.load_repeats(load) if self.instance_of(r) == instance]
+
+    def load_repeats(self, load: dict | None = None) -> range:
+        """The repeat indices of a point at `load`: `repeats`, each split into the point's
+        blocks of prompts (`point_blocks`), so that a point has repeats x blocks of them."""
+        return range(self.repeats * (1 if load is None else point_blocks(self, load)))
 
     @property
     def used_instances(self) -> range:
@@ -119,8 +127,8 @@ class Cell:
                       "group": tuple(data.get("group", ()))})
 
 
-def point_prompts(cell: Cell, load: dict) -> int:
-    """Prompts a point may send: the workload's num_prompts, and with
+def repeat_prompts(cell: Cell, load: dict) -> int:
+    """Prompts a whole repeat of a point may send: the workload's num_prompts, and with
     loadgen.prompts_per_concurrency at most that many per unit of concurrency at a closed-loop
     point (loadgen.duration_s sends fewer where they last longer: `sdbench.measure.cell`)."""
     available = cell.workload["num_prompts"]
@@ -128,6 +136,36 @@ def point_prompts(cell: Cell, load: dict) -> int:
     if per and load["mode"] == "concurrency":
         available = min(available, per * load["concurrency"])
     return available
+
+
+# a block of prompts holds at least this many waves of its concurrency (4 concurrent requests
+# take 16 prompts): fewer, and the ramp-up and the last stragglers weigh on its throughput
+BLOCK_WAVES = 4
+
+
+def point_blocks(cell: Cell, load: dict) -> int:
+    """How many blocks of prompts each repeat of a point is split into under the adaptive
+    rule (`Cell.blocks` at most): at a closed-loop level of a served cell, as many as keep
+    `BLOCK_WAVES` waves of its concurrency in a block (1 elsewhere, and with
+    loadgen.duration_s). A block is a repeat of its own with its own seed, so a pair's two sides
+    send the same prompts in it, and the rule can stop a point after a block, not a repeat."""
+    if (cell.blocks <= 1 or load["mode"] != "concurrency" or cell.engine != SERVE
+            or cell.workload["loadgen"].get("duration_s") is not None):
+        return 1
+    waves = repeat_prompts(cell, load) // (BLOCK_WAVES * load["concurrency"])
+    return max(1, min(cell.blocks, waves))
+
+
+def point_prompts(cell: Cell, load: dict) -> int:
+    """Prompts one repeat of a point sends: a whole repeat's (`repeat_prompts`), or one
+    block's where the adaptive rule splits it (`point_blocks`)."""
+    return repeat_prompts(cell, load) // point_blocks(cell, load)
+
+
+def config_blocks(config: dict) -> int:
+    """The adaptive rule's `blocks` where the rule is on, else 1."""
+    section = config.get("adaptive") or {}
+    return int(section.get("blocks", 1)) if section and section.get("enabled", True) else 1
 
 
 def model_dir(config: dict, name: str) -> str:
@@ -387,8 +425,9 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
     if round_name == "round1":
         for cell in offline_cells(config) + transformers_cells(config):
             add(cell, f"round1.{cell.engine}")
-    return with_baseline_repeats(list(cells.values()),
-                                 dynamic_k_repeats(config) if round_name == "round1" else {})
+    blocks = config_blocks(config)
+    return [replace(cell, blocks=blocks) for cell in with_baseline_repeats(
+        list(cells.values()), dynamic_k_repeats(config) if round_name == "round1" else {})]
 
 
 # `methods[].acceptance_sweep`: a method's cells again with their drafts accepted by vLLM at a
@@ -612,7 +651,7 @@ def dynamic_k_placeholder(config: dict, spec: dict) -> Cell:
     return Cell("derived", "round3", f"{spec['speculator']}{DERIVED_ARM}", server,
                 workload_spec(config, spec["workload"]), None,
                 settings(config).rounds["round1"].concurrency, spec["repeats"],
-                instances=spec["instances"])
+                instances=spec["instances"], blocks=config_blocks(config))
 
 
 # The three servers a derived dynamic-K schedule is measured with, taking turns (`dynamic_k_
@@ -690,7 +729,7 @@ def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]],
                 f"{spec['speculator']}{_runner_tag(runner)}{arm}", server,
                 workload, dynamic_k_baseline(config, spec),
                 settings(config).rounds["round1"].concurrency, spec["repeats"],
-                instances=spec["instances"])
+                instances=spec["instances"], blocks=config_blocks(config))
 
 
 def dynamic_k_arms(config: dict, spec: dict, schedule: list[list[int]],

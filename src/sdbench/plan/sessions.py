@@ -120,9 +120,12 @@ def cell_sessions(cell: grid.Cell, cells: dict[str, grid.Cell]) -> list[str]:
 
 def session_points(session: Session, cell: grid.Cell) -> list[tuple[dict, int]]:
     """(load, repeat) of `cell` that `session` measures, in measuring order: every load point
-    once, then again (repeats interleaved)."""
-    return [(load, r) for r in cell.instance_repeats(session.instance)
-            for load in cell.load_points()]
+    once, then again (repeats interleaved; a point split into blocks of prompts takes a
+    repeat's blocks in turn, `grid.point_blocks`)."""
+    points = [(i, load, r) for i, load in enumerate(cell.load_points())
+              for r in cell.instance_repeats(session.instance, load)]
+    points.sort(key=lambda p: (p[2] // grid.point_blocks(cell, p[1]), p[0], p[2]))
+    return [(load, r) for _, load, r in points]
 
 
 def starts(session: Session, cells: dict[str, grid.Cell]) -> int:

@@ -45,6 +45,10 @@ from sdbench.plan import adaptive
 from sdbench.plan.config import load_config
 
 REPO = Path(__file__).resolve().parents[3]
+# what a whole repeat costs at each of 10 levels (concurrency doubling: its prompts in half the
+# waves), and the blocks `adaptive.blocks: 4` splits 128 prompts into (4 waves a block)
+WEIGHTS = tuple(0.5 ** i for i in range(10))
+BLOCKED = (4, 4, 4, 4, 2, 1, 1, 1, 1, 1)
 # a simulated sweep is one method's k values
 METHOD = "method"
 
@@ -57,6 +61,20 @@ class Sweep:
     levels: int = 10
     repeats: int = 3
     prior_scale: float = 1.0  # the rule's prior σ ÷ the true σ of one repeat's log speedup
+    # per level: the blocks of prompts a repeat is split into (empty: whole repeats), and what
+    # one whole repeat there costs (empty: the same everywhere)
+    blocks: tuple[int, ...] = ()
+    weights: tuple[float, ...] = ()
+
+    def block(self, i: int) -> int:
+        return self.blocks[i] if self.blocks else 1
+
+    def looks(self, i: int) -> int:
+        """The looks of a point at level i: its repeats, each split into its blocks."""
+        return self.repeats * self.block(i)
+
+    def weight(self, i: int) -> float:
+        return self.weights[i] if self.weights else 1.0
 
     @property
     def sigma(self) -> float:
@@ -65,8 +83,12 @@ class Sweep:
 
     @property
     def label(self) -> str:
+        shape = ("" if not self.weights else ", a repeat's cost halving level by level"
+                 if self.weights == WEIGHTS else f", repeat costs {self.weights}")
+        if self.blocks:
+            shape += f", blocks {'/'.join(map(str, self.blocks))}"
         return (f"instance noise {self.instance_noise:.0%}, measurement noise "
-                f"{self.measurement_noise:.0%}, prior σ × {self.prior_scale:g}")
+                f"{self.measurement_noise:.0%}, prior σ × {self.prior_scale:g}{shape}")
 
 
 def truth(sweep: Sweep, shift: float) -> np.ndarray:
@@ -77,12 +99,17 @@ def truth(sweep: Sweep, shift: float) -> np.ndarray:
 
 
 def draws(sweep: Sweep, mu: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Every repeat's log speedup the full design would measure: ks × levels × repeats."""
-    shape = (sweep.ks, sweep.levels, sweep.repeats)
-    spec = rng.normal(0, sweep.instance_noise, (sweep.ks, 1, sweep.repeats))
-    base = rng.normal(0, sweep.instance_noise, (1, 1, sweep.repeats))
-    runs = rng.normal(0, sweep.measurement_noise, shape) - rng.normal(
-        0, sweep.measurement_noise, shape)
+    """Every look's log speedup the full design would measure: ks × levels × the most looks
+    of a level (a level uses its first `looks(i)`). A block of 1/b of a repeat's prompts has
+    √b times its run noise; look j runs on instance j mod repeats."""
+    most = max(sweep.looks(i) for i in range(sweep.levels))
+    shape = (sweep.ks, sweep.levels, most)
+    on = np.arange(most) % sweep.repeats
+    spec = rng.normal(0, sweep.instance_noise, (sweep.ks, 1, sweep.repeats))[:, :, on]
+    base = rng.normal(0, sweep.instance_noise, (1, 1, sweep.repeats))[:, :, on]
+    scale = np.sqrt([sweep.block(i) for i in range(sweep.levels)])[None, :, None]
+    runs = (rng.normal(0, sweep.measurement_noise, shape) - rng.normal(
+        0, sweep.measurement_noise, shape)) * scale
     return mu[:, :, None] + spec - base + runs
 
 
@@ -91,12 +118,21 @@ def _verdict(low: float, high: float) -> int:
 
 
 def full_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule) -> dict:
-    sigma, df = adaptive.pooled_sigma(rule, float(np.sum((y - y.mean(2, keepdims=True)) ** 2)),
-                                      float(y.shape[0] * y.shape[1] * (y.shape[2] - 1)))
-    mean = y.mean(2)
+    """Every look of every point; σ of a whole repeat pooled over the sweep (a block's spread
+    scaled down by its √b), so a point's interval is t · σ / √repeats at any blocks."""
+    mean = np.zeros((sweep.ks, sweep.levels))
+    ss = df = 0.0
+    for i in range(sweep.levels):
+        at = y[:, i, :sweep.looks(i)]
+        mean[:, i] = at.mean(1)
+        ss += float(np.sum((at - at.mean(1, keepdims=True)) ** 2)) / sweep.block(i)
+        df += sweep.ks * (sweep.looks(i) - 1)
+    sigma, df = adaptive.pooled_sigma(rule, ss, df)
     half = stats.t.ppf(1 - rule.alpha / 2, df) * sigma / math.sqrt(sweep.repeats)
     return {"mean": mean, "low": mean - half, "high": mean + half,
-            "best": mean.argmax(0), "cost": y.size}
+            "best": mean.argmax(0),
+            "cost": sum(sweep.weight(i) * sweep.ks * sweep.repeats
+                        for i in range(sweep.levels))}
 
 
 def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
@@ -108,16 +144,17 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
     last: dict[tuple[int, int], adaptive.Look] = {}
 
     def run_level(i: int, ks: list[int]) -> None:
-        active = list(ks)
-        for n in range(sweep.repeats):
+        active, looks, at = list(ks), sweep.looks(i), rule.at(sweep.block(i))
+        for n in range(looks):
             for k in active:
                 ys.setdefault((k, i), []).append(float(y[k, i, n]))
-            sigma, df = adaptive.pooled_sigma(rule, *adaptive.spread(ys.values()))
             here = {k: ys[(k, i)] for k in range(sweep.ks) if (k, i) in ys}
+            # σ pools the level's points (the workflow's group at a level) with the prior
+            sigma, df = adaptive.pooled_sigma(at, *adaptive.spread(here.values()))
             keep = []
             for k in active:
-                bar, rivals = adaptive.race(here, k, sweep.repeats, rule, sigma, df)
-                look = adaptive.decide(ys[(k, i)], sweep.repeats, rule, sigma, df, bar, rivals)
+                bar, rivals = adaptive.race(here, k, looks, at, sigma, df)
+                look = adaptive.decide(ys[(k, i)], looks, at, sigma, df, bar, rivals)
                 last[(k, i)] = look
                 if look.reason == adaptive.CONTINUE:
                     keep.append(k)
@@ -127,8 +164,8 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
 
     def decisions(i: int) -> dict:
         return adaptive.level_decisions(
-            {k: (METHOD, ys[(k, i)], sweep.repeats) for k in range(sweep.ks) if (k, i) in ys},
-            rule)
+            {k: (METHOD, ys[(k, i)], sweep.looks(i)) for k in range(sweep.ks)
+             if (k, i) in ys}, rule.at(sweep.block(i)))
 
     if not bisect:
         for i in range(sweep.levels):
@@ -145,12 +182,15 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
         contenders = adaptive.level_contenders(decisions(lower), decisions(upper))
         if contenders is not None:
             run_level(i, sorted(contenders))
-    # the intervals reported: each point's repeats, σ as pooled at the end of the sweep
-    sigma, df = adaptive.pooled_sigma(rule, *adaptive.spread(ys.values()))
+    # the intervals reported: each point's looks, σ as pooled at its level at the end
     for key, look in last.items():
-        mean, half = adaptive.interval(ys[key], sweep.repeats, rule, sigma, df)
+        at = rule.at(sweep.block(key[1]))
+        sigma, df = adaptive.pooled_sigma(at, *adaptive.spread(
+            v for (_, j), v in ys.items() if j == key[1]))
+        mean, half = adaptive.interval(ys[key], sweep.looks(key[1]), at, sigma, df)
         last[key] = adaptive.Look(look.n, look.looks, mean, half, sigma, df, look.reason)
-    return {"looks": last, "best": _picks(sweep, last), "cost": sum(map(len, ys.values())),
+    cost = sum(len(v) * sweep.weight(i) / sweep.block(i) for (_, i), v in ys.items())
+    return {"looks": last, "best": _picks(sweep, last), "cost": cost,
             "reasons": [look.reason for look in last.values()]}
 
 
@@ -207,7 +247,10 @@ def run(sweep: Sweep, rule: adaptive.Rule, sweeps: int, seed: int = 0,
 
 SWEEPS = [Sweep(i, m, prior_scale=p) for i, m in ((0.0, 0.02), (0.0, 0.1), (0.05, 0.02),
                                                   (0.05, 0.1)) for p in (1.0,)] + [
-    Sweep(0.0, 0.1, prior_scale=0.5), Sweep(0.0, 0.1, prior_scale=2.0)]
+    Sweep(0.0, 0.1, prior_scale=0.5), Sweep(0.0, 0.1, prior_scale=2.0)] + [
+    # the cost as a study pays it (concurrency 1 about half), whole repeats and in blocks
+    Sweep(i, m, weights=WEIGHTS, blocks=b) for i, m in ((0.0, 0.02), (0.05, 0.1))
+    for b in ((), BLOCKED)]
 
 
 def table(sweeps: int, rule: adaptive.Rule | None = None) -> pd.DataFrame:
@@ -218,11 +261,14 @@ def table(sweeps: int, rule: adaptive.Rule | None = None) -> pd.DataFrame:
 
 
 def expected_share(rule: adaptive.Rule, ks: int, levels: int, repeats: int,
-                   bisect: bool, sweeps: int = 40) -> float:
-    """The expected share of a sweep's point-repeats the adaptive design measures, at the rule's
-    prior noise (taken as the truth: all run noise, no instance offsets)."""
+                   bisect: bool, sweeps: int = 40, blocks: tuple[int, ...] = (),
+                   weights: tuple[float, ...] = ()) -> float:
+    """The expected share of a sweep's measuring the adaptive design spends (point-repeats,
+    each level's weighted by `weights`: what a whole repeat costs there), at the rule's prior
+    noise (taken as the truth: all run noise, no instance offsets), with each level's repeats
+    split into its `blocks`."""
     sweep = Sweep(0.0, rule.noise / math.sqrt(2), ks=max(ks, 1), levels=max(levels, 2),
-                  repeats=max(repeats, 1))
+                  repeats=max(repeats, 1), blocks=tuple(blocks), weights=tuple(weights))
     return run(sweep, rule, sweeps, seed=0, bisect=bisect)["cost"]
 
 
@@ -251,7 +297,8 @@ def write_table(frame: pd.DataFrame, path: Path, sweeps: int, rule: adaptive.Rul
         "equals the full design's at those points;",
         "- **best k within 2 %**: share of the concurrency levels (all of them, measured or "
         "interpolated) whose picked k has a true speedup within 2 % of the truly best k's;",
-        "- **point-repeats**: measured by the adaptive design ÷ the full design's;",
+        "- **point-repeats**: measured by the adaptive design ÷ the full design's (where a "
+        "repeat's cost halves level by level, its cost: a block counts 1/b of a repeat);",
         "- **stops**: why the adaptive design's points stopped (share of its points).",
         "",
         "| noise | levels | coverage | same verdict | best k within 2 % (adaptive / full) | "

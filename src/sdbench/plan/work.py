@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -80,6 +80,8 @@ class SessionWork:
     rest_s: float
     starts: int
     gpus: int
+    # (closed-loop concurrency or None, blocks of prompts there) -> its share of measuring_s
+    levels: dict = field(default_factory=dict, compare=False)
 
     @property
     def total_s(self) -> float:
@@ -120,6 +122,7 @@ def session_work(session: Session, cells: dict[str, grid.Cell], rates: Rates,
     firsts: dict[str, grid.Cell] = {}
     points_per_config: dict[str, int] = {}
     levels: dict[str, set] = {}  # concurrencies each configuration's server has measured
+    by_level: dict[tuple, float] = {}
     for cell_id in session.cells:
         cell = cells[cell_id]
         if cell_id not in cards:
@@ -134,9 +137,13 @@ def session_work(session: Session, cells: dict[str, grid.Cell], rates: Rates,
             level = load.get("concurrency") if load["mode"] != "rate" else None
             seen = set() if fresh else levels.setdefault(cid, set())
             wave = grid.level_warm_up(cell, None if level in seen else level)
-            measuring += point_seconds(cell, load, rates, cards[cell_id],
-                                       grid.warm_up_requests(cell, first_of_cell) + wave,
-                                       first_of_server)
+            seconds = point_seconds(cell, load, rates, cards[cell_id],
+                                    grid.warm_up_requests(cell, first_of_cell) + wave,
+                                    first_of_server)
+            measuring += seconds
+            key = (level if load["mode"] == "concurrency" else None,
+                   grid.point_blocks(cell, load))
+            by_level[key] = by_level.get(key, 0.0) + seconds
             seen.add(level)
             served.add(cell_id)
             points_per_config[cid] = points_per_config.get(cid, 0) + 1
@@ -152,4 +159,4 @@ def session_work(session: Session, cells: dict[str, grid.Cell], rates: Rates,
         cold.difference_update(firsts)
     gpus = sum(grid.cell_gpus(cell.server_config) for cell in firsts.values()) \
         if session.interleaved else grid.cell_gpus(next(iter(firsts.values())).server_config)
-    return SessionWork(startup, measuring, rates.rest_s(session), starts, gpus)
+    return SessionWork(startup, measuring, rates.rest_s(session), starts, gpus, by_level)
