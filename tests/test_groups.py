@@ -304,6 +304,12 @@ def test_a_repeat_split_into_blocks_of_prompts_stops_after_a_block(
     assert {json.loads(s)["blocks"] for s in spec["stop"]} == {4, 1}
     checks = stops.recheck_frame(frame)
     assert len(checks) == 2 and checks["holds"].all()
+    # the summary's point: its blocks, why it stopped, and its interval on a block's prior
+    summary = aggregate.aggregate_points(frame)
+    row = summary[(summary["cell_id"] == pair.cell_id) & (summary["concurrency"] == 1)].iloc[0]
+    assert row["blocks"] == 4 and row["repeats"] == 20
+    assert row["stop_reason"] == "settled after 1 of 20 blocks of prompts"
+    assert "prior (σ 0.1 on 20 degrees of freedom)" in row["interval_covers"]
     # the check holds a block's stop to a block's prior: recomputed at a whole repeat's, its
     # σ differs
     frame["stop"] = frame["stop"].str.replace('"blocks": 4', '"blocks": 1')

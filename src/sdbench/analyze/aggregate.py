@@ -140,6 +140,8 @@ def _row(record: dict) -> dict:
         "adaptive": json.dumps(loadgen["adaptive"], sort_keys=True)
         if loadgen.get("adaptive") else None,
         "stop": json.dumps(loadgen["stop"], sort_keys=True) if loadgen.get("stop") else None,
+        # the blocks of prompts a repeat was split into (`grid.point_blocks`; 1: whole repeats)
+        "blocks": int(loadgen.get("blocks") or 1),
         "server_args": json.dumps(server.get("args") or {}, sort_keys=True),
         # what vLLM resolved and warned about (sdbench.measure.engine_report)
         "engine_settings": engine.settings_of(record),
@@ -320,6 +322,7 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
         row.update(repeats=len(group), repeats_ok=len(ok),
                    repeats_paired=int(group["paired"].sum()), repeats_stopped=len(stopped),
                    stop_reason=_stop_reason(stopped), adaptive=_rule(group),
+                   blocks=int(group["blocks"].max()) if "blocks" in group else 1,
                    sequential_factor=_sequential_factor(group),
                    status="ok" if len(ok) + len(stopped) == len(group) else ", ".join(
                        f"{n} {s}" for s, n in group["status"].value_counts().items()),
@@ -378,7 +381,8 @@ def _stop_reason(stopped: pd.DataFrame) -> str | None:
         return "paired cells stopped"
     if stop["reason"] == adaptive.LEVEL:
         return "level left out by the bisection"
-    return f"{stop['reason']} after {stop['repeats']} of {stop['looks']} repeats"
+    unit = "blocks of prompts" if stop.get("blocks", 1) > 1 else "repeats"
+    return f"{stop['reason']} after {stop['repeats']} of {stop['looks']} {unit}"
 
 
 def _rule(group: pd.DataFrame) -> str | None:
@@ -443,7 +447,8 @@ def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataF
         at = points.index[i]
         factor = points.at[at, "sequential_factor"]
         if factor != 1.0:
-            row = _with_prior(row, adaptive.Rule(**json.loads(points.at[at, "adaptive"])))
+            rule = adaptive.Rule(**json.loads(points.at[at, "adaptive"]))
+            row = _with_prior(row, rule.at(int(points.at[at, "blocks"])))
         low, high = row["low"], row["high"]
         if factor != 1.0:
             center = row["center"]

@@ -219,6 +219,8 @@ class CellRun:
                server: dict, loadgen_info: dict, started: str,
                finished: str | None = None) -> dict:
         cell = self.cell
+        if (blocks := grid.point_blocks(cell, load)) > 1:  # a block of a repeat's prompts
+            loadgen_info = {**loadgen_info, "blocks": blocks}
         return Record(
             cell_id=cell.cell_id, round=cell.round, speculator=cell.speculator,
             baseline_cell_id=cell.baseline_cell_id, server_config=cell.server_config,
