@@ -360,3 +360,23 @@ def test_verdicts_say_how_small_a_gain_the_design_could_see():
     assert plots.verdict_text("speculate", 1.04) == "speculate (detects ≥ 1.04×)"
     assert plots.mde_text(52.0) == "> 10×" and plots.mde_text(float("nan")) == "–"
     assert plots.verdict_text(None, 1.1) is None
+
+
+def test_every_figure_has_alt_text_and_a_caption():
+    """A report figure is an HTML figure: the PNG inline, alt text from its own titles and axis
+    labels (never nbconvert's "No description has been provided"), and its caption."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2)
+    fig.suptitle("Speedup vs load")
+    axes[0].set(title="spec_bench", xlabel="concurrency", ylabel="speedup")
+    axes[1].set(title="sharegpt", xlabel="concurrency", ylabel="speedup")
+    html = plots.figure_html(fig, "Paired speedup & its interval")
+    plt.close(fig)
+    assert html.startswith("<figure") and "data:image/png;base64," in html
+    assert ('alt="Speedup vs load. 2 panel(s): spec_bench; speedup against concurrency | '
+            'sharegpt; speedup against concurrency"') in html
+    assert "<figcaption" in html and "Paired speedup &amp; its interval</figcaption>" in html
+    bare, _ = plt.subplots()
+    assert 'alt="A figure of the report"' in plots.figure_html(bare)
+    plt.close(bare)

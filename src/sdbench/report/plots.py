@@ -93,15 +93,52 @@ def show_table(table: pd.DataFrame | None, empty: str | None = None) -> None:
     display(HTML(table_html(table)))
 
 
-def show_figure(fig: plt.Figure | None, empty: str | None = None) -> None:
-    """Display `fig` in a report and close it, or the Markdown `empty` when there is none."""
-    from IPython.display import Markdown, display
+def figure_text(fig: plt.Figure) -> str:
+    """What a figure shows, from its own titles and axis labels (its alt text): its title,
+    then each panel's title, and what it plots against what."""
+    title = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    panels = []
+    for ax in fig.get_axes():
+        if not ax.get_visible() or ax.get_label() == "<colorbar>":
+            continue
+        what = " against ".join(t for t in (ax.get_ylabel(), ax.get_xlabel()) if t)
+        part = "; ".join(t for t in (ax.get_title(), what) if t)
+        if part and part not in panels:
+            panels.append(part)
+    text = (title.rstrip(".") + ". " if title else "") + (
+        f"{len(panels)} panel(s): " + " | ".join(panels) if panels else "")
+    return " ".join(text.split()) or "A figure of the report"
+
+
+def figure_html(fig: plt.Figure, caption: str | None = None) -> str:
+    """`fig` as an HTML figure: the PNG inline, its alt text (`figure_text`) and a caption
+    (`caption`, else its title), so that no report figure goes without either."""
+    import base64
+    import html
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", bbox_inches="tight", dpi=fig.dpi)
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    alt = figure_text(fig)
+    caption = caption or alt
+    return (f'<figure class="sdbench-figure" style="margin: 0 0 1em 0;"><img alt="'
+            f'{html.escape(alt, quote=True)}" src="data:image/png;base64,{data}" '
+            'style="max-width: 100%;"/><figcaption style="font-size: 0.9em; color: #444;">'
+            f"{html.escape(caption)}</figcaption></figure>")
+
+
+def show_figure(fig: plt.Figure | None, empty: str | None = None,
+                caption: str | None = None) -> None:
+    """Display `fig` in a report with its alt text and caption (`figure_html`) and close it,
+    or the Markdown `empty` when there is none."""
+    from IPython.display import HTML, Markdown, display
 
     if fig is None:
         if empty:
             display(Markdown(empty))
         return
-    display(fig)
+    display(HTML(figure_html(fig, caption)))
     plt.close(fig)
 
 
