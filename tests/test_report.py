@@ -380,3 +380,15 @@ def test_every_figure_has_alt_text_and_a_caption():
     bare, _ = plt.subplots()
     assert 'alt="A figure of the report"' in plots.figure_html(bare)
     plt.close(bare)
+
+
+def test_tables_show_no_raw_column_names_and_stopped_points_are_no_problems():
+    table = pd.DataFrame({"cell_id": ["abc"], "target_label": ["t"], "vllm_distribution": ["x"],
+                          "git_dirty": [False]})
+    html = plots.table_html(table)
+    for raw in ("cell_id", "target_label", "vllm_distribution", "git_dirty"):
+        assert f"<th>{raw}</th>" not in html
+    assert "<th>cell</th>" in html and "<th>vllm distribution</th>" in html
+    frame = pd.DataFrame({"status": ["ok", "stopped", "invalid"], "cell_id": ["a", "a", "b"],
+                          "error": [None, "stopped after 1 of 3 repeats: settled", "2 failed"]})
+    assert list(plots.problem_table(frame)["status"]) == ["invalid"]

@@ -70,6 +70,18 @@ def cell_text(value) -> str:
     return str(value)
 
 
+# the summary's column names a table may show, as a reader names them
+HEADERS = {"cell_id": "cell", "baseline_cell_id": "baseline cell",
+           "pair_issue": "why not paired", "target_label": "target"}
+
+
+def header_text(column) -> str:
+    """A table header as a reader reads it: no raw column name (`HEADERS`, else its
+    underscores as spaces)."""
+    name = str(column)
+    return HEADERS.get(name, name.replace("_", " "))
+
+
 def table_html(table: pd.DataFrame) -> str:
     """A report table: no row numbers (a meaningful index becomes columns), every cell through
     `cell_text`, and a wide table scrolls inside the page instead of widening it."""
@@ -77,6 +89,7 @@ def table_html(table: pd.DataFrame) -> str:
     shown = shown.astype(object).apply(lambda column: column.map(cell_text))
     # the columns' own name (a pivot's "bucket") would head a column of its own, over nothing
     shown.columns.name = None
+    shown.columns = [header_text(c) for c in shown.columns]
     return ('<div class="sdbench-table" style="overflow-x: auto; max-width: 100%;">'
             + shown.to_html(index=False, border=0) + "</div>")
 
@@ -677,7 +690,7 @@ def problem_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Points that were not measured cleanly: failed (no measurement), invalid (too many failed
     requests) or unsupported here (the host cannot run the cell: nothing was sent; the error
     says why; one row per cell). They never enter a speedup."""
-    bad = frame[frame["status"] != "ok"].copy()
+    bad = frame[~frame["status"].isin(["ok", "stopped"])].copy()  # (stopped: by the rule)
     unsupported = bad["status"] == "unsupported"
     cells = bad[unsupported].drop_duplicates("cell_id").assign(
         status="unsupported here", concurrency=pd.NA)
