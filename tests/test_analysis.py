@@ -349,3 +349,16 @@ def test_a_point_measured_once_leaves_the_switch_gain_in_sample_not_an_error():
     row = switch_gain(pd.concat([three, once], ignore_index=True)).iloc[0]
     assert row["evaluation"] == "in-sample (no spread measured): biased upward"
     assert np.isnan(row["gain_ci_low"]) and np.isfinite(row["gain"])
+
+
+def test_no_crossover_is_claimed_where_no_level_is_clearly_below_1():
+    """The means cross 1 between 4 and 16 (1.2 to 0.95), but 0.95 at 16 cannot be told from 1
+    at this spread: the reading says the crossover is not established, the table too."""
+    rows = [("ngram", 2, 1, 1.4), ("ngram", 2, 4, 1.2), ("ngram", 2, 16, 0.95)]
+    table = crossover(measurements(rows, spread=0.1)).iloc[0]
+    assert table["crossover"] > 4 and not table["established"]
+    assert table["reading"].startswith("no clear crossover")
+    shown = crossover_table(measurements(rows, spread=0.1)).iloc[0]
+    assert shown["speedup < 1 from concurrency"] == "not established"
+    clear = crossover(measurements(rows[:2] + [("ngram", 2, 16, 0.5)], spread=0.1)).iloc[0]
+    assert clear["established"] and clear["reading"].startswith("falls below 1 near")

@@ -136,8 +136,9 @@ def crossover(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.Data
     interpolated in log2(concurrency), and its 95 % confidence set from the pooled noise model:
     the concurrencies where the interpolated speedup's interval includes 1, with the levels'
     correlation (one server instance measures them all) pooled over the cells of the run.
-    `crossover_high` None: the set reaches the highest level (the crossover may lie beyond).
-    Levels measured without a speedup are listed, never dropped silently."""
+    `crossover_high` None: the set reaches the highest level (the crossover may lie beyond);
+    then a crossing of the means is not `established` and the reading says so. Levels measured
+    without a speedup are listed, never dropped silently."""
     rows = []
     missing = _missing_levels(frame, SETTING)
     spec = speculative(frame)
@@ -160,9 +161,12 @@ def crossover(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.Data
                          else "none (no spread measured)"),
                      "levels": f"{levels[0]}–{levels[-1]}",
                      "missing_levels": ", ".join(map(str, missing.get(key, []))) or None,
+                     "established": cross is not None and high is not None,
                      "reading": ("above 1 at every level measured" if cross is None else
                                  "below 1 from the lowest level" if cross == levels[0] else
-                                 f"falls below 1 near concurrency {cross:.1f}")})
+                                 f"falls below 1 near concurrency {cross:.1f}" if high is not None
+                                 else "no clear crossover: the mean falls below 1 near "
+                                 f"concurrency {cross:.1f}, but no level is clearly below 1")})
     return pd.DataFrame(rows)
 
 

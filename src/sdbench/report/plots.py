@@ -502,7 +502,9 @@ def crossover_table(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "target": table["target"], "workload": table["workload"],
         "method": table["speculator"], "k": table["k"].astype("Int64"),
-        "speedup < 1 from concurrency": [_fmt(x) for x in table["crossover"]],
+        "speedup < 1 from concurrency": [_fmt(x) if sure else "not established" for x, sure
+                                         in zip(table["crossover"], table["established"]
+                                                | table["crossover"].isna(), strict=True)],
         "95 % interval": [_crossover_interval(a, b) for a, b in zip(
             table["crossover_low"], table["crossover_high"], strict=True)],
         "interval from": table["interval"],
