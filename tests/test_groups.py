@@ -280,6 +280,12 @@ def test_a_repeat_split_into_blocks_of_prompts_stops_after_a_block(
     assert (grid.point_blocks(pair, one), grid.point_prompts(pair, one)) == (4, 6)
     assert (grid.point_blocks(pair, many), grid.point_prompts(pair, many)) == (1, 24)
     assert len(pair.load_repeats(one)) == 4 * pair.repeats == 20
+    # blocks are spread over the server instances (block r on instance r mod n): a cell of 2
+    # repeats on 3 instances measures blocks on all 3, whole repeats on 2
+    spread = dataclasses.replace(pair, repeats=2, instances=3)
+    assert len(spread.used_instances) == 3
+    assert len(dataclasses.replace(spread, blocks=1).used_instances) == 2
+    assert spread.instance_repeats(2, one) == [2, 5] and spread.instance_repeats(2, many) == []
     # a block is another measurement than a whole repeat: its own cache key
     facts = {"prompts_sha256": "x"}
     assert points.point_key(pair, one, 0, facts) != points.point_key(

@@ -86,8 +86,11 @@ class Cell:
 
     @property
     def used_instances(self) -> range:
-        """The instances that measure something (no more than there are repeats)."""
-        return range(min(self.instances, self.repeats))
+        """The instances that measure something (no more than there are repeats, or blocks
+        of prompts where a point has more of them)."""
+        most = max((len(self.load_repeats(load)) for load in self.load_points()),
+                   default=self.repeats)
+        return range(min(self.instances, max(most, self.repeats)))
 
     def load_points(self) -> list[dict]:
         """The cell's load points: closed-loop concurrency (batch size offline), then
