@@ -239,29 +239,28 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
         if not tally.measuring_h:
             needs[name] = tally.startup_h + tally.rest_h
             continue
-        if spec is None or name == "dynamic-K":
-            # a derived schedule's three cells measure every repeat (their ratios pair them all)
-            ks, blocks, weights, fixed = 1, (1, 1), (), tally.measuring_h
-            shares = [0.0, 0.0]
-        else:
-            ks = max((len(m.k or (1,)) for m in spec.methods), default=1)
-            ks *= max(len(getattr(spec, "settings", ()) or ()), 1)
-            blocks, weights, fixed = level_shape(spec, tally)
-            if len(blocks) < 2:  # (one level: simulated as two alike)
-                blocks, weights = blocks * 2, weights * 2
-            shares = [sweeps.expected_share(rule, ks, len(blocks), repeats, bisect,
-                                            blocks=blocks, weights=weights)
-                      for bisect in (rule.bisect, not rule.bisect)]
-        stoppable = tally.measuring_h - fixed
-        spent = [fixed + stoppable * share for share in shares]
         full += tally.measuring_h
+        blocks, weights, fixed = ((), (), tally.measuring_h) if spec is None else level_shape(
+            spec, tally)
+        if name == "dynamic-K" or not sum(weights):
+            # a derived schedule's three cells measure every repeat (their ratios pair them
+            # all), and the rule stops no open-loop or offline point
+            live, other = live + tally.measuring_h, other + tally.measuring_h
+            needs[name] = tally.startup_h + tally.rest_h + tally.measuring_h
+            why = ("its cells' ratios pair every repeat" if name == "dynamic-K"
+                   else "no closed-loop point the rule stops")
+            lines.append(f"  {name:<10} measured in full ({why}): {tally.measuring_h:.1f} h")
+            continue
+        ks = max((len(m.k or (1,)) for m in spec.methods), default=1)
+        ks *= max(len(getattr(spec, "settings", ()) or ()), 1)
+        if len(blocks) < 2:  # (one level: simulated as two alike)
+            blocks, weights = blocks * 2, weights * 2
+        spent = [fixed + (tally.measuring_h - fixed) * sweeps.expected_share(
+            rule, ks, len(blocks), repeats, bisect, blocks=blocks, weights=weights)
+            for bisect in (rule.bisect, not rule.bisect)]
         live += spent[0]
         needs[name] = tally.startup_h + tally.rest_h + spent[0]
         other += spent[1]
-        if spec is None or name == "dynamic-K":
-            lines.append(f"  {name:<10} measured in full (its cells' ratios pair every repeat): "
-                         f"{tally.measuring_h:.1f} h")
-            continue
         split = "" if set(blocks) == {1} else f" (blocks {'/'.join(map(str, blocks))})"
         lines.append(f"  {name:<10} {ks} setting(s) x {len(blocks)} levels{split} x {repeats} "
                      f"repeats: full {tally.measuring_h:.1f} h, adaptive {spent[0]:.1f} h "
