@@ -130,6 +130,19 @@ def _noise(spec: pd.DataFrame, noise: pd.DataFrame | None) -> pd.DataFrame:
     return noise[noise["request_rate"].isna()] if not noise.empty else noise
 
 
+def _crossover_reading(levels: list[int], cross: float | None, high: float | None) -> str:
+    """What a crossover row says: a crossing of the means is claimed only where some
+    concurrency is clearly below 1 (`high`, the confidence set's end, exists)."""
+    if cross is None:
+        return "above 1 at every level measured"
+    where = ("from the lowest level" if cross == levels[0]
+             else f"near concurrency {cross:.1f}")
+    if high is None:
+        return (f"no clear crossover: the mean falls below 1 {where}, but no level is clearly "
+                "below 1")
+    return f"below 1 {where}" if cross == levels[0] else f"falls below 1 {where}"
+
+
 def crossover(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per target/workload/method/k (from per-measurement rows): the concurrency where the
     speedup (the geometric mean of each level's units, `noise.point_noise`) falls below 1,
@@ -162,11 +175,7 @@ def crossover(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.Data
                      "levels": f"{levels[0]}–{levels[-1]}",
                      "missing_levels": ", ".join(map(str, missing.get(key, []))) or None,
                      "established": cross is not None and high is not None,
-                     "reading": ("above 1 at every level measured" if cross is None else
-                                 "below 1 from the lowest level" if cross == levels[0] else
-                                 f"falls below 1 near concurrency {cross:.1f}" if high is not None
-                                 else "no clear crossover: the mean falls below 1 near "
-                                 f"concurrency {cross:.1f}, but no level is clearly below 1")})
+                     "reading": _crossover_reading(levels, cross, high)})
     return pd.DataFrame(rows)
 
 
