@@ -381,8 +381,8 @@ def _stop_reason(stopped: pd.DataFrame) -> str | None:
         return "paired cells stopped"
     if stop["reason"] == adaptive.LEVEL:
         return "level left out by the bisection"
-    unit = "blocks of prompts" if stop.get("blocks", 1) > 1 else "repeats"
-    return f"{stop['reason']} after {stop['repeats']} of {stop['looks']} {unit}"
+    return (f"{stop['reason']} after {stop['repeats']} of {stop['looks']} "
+            f"{adaptive.look_unit(stop.get('blocks', 1))}")
 
 
 def _rule(group: pd.DataFrame) -> str | None:

@@ -213,8 +213,8 @@ def reason_line(stop: dict) -> str:
            adaptive.PRECISE: f"precise ({interval} within ±{stop['rule']['precision']:.0%})",
            adaptive.BEATEN: f"beaten ({interval}: another setting is clearly faster here)",
            adaptive.FUTILE: f"futile ({interval}: no verdict expected by the cap)"}
-    unit = "blocks of prompts" if stop.get("blocks", 1) > 1 else "repeats"
-    return (f"stopped after {stop['repeats']} of {stop['looks']} {unit}: "
+    return (f"stopped after {stop['repeats']} of {stop['looks']} "
+            f"{adaptive.look_unit(stop.get('blocks', 1))}: "
             f"{why.get(stop['reason'], stop['reason'])}")
 
 

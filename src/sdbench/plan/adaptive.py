@@ -184,6 +184,11 @@ class Look:
                 "df": None if not math.isfinite(self.df) else self.df, "reason": self.reason}
 
 
+def look_unit(blocks: int) -> str:
+    """What a point's looks are: its repeats, or its blocks of prompts where they are split."""
+    return "blocks of prompts" if blocks > 1 else "repeats"
+
+
 def interval(ys, looks: int, rule: Rule, sigma: float, df: float) -> tuple[float, float]:
     """The repeated confidence interval's centre and half-width after len(ys) repeats."""
     n = len(ys)

@@ -90,7 +90,7 @@ class Cell:
         of prompts where a point has more of them)."""
         most = max((len(self.load_repeats(load)) for load in self.load_points()),
                    default=self.repeats)
-        return range(min(self.instances, max(most, self.repeats)))
+        return range(min(self.instances, most))
 
     def load_points(self) -> list[dict]:
         """The cell's load points: closed-loop concurrency (batch size offline), then

@@ -143,14 +143,20 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
     ys: dict[tuple[int, int], list[float]] = {}
     last: dict[tuple[int, int], adaptive.Look] = {}
 
+    def level_sigma(i: int) -> tuple[adaptive.Rule, float, float]:
+        """Level i's rule (its prior σ a block's) and σ pooled over the level's points (the
+        workflow's group at a level) with that prior."""
+        at = rule.at(sweep.block(i))
+        return (at, *adaptive.pooled_sigma(at, *adaptive.spread(
+            v for (_, j), v in ys.items() if j == i)))
+
     def run_level(i: int, ks: list[int]) -> None:
-        active, looks, at = list(ks), sweep.looks(i), rule.at(sweep.block(i))
+        active, looks = list(ks), sweep.looks(i)
         for n in range(looks):
             for k in active:
                 ys.setdefault((k, i), []).append(float(y[k, i, n]))
             here = {k: ys[(k, i)] for k in range(sweep.ks) if (k, i) in ys}
-            # σ pools the level's points (the workflow's group at a level) with the prior
-            sigma, df = adaptive.pooled_sigma(at, *adaptive.spread(here.values()))
+            at, sigma, df = level_sigma(i)
             keep = []
             for k in active:
                 bar, rivals = adaptive.race(here, k, looks, at, sigma, df)
@@ -184,9 +190,7 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
             run_level(i, sorted(contenders))
     # the intervals reported: each point's looks, σ as pooled at its level at the end
     for key, look in last.items():
-        at = rule.at(sweep.block(key[1]))
-        sigma, df = adaptive.pooled_sigma(at, *adaptive.spread(
-            v for (_, j), v in ys.items() if j == key[1]))
+        at, sigma, df = level_sigma(key[1])
         mean, half = adaptive.interval(ys[key], sweep.looks(key[1]), at, sigma, df)
         last[key] = adaptive.Look(look.n, look.looks, mean, half, sigma, df, look.reason)
     cost = sum(len(v) * sweep.weight(i) / sweep.block(i) for (_, i), v in ys.items())

@@ -109,7 +109,7 @@ def show_table(table: pd.DataFrame | None, empty: str | None = None) -> None:
 def figure_text(fig: plt.Figure) -> str:
     """What a figure shows, from its own titles and axis labels (its alt text): its title,
     then each panel's title, and what it plots against what."""
-    title = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    title = fig.get_suptitle()
     panels = []
     for ax in fig.get_axes():
         if not ax.get_visible() or ax.get_label() == "<colorbar>":
@@ -502,9 +502,9 @@ def crossover_table(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "target": table["target"], "workload": table["workload"],
         "method": table["speculator"], "k": table["k"].astype("Int64"),
-        "speedup < 1 from concurrency": [_fmt(x) if sure else "not established" for x, sure
-                                         in zip(table["crossover"], table["established"]
-                                                | table["crossover"].isna(), strict=True)],
+        "speedup < 1 from concurrency": [
+            _fmt(x) if sure or pd.isna(x) else "not established"
+            for x, sure in zip(table["crossover"], table["established"], strict=True)],
         "95 % interval": [_crossover_interval(a, b) for a, b in zip(
             table["crossover_low"], table["crossover_high"], strict=True)],
         "interval from": table["interval"],
