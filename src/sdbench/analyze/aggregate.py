@@ -38,6 +38,7 @@ from sdbench.analyze.acceptance import synthetic_setting
 from sdbench.analyze.lossless import lossless_columns, read_all_details
 from sdbench.analyze.noise import WITHIN, minimum_detectable, point_key, point_noise
 from sdbench.analyze.prompts import with_prompt_intervals
+from sdbench.analyze.slo import frame_slos, point_stats, slos_of, with_slo_columns
 from sdbench.analyze.stats import mean_interval, verdict
 from sdbench.files import atomic_path
 from sdbench.plan import adaptive, grid
@@ -143,6 +144,8 @@ def _row(record: dict) -> dict:
         # the blocks of prompts a repeat was split into (`grid.point_blocks`; 1: whole repeats)
         "blocks": int(loadgen.get("blocks") or 1),
         "server_args": json.dumps(server.get("args") or {}, sort_keys=True),
+        # the GPUs one server uses (tensor parallel): throughput per GPU divides by it
+        "gpus": grid.cell_gpus({"args": server.get("args") or {}}),
         # what vLLM resolved and warned about (sdbench.measure.engine_report)
         "engine_settings": engine.settings_of(record),
         "engine_warnings": _engine_warnings(record),
@@ -267,11 +270,13 @@ def write_summary(frame: pd.DataFrame, parquet: str | Path, csv: str | Path) -> 
         frame.to_csv(tmp, index=False)
 
 
-POINT_KEYS = ["round", "setting", "cell_id", "speculator", "method", "k", "target",
+POINT_KEYS = ["round", "setting", "role", "cell_id", "speculator", "method", "k", "target",
               "quantization", "full_precision", "draft", "workload", "dataset", "subset",
-              "engine", "load", "concurrency", "request_rate", "baseline_cell_id", "dtype"]
+              "engine", "load", "concurrency", "request_rate", "baseline_cell_id", "dtype", "gpus"]
 # statistics over repeats: mean, std, 95 % interval
 STAT_COLUMNS = ["total_token_throughput", "output_throughput", "mean_tpot_ms", "mean_ttft_ms",
+                "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "p90_ttft_ms", "p99_ttft_ms",
+                "p90_e2el_ms", "p99_e2el_ms",
                 "speedup", "total_speedup", "tpot_speedup", "output_drift",
                 "spec_decode_acceptance_rate", "tokens_per_target_step",
                 "spec_decode_acceptance_length", "lossless_exact_share",
@@ -315,6 +320,7 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
     <metric>_mean/_std/_ci_low/_ci_high over the successful repeats (speedups: paired ones)."""
     rows = []
     keys = [k for k in POINT_KEYS if k in frame]
+    slos = frame_slos(frame)
     for values, group in frame.groupby(keys, dropna=False, sort=False):
         row = dict(zip(keys, values, strict=True))
         ok = group[group["status"] == "ok"]
@@ -351,6 +357,8 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
             mean, std, low, high = mean_interval(ok[column].astype(float).to_numpy())
             row.update({f"{column}_mean": mean, f"{column}_std": std,
                         f"{column}_ci_low": low, f"{column}_ci_high": high})
+        if slos:
+            row.update(point_stats(group, slos), slos=group["slos"].iloc[0])
         rows.append(row)
     points = pd.DataFrame(rows)
     if "speedup_ci_low" in points:
@@ -485,6 +493,13 @@ def apply_index(frame: pd.DataFrame, index: dict | None) -> pd.DataFrame:
         lambda t: targets.get(t, {}).get("full_precision"))
     frame["acceptance_source"] = [cells.get(c, {}).get("acceptance_source")
                                   for c in frame["cell_id"]]
+    # what a cell's numbers can decide (grid.cell_role); a cell not in the config (derived
+    # dynamic K, named "<method> ...") is its method's
+    roles = sorted(((entry["speculator"], entry.get("role")) for entry in cells.values()),
+                   key=lambda pair: -len(pair[0]))
+    frame["role"] = [cells.get(c, {}).get("role") or next(
+        (role for name, role in roles if role and s.startswith(name)), grid.DEPLOYABLE)
+        for c, s in zip(frame["cell_id"], frame["speculator"], strict=True)]
     return frame.explode("round").reset_index(drop=True)
 
 
@@ -510,7 +525,8 @@ def build_summary(record_files: list[str | Path], partial_files: list[str | Path
     """(one row per measurement with speedups and the lossless check, one row per point with
     intervals). model_dirs: target -> checkpoint folder (its tokenizer counts tokens for the
     lossless check); a cell's per-request detail sits beside its records file (`details`:
-    read from there when not given). index: see `apply_index`."""
+    read from there when not given). index: see `apply_index`; its `slo` (the config's) adds
+    every SLO's goodput columns (`sdbench.analyze.slo`)."""
     from transformers import AutoTokenizer
 
     frame = summarize(record_files, partial_files, max_failure_share)
@@ -522,5 +538,6 @@ def build_summary(record_files: list[str | Path], partial_files: list[str | Path
         encoders[target] = lambda text, tok=tokenizer: tok.encode(text, add_special_tokens=False)
     lossless = lossless_columns(frame, details, encoders)
     frame = frame.merge(lossless, on=KEY, how="left", validate="one_to_one")
+    frame = with_slo_columns(frame, details, slos_of((index or {}).get("slo")))
     frame = apply_index(frame, index)
     return frame, with_prompt_intervals(aggregate_points(frame), frame, details)

@@ -582,19 +582,48 @@ def full_precision(config: dict, name: str) -> str | None:
     return model.get("full_precision")
 
 
+# model sources whose weights are not a trained draft's or target's: built by the workflow to
+# check the pipeline (random or untrained heads, truncated drafts, the calibration pair)
+CHECK_SOURCES = ("random_init", "random_head", "eagle_head", "truncate", "deepen")
+DEPLOYABLE, CHECK, WHAT_IF = "deployable", "pipeline check", "what-if"
+
+
+def built_for_checks(config: dict, model: str | None) -> bool:
+    """Whether a model's weights were built by the workflow rather than trained (a quantized
+    copy is what it was made from)."""
+    source = ((config.get("models") or {}).get(model) or {}).get("source") or {}
+    if source.get("kind") == "quantize":
+        return built_for_checks(config, source.get("model"))
+    return source.get("kind") in CHECK_SOURCES
+
+
+def cell_role(config: dict, cell: Cell) -> str:
+    """What a cell's numbers can decide: "what-if" (drafts accepted at a set rate: what a
+    method would give), "pipeline check" (its target or draft built by the workflow: the
+    calibration pair, untrained heads, truncated drafts), else "deployable"."""
+    server = cell.server_config
+    if (server.get("method_options") or {}).get("rejection_sample_method") == "synthetic":
+        return WHAT_IF
+    models = [server["target"]["name"], (server.get("draft") or {}).get("name")]
+    return CHECK if any(built_for_checks(config, m) for m in models) else DEPLOYABLE
+
+
 def summary_index(config: dict) -> dict:
     """What the summary takes from the current config: rounds, setting, method name and
-    acceptance source (`methods[].acceptance_source`) of every cell, and each target's
-    full-precision counterpart."""
+    acceptance source (`methods[].acceptance_source`) of every cell, each target's
+    full-precision counterpart, and the latency targets (`slo`)."""
     typed = settings(config)
     sources = {m.name: m.acceptance_source for r in typed.rounds.values() for m in r.methods
                if m.acceptance_source}
     return {"cells": {cell_id: {"rounds": rounds, "setting": cell.setting,
                                 "speculator": cell.speculator,
-                                "acceptance_source": sources.get(cell.speculator)}
+                                "acceptance_source": sources.get(cell.speculator),
+                                "role": cell_role(config, cell)}
                       for cell_id, (cell, rounds) in _cells_and_rounds(config).items()},
             "targets": {t: {"full_precision": full_precision(config, t)}
-                        for t in round_targets(config)}}
+                        for t in round_targets(config)},
+            # latency targets: the summary computes each one's goodput (sdbench.analyze.slo)
+            "slo": config.get("slo") or {}}
 
 
 def dynamic_k_specs(config: dict) -> list[dict]:
