@@ -417,6 +417,42 @@ def test_reports_are_rendered(e2e_run, host):
         assert "No description has been provided" not in text
         assert text.count("<img") == text.count("<figcaption") > 0
     assert "turned off by vLLM" in page and "Async scheduling not supported" in page
+    # the decision first: the index and each round open with the bottom line, round 1 then
+    # with the recommendation table; SLO goodput and the throughput-latency front are shown
+    assert index.index("Bottom line") < index.index("<h2>Reports</h2>")
+    assert page.index("Bottom line") < page.index("What to run") < page.index("Methods measured")
+    for section in ("Latency targets: SLO goodput", "chat: TTFT ≤ 2000 ms",
+                    "Throughput against latency: the front", "Pareto front"):
+        assert section in page, section
+    for text in (index, page, page2, page3):
+        assert_honest_page(text)
+
+
+# pipeline checks and what-if cells of the demo (never in a bottom line's verdicts)
+NOT_DEPLOYABLE = ("calibration", "plumbing", "untrained", "simulated")
+
+
+def assert_honest_page(page: str) -> None:
+    """What a rendered report must never show: an empty section, a ratio interval with a bound
+    at or below 0, a raw column name, a fractional concurrency, or a pipeline check or what-if
+    cell among a bottom line's verdicts."""
+    body = re.sub(r"<(head|style|script)[^>]*>.*?</\1>", " ", page, flags=re.S)
+    sections = re.split(r"<h2[^>]*>", body)[1:]
+    for section in sections:
+        heading, _, rest = section.partition("</h2>")
+        content = re.sub(r"<h[1-6][^>]*>.*?</h[1-6]>", " ", rest.split("<h2")[0], flags=re.S)
+        shown = " ".join(re.sub(r"<[^>]+>", " ", content).split())
+        assert shown or "<img" in content, f"empty section: {heading}"
+    text = " ".join(re.sub(r"<[^>]+>", " ", body).split())
+    for low in re.findall(r"×\s*\[\s*(-?[0-9.]+)\s*,", text):
+        assert float(low) > 0, f"a ratio interval from {low}"
+    for raw in ("target_label", "vllm_distribution", "git_dirty", "baseline_cell_id",
+                "speedup_ci_low"):
+        assert raw not in text, raw
+    assert not re.search(r"(concurrency|c =|c=)\s*\d+\.0\b", text), "fractional concurrency"
+    for line in re.findall(r"<h2>Bottom line.*?</h2>.*?<ul>(.*?)</ul>", body, flags=re.S):
+        for name in NOT_DEPLOYABLE:
+            assert name not in line, f"{name} in a bottom line"
 
 
 def test_reports_read_only_the_summary_stage_s_tables(e2e_run, tmp_path, monkeypatch, repo):

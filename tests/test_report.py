@@ -392,3 +392,34 @@ def test_tables_show_no_raw_column_names_and_stopped_points_are_no_problems():
     frame = pd.DataFrame({"status": ["ok", "stopped", "invalid"], "cell_id": ["a", "a", "b"],
                           "error": [None, "stopped after 1 of 3 repeats: settled", "2 failed"]})
     assert list(plots.problem_table(frame)["status"]) == ["invalid"]
+
+
+def test_empty_sections_are_left_out_and_listed_at_the_end():
+    """A section whose cells show only "nothing to show" lines (plots.show_empty) is left out of
+    the page, its heading and line listed under "Not measured in this run"; a section with
+    something to show stays, whole."""
+    import nbformat
+
+    from sdbench.report.pages import NOT_MEASURED, fold_empty_sections
+    from sdbench.report.plots import EMPTY_MARK
+
+    def shown(text, empty=False):
+        cell = nbformat.v4.new_code_cell("")
+        cell.outputs = [nbformat.v4.new_output(
+            "display_data", data={"text/markdown": text},
+            metadata={EMPTY_MARK: True} if empty else {})]
+        return cell
+
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Round"),
+        nbformat.v4.new_markdown_cell("## Offline\n\nWhat offline is."),
+        shown("No offline cells.", empty=True),
+        nbformat.v4.new_markdown_cell("## Lossless"),
+        shown("a table"), shown("No second table.", empty=True),
+        nbformat.v4.new_markdown_cell("## Energy"), nbformat.v4.new_code_cell("")])
+    cells = fold_empty_sections(notebook).cells
+    sources = [c.source for c in cells if c.cell_type == "markdown"]
+    assert sources[:2] == ["# Round", "## Lossless"]
+    assert sources[-1] == (NOT_MEASURED + "\n\n- **Offline**: No offline cells.\n"
+                           "- **Energy**: nothing to show.")
+    assert len([c for c in cells if c.cell_type == "code"]) == 2  # Lossless's, both kept

@@ -30,6 +30,8 @@ rule index:
     input:
         reports=[layout.report_page(page) for page in REPORTS.values()],
         summary=SUMMARY.summary,
+        # the rounds' bottom lines
+        points=SUMMARY.points,
         # each cell's status is read from its records file
         records=all_cell_records(),
     output:

@@ -26,6 +26,8 @@ from sdbench.plan.grid import Cell
 from sdbench.plan.hostcaps import UNSUPPORTED
 from sdbench.plan.settings import settings
 from sdbench.records import LoadPoint, RecordError, read_records
+from sdbench.report.decision import bottom_line_html
+from sdbench.report.plots import EMPTY_MARK
 
 OFFLINE_TEMPLATE = REPO_ROOT / "workflow" / "notebooks" / "templates" / "offline.html.j2"
 
@@ -55,6 +57,53 @@ def execute_notebook(notebook: str | Path, executed: str | Path, parameters: dic
                   f"of {KERNEL_START_ATTEMPTS}", file=sys.stderr)
 
 
+NOT_MEASURED = "## Not measured in this run"
+
+
+def _empty_text(cell) -> str | None:
+    """The "nothing to show" line of a code cell whose every output is one (plots.show_empty),
+    "" for a cell without output, None for a cell that shows something."""
+    outputs = cell.get("outputs") or []
+    if not outputs:
+        return ""
+    if all(o.get("metadata", {}).get(EMPTY_MARK) for o in outputs):
+        return " ".join(o["data"].get("text/markdown", "").strip() for o in outputs)
+    return None
+
+
+def fold_empty_sections(notebook):
+    """An executed report without its empty sections: a section (a Markdown heading and the
+    cells up to the next) whose code cells show nothing but "nothing to show" lines is left
+    out, its heading and lines listed under one last heading, "Not measured in this run"."""
+    import nbformat
+
+    cells, kept, left_out = notebook.cells, [], []
+    i = 0
+    while i < len(cells):
+        cell = cells[i]
+        source = cell.source if cell.cell_type == "markdown" else ""
+        if source.startswith("#") and not source.startswith("# "):
+            j = i + 1
+            while j < len(cells) and not (cells[j].cell_type == "markdown"
+                                          and cells[j].source.startswith("#")):
+                j += 1
+            body = cells[i + 1:j]
+            codes = [c for c in body if c.cell_type == "code"]
+            texts = [_empty_text(c) for c in codes]
+            if codes and all(t is not None for t in texts):
+                heading = source.splitlines()[0].lstrip("#").strip()
+                left_out.append(f"- **{heading}**: "
+                                + (" ".join(t for t in texts if t) or "nothing to show."))
+                i = j
+                continue
+        kept.append(cell)
+        i += 1
+    if left_out:
+        kept.append(nbformat.v4.new_markdown_cell(NOT_MEASURED + "\n\n" + "\n".join(left_out)))
+    notebook.cells = kept
+    return notebook
+
+
 def notebook_to_html(executed: str | Path, html_out: str | Path, title: str) -> None:
     import nbformat
     from nbconvert import HTMLExporter
@@ -62,8 +111,8 @@ def notebook_to_html(executed: str | Path, html_out: str | Path, title: str) -> 
     exporter = HTMLExporter(template_name="lab", template_file=str(OFFLINE_TEMPLATE),
                             exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True, embed_images=True)
-    body, _ = exporter.from_notebook_node(nbformat.read(str(executed), as_version=4),
-                                          resources={"metadata": {"name": title}})
+    notebook = fold_empty_sections(nbformat.read(str(executed), as_version=4))
+    body, _ = exporter.from_notebook_node(notebook, resources={"metadata": {"name": title}})
     atomic_write_text(html_out, body)
 
 
@@ -198,11 +247,12 @@ def _row(values, css: str = "") -> str:
 def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str]],
                 out: str | Path, problem_points: list[dict] | None = None,
                 note: str = "", jobs: list[dict] | None = None,
-                unpinned: list[str] | None = None) -> None:
+                unpinned: list[str] | None = None, bottom_line: str = "") -> None:
     """reports: {title: relative link}; cells: [(cell, path of its records file)];
     problem_points: failed or invalid points (from the summary) to list at the top; jobs:
     failed data and model jobs (`failed_jobs`); unpinned: hub downloads on a moving revision
-    (`lock.unpinned`)."""
+    (`lock.unpinned`); bottom_line: the rounds' bottom lines (HTML, `index_bottom_line`),
+    first on the page."""
     links = "\n".join(f'<li><a href="{html.escape(href)}">{html.escape(title)}</a></li>'
                       for title, href in reports.items())
     rows, problems, counts = [], [], {}
@@ -248,6 +298,7 @@ def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str
 <h1>{html.escape(study)}</h1>
 <p>Generated {datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}.{html.escape(note)}</p>
 {_unpinned_note(unpinned)}
+{bottom_line}
 <h2>Reports</h2><ul>{links}</ul>
 {problem_table}
 <h2>Cells ({len(cells)}: {summary})</h2>
@@ -259,6 +310,20 @@ def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str
 </table></body></html>
 """
     atomic_write_text(out, page)
+
+
+def index_bottom_line(summary, points, reports: dict[str, str]) -> str:
+    """Each round's bottom line (`decision.bottom_line_html`) under its report's title, for
+    the rounds with measurements."""
+    parts = []
+    for title, page in reports.items():
+        round_name = page.removesuffix(".html")
+        rows = summary[summary["round"] == round_name]
+        if rows.empty or not (rows["status"] == "ok").any():
+            continue
+        parts.append(bottom_line_html(summary, points, round_name,
+                                      heading=f"Bottom line — {title}"))
+    return "\n".join(parts)
 
 
 def _unpinned_note(unpinned: list[str] | None) -> str:

@@ -94,14 +94,26 @@ def table_html(table: pd.DataFrame) -> str:
             + shown.to_html(index=False, border=0) + "</div>")
 
 
+# the output metadata key of a "nothing to show" line: a section whose outputs are all such
+# lines is left out of the HTML page and its line listed at the end (pages.fold_empty_sections)
+EMPTY_MARK = "sdbench_empty"
+
+
+def show_empty(text: str) -> None:
+    """What a section would have shown and why it has nothing (Markdown), marked as such."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(text), metadata={EMPTY_MARK: True})
+
+
 def show_table(table: pd.DataFrame | None, empty: str | None = None) -> None:
     """Display `table` in a report (`table_html`), or the Markdown `empty` when it has no rows
     (nothing when `empty` is None)."""
-    from IPython.display import HTML, Markdown, display
+    from IPython.display import HTML, display
 
     if table is None or table.empty:
         if empty:
-            display(Markdown(empty))
+            show_empty(empty)
         return
     display(HTML(table_html(table)))
 
@@ -145,11 +157,11 @@ def show_figure(fig: plt.Figure | None, empty: str | None = None,
                 caption: str | None = None) -> None:
     """Display `fig` in a report with its alt text and caption (`figure_html`) and close it,
     or the Markdown `empty` when there is none."""
-    from IPython.display import HTML, Markdown, display
+    from IPython.display import HTML, display
 
     if fig is None:
         if empty:
-            display(Markdown(empty))
+            show_empty(empty)
         return
     display(HTML(figure_html(fig, caption)))
     plt.close(fig)
@@ -214,7 +226,10 @@ def show_problems(frame: pd.DataFrame) -> None:
     """The problem table of these measurements, and the pairs not compared (with why)."""
     from IPython.display import Markdown, display
 
-    show_table(problem_table(frame), empty="All measurements completed without failures.")
+    problems = problem_table(frame)
+    if problems.empty:  # an answer, not an empty section
+        display(Markdown("All measurements completed without failures."))
+    show_table(problems)
     table = pair_issue_table(frame)
     if not table.empty:
         display(Markdown("**Pairs not compared** (the baseline point exists but differs in "

@@ -1,0 +1,181 @@
+"""What a team deploys, from the numbers: the setting to run per workload and load (chosen on
+held-out repeats), the throughput-latency front, and claims that cannot say more than their
+intervals.
+
+Only deployable cells are candidates (`grid.cell_role`): the calibration pair, untrained heads
+and truncated drafts check the pipeline, and cells with drafts accepted at a set rate say what
+a method *would* give; neither is a setting to run. Speculation off is always a candidate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from sdbench.analyze.analysis import OFF, _cube, speculative
+from sdbench.analyze.stats import ratio_interval
+from sdbench.plan.grid import CHECK, DEPLOYABLE, WHAT_IF
+
+ROLES = (DEPLOYABLE, CHECK, WHAT_IF)
+NO_WINNER = "no clear winner"
+
+
+def by_role(frame: pd.DataFrame, role: str) -> pd.DataFrame:
+    """Rows of cells of this role (rows without one: deployable)."""
+    roles = frame["role"].fillna(DEPLOYABLE) if "role" in frame else pd.Series(
+        DEPLOYABLE, index=frame.index)
+    return frame[roles == role]
+
+
+# --- claims -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Claim:
+    """A sentence that states a direction ("gain", "loss" or "no clear gain") of a ratio with
+    its interval; `text` refuses a direction the interval does not carry."""
+
+    subject: str
+    direction: str
+    mean: float
+    low: float
+    high: float
+    sample: str  # what the interval rests on ("3 repeats × 6 prompts")
+
+    def mde(self) -> float | None:
+        """The smallest gain this interval's design would detect with 80 % power (its half
+        width on the log scale × (z 0.975 + z 0.8) ÷ z 0.975): what "no clear gain" can
+        rule out."""
+        if pd.isna(self.low) or pd.isna(self.high) or self.low <= 0:
+            return None
+        half = (np.log(self.high) - np.log(self.low)) / 2
+        return float(np.exp(half * (stats.norm.ppf(0.975) + stats.norm.ppf(0.8))
+                            / stats.norm.ppf(0.975)))
+
+    def supported(self) -> bool:
+        if pd.isna(self.low) or pd.isna(self.high) or self.low <= 0:
+            return self.direction == "no clear gain"
+        return {"gain": self.low > 1, "loss": self.high < 1,
+                "no clear gain": self.low <= 1 <= self.high}.get(self.direction, False)
+
+    def text(self) -> str:
+        if not self.supported():
+            raise ValueError(f"claim '{self.direction}' for {self.subject} contradicts its "
+                             f"interval [{self.low:.2f}, {self.high:.2f}]")
+        interval = ("no interval" if pd.isna(self.low) or pd.isna(self.high)
+                    else f"95 % interval [{self.low:.2f}, {self.high:.2f}]")
+        measured = f"{self.mean:.2f}× ({interval}; {self.sample})"
+        if self.direction == "gain":
+            return f"{self.subject}: speculation pays, {measured}."
+        if self.direction == "loss":
+            return f"{self.subject}: speculation costs throughput, {measured}."
+        mde = self.mde()
+        seen = "" if mde is None else f"; this design could not see gains below {mde:.2f}×"
+        return f"{self.subject}: no clear gain, {measured}{seen}."
+
+
+def direction_of(low: float, high: float) -> str:
+    """The direction an interval carries."""
+    if pd.isna(low) or pd.isna(high):
+        return "no clear gain"
+    return "gain" if low > 1 else "loss" if high < 1 else "no clear gain"
+
+
+# --- the recommendation -------------------------------------------------------------------
+
+def _label(speculator: str, k) -> str:
+    return f"{speculator} k={int(k)}"
+
+
+def recommendations(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per target, workload and concurrency: the deployable setting to run, speculation off a
+    candidate. The choice is judged on repeats it did not see (chosen on all repeats but one,
+    measured on the one left out, each in turn): `gain_mean`/`gain_ci_low`/`gain_ci_high` (the
+    geometric mean and interval of those held-out speedups). `verdict`: "speculate" where that
+    interval lies above 1, "speculation off" where the choice is off or its interval lies below
+    1, else "no clear winner". `rivals`: the candidates whose interval over their own repeats
+    overlaps the chosen one's (speculation off: 1), as good as far as the data tell.
+    `repeats`, `prompts`: what the choice rests on."""
+    spec = by_role(speculative(frame), DEPLOYABLE)
+    spec = spec[spec["load"] == "concurrency"] if "load" in spec else spec
+    rows = []
+    for (target, workload), group in spec.groupby(["target", "workload"]):
+        cube = _cube(group)
+        prompts = group.groupby("concurrency")["num_prompts"].max()
+        for level in sorted(cube.columns.get_level_values("concurrency").unique()):
+            at = cube.xs(level, axis=1, level="concurrency").dropna(how="all")
+            at = at.loc[:, at.notna().all(axis=0)]
+            means = at.apply(lambda r: ratio_interval(r.to_numpy())[0], axis=1)
+            choice = means.idxmax()
+            held = []
+            if at.shape[1] > 1:
+                for r in at.columns:
+                    rest = at.drop(columns=r)
+                    pick = rest.apply(lambda x: ratio_interval(x.to_numpy())[0], axis=1).idxmax()
+                    held.append(float(at.loc[pick, r]))
+            gain, low, high = ratio_interval(np.array(held)) if held else (np.nan,) * 3
+            mean = float(means[choice])
+            _, c_low, c_high = ratio_interval(at.loc[choice].to_numpy())
+            rivals = []
+            for label in at.index.drop(choice):
+                _, o_low, o_high = ratio_interval(at.loc[label].to_numpy())
+                if label == OFF:
+                    o_low = o_high = 1.0
+                if pd.notna(c_low) and pd.notna(o_low) and o_low <= c_high and c_low <= o_high:
+                    rivals.append("speculation off" if label == OFF else label)
+            if choice == OFF or (pd.notna(high) and high < 1):
+                decided = "speculation off"
+            elif pd.notna(low) and low > 1:
+                decided = "speculate"
+            else:
+                decided = NO_WINNER
+            speculator, _, k = choice.partition(" k=")
+            rows.append({"target": target, "workload": workload, "concurrency": int(level),
+                         "run": "speculation off" if choice == OFF else choice,
+                         "speculator": None if choice == OFF else speculator,
+                         "k": None if choice == OFF else int(k),
+                         "mean": mean, "gain_mean": gain, "gain_ci_low": low,
+                         "gain_ci_high": high, "verdict": decided,
+                         "rivals": ", ".join(rivals) or None,
+                         "candidates": len(at.index), "repeats": int(at.shape[1]),
+                         "prompts": int(prompts.get(level)) if pd.notna(
+                             prompts.get(level)) else None})
+    return pd.DataFrame(rows)
+
+
+# --- the throughput-latency front ---------------------------------------------------------
+
+def pareto_front(table: pd.DataFrame, throughput: str, latency: str) -> pd.Series:
+    """Which rows no other row beats: none has at least this throughput and at most this
+    latency, and one of them strictly (rows missing either: not on the front)."""
+    values = table[[throughput, latency]].astype(float).to_numpy()
+    valid = ~np.isnan(values).any(axis=1)
+    front = np.zeros(len(table), dtype=bool)
+    for i in np.flatnonzero(valid):
+        t, lat = values[i]
+        others = values[valid]
+        dominated = ((others[:, 0] >= t) & (others[:, 1] <= lat)
+                     & ((others[:, 0] > t) | (others[:, 1] < lat))).any()
+        front[i] = not dominated
+    return pd.Series(front, index=table.index)
+
+
+def front_points(points: pd.DataFrame, latency: str = "p90_tpot_ms") -> pd.DataFrame:
+    """Closed-loop server points of deployable settings (and no speculation) with output
+    tokens/s per GPU, the latency and `on_front` per target and workload."""
+    serve = points[(points["engine"] == "serve") & (points["load"] == "concurrency")]
+    serve = serve[serve["role"].fillna(DEPLOYABLE) == DEPLOYABLE] if "role" in serve else serve
+    column = f"{latency}_mean"
+    if serve.empty or column not in serve:
+        return pd.DataFrame()
+    gpus = serve["gpus"].fillna(1).clip(lower=1) if "gpus" in serve else 1
+    table = serve.assign(throughput_per_gpu=serve["output_throughput_mean"] / gpus,
+                         latency=serve[column]).dropna(subset=["throughput_per_gpu", "latency"])
+    table = table.copy()
+    table["on_front"] = False
+    for _, group in table.groupby(["target", "workload"]):
+        table.loc[group.index, "on_front"] = pareto_front(group, "throughput_per_gpu",
+                                                          "latency")
+    return table

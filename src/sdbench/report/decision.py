@@ -1,0 +1,345 @@
+"""What a report leads with: the bottom line, the setting to run per workload and load, latency
+targets (SLO goodput) and the throughput-latency front. Every sentence is generated from the
+numbers it cites (`analyze.decision.Claim` refuses one its interval does not carry)."""
+
+from __future__ import annotations
+
+import html
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from sdbench.analyze.decision import (
+    Claim,
+    by_role,
+    direction_of,
+    front_points,
+    recommendations,
+)
+from sdbench.analyze.slo import frame_slos
+from sdbench.analyze.stats import ratio_interval
+from sdbench.plan.grid import CHECK, DEPLOYABLE, WHAT_IF
+from sdbench.report.plots import (
+    cell_text,
+    level_axis,
+    setting_label,
+    with_interval,
+)
+
+# sentences about deployable settings in a bottom line (one per workload); the table has all
+MAX_SENTENCES = 6
+GREY = ('<div class="sdbench-checks" style="color: #555; background: #f4f4f4; '
+        'border-left: 4px solid #bbb; padding: 0.4em 0.8em; margin: 0.6em 0;">')
+
+
+def _count(n, noun: str) -> str:
+    return f"{int(n)} {noun}{'' if int(n) == 1 else 's'}"
+
+
+def _sample(repeats, prompts) -> str:
+    per = f" × {_count(prompts, 'prompt')}" if prompts is not None and pd.notna(prompts) else ""
+    return f"{_count(repeats, 'repeat')}{per}, held out"
+
+
+def _level_claim(row, frame: pd.DataFrame) -> str:
+    """One workload-and-load sentence of the bottom line."""
+    where = f"{row['workload']} at concurrency {int(row['concurrency'])}"
+    if row["run"] == "speculation off":
+        # the best deployable setting there, over its own repeats: what off is judged against
+        at = by_role(frame, DEPLOYABLE)
+        at = at[(at["target"] == row["target"]) & (at["workload"] == row["workload"])
+                & (at["concurrency"] == row["concurrency"]) & at["paired"].fillna(False)
+                & (at["method"] != "vanilla")]
+        if at.empty:
+            return f"{where}: run without speculation (no deployable setting measured)."
+        means = at.groupby(["speculator", "k"])["speedup"].apply(
+            lambda s: ratio_interval(s.to_numpy()))
+        (speculator, k), (mean, low, high) = max(means.items(), key=lambda kv: kv[1][0])
+        claim = Claim(f"{where}, best deployable setting {speculator} k={int(k)}",
+                      direction_of(low, high), mean, low, high,
+                      f"{_count(at['repeat'].nunique(), 'repeat')} × "
+                      f"{_count(at['num_prompts'].max(), 'prompt')}")
+        return f"Run without speculation — {claim.text()}"
+    claim = Claim(f"{where}, {row['run']}", direction_of(row["gain_ci_low"],
+                                                          row["gain_ci_high"]),
+                  row["gain_mean"], row["gain_ci_low"], row["gain_ci_high"],
+                  _sample(row["repeats"], row["prompts"]))
+    rivals = (f" As good within the intervals: {row['rivals']}."
+              if isinstance(row.get("rivals"), str) else "")
+    return claim.text() + rivals
+
+
+def deployable_sentences(frame: pd.DataFrame) -> list[str]:
+    """The bottom line's sentences about deployable settings: per workload, its loads in turn
+    (the recommendation at each, judged on held-out repeats), at most MAX_SENTENCES."""
+    table = recommendations(frame)
+    if table.empty:
+        return ["No deployable speculative setting was measured with a paired baseline: this "
+                "run decides nothing about what to deploy."]
+    sentences = [_level_claim(row, frame) for _, row in table.iterrows()]
+    if len(sentences) > MAX_SENTENCES:
+        rest = len(sentences) - MAX_SENTENCES + 1
+        sentences = sentences[:MAX_SENTENCES - 1] + [
+            f"… and {rest} more workload-and-load verdicts in the recommendation table."]
+    return sentences
+
+
+def _role_lines(points: pd.DataFrame, role: str) -> list[str]:
+    spec = by_role(points, role)
+    spec = spec[(spec["method"] != "vanilla") & spec["speedup_mean"].notna()]
+    if "engine" in spec:
+        spec = spec[(spec["engine"] == "serve") & (spec["load"] == "concurrency")]
+    lines = []
+    labels = setting_label(spec) if len(spec) else pd.Series(dtype=object)
+    if spec["target"].nunique() > 1:
+        labels = labels + " (target " + spec["target"] + ")"
+    for label, group in spec.assign(label=labels).groupby("label", sort=False):
+        levels = "; ".join(
+            f"concurrency {int(r['concurrency'])}: "
+            f"{with_interval(r['speedup_mean'], r['speedup_ci_low'], r['speedup_ci_high'])} "
+            f"({_count(r['repeats_ok'], 'repeat')})"
+            for _, r in group.sort_values("concurrency").iterrows())
+        lines.append(f"{label} on {', '.join(sorted(group['workload'].unique()))} — {levels}")
+    return lines
+
+
+def measured(frame: pd.DataFrame) -> str:
+    """What a round compared: its targets (quantization), workloads, levels and methods."""
+    targets = frame.drop_duplicates("target")
+    named = ", ".join(t if pd.isna(q) else f"{t} ({q})"
+                      for t, q in zip(targets["target"], targets["quantization"], strict=True))
+    levels = sorted({int(c) for c in frame["concurrency"].dropna()})
+    methods = sorted(set(frame.loc[frame["method"] != "vanilla", "speculator"]))
+    return (f"{len(targets)} target(s): {named}; workload(s): "
+            f"{', '.join(sorted(frame['workload'].unique()))}; concurrency "
+            f"{', '.join(map(str, levels)) or '–'}; against no speculation: "
+            f"{', '.join(methods) or 'nothing'}.")
+
+
+def unanswered(frame: pd.DataFrame, points: pd.DataFrame, round_name: str) -> list[str]:
+    """What this round's run could not answer, from what it measured."""
+    notes = []
+    deployable = by_role(frame[frame["method"] != "vanilla"], DEPLOYABLE)
+    if deployable.empty:
+        notes.append("No deployable speculative method was measured: nothing here is a "
+                     "setting to run.")
+    if round_name == "round2":
+        targets = sorted(frame["target"].unique())
+        if len(targets) < 2:
+            notes.append(f"Round 2 measured one target ({', '.join(targets)}): no comparison "
+                         "across target sizes.")
+        if frame["quantization"].isna().all():
+            notes.append("No quantized (AWQ/GPTQ) target was measured: no quantization "
+                         "comparison.")
+    if round_name == "round3":
+        spec = frame[frame["method"] != "vanilla"]
+        if "default" not in set(spec["setting"]):
+            notes.append("No speculative cell at the default server setting: a setting's "
+                         "effect is measured only against the baseline, not against the "
+                         "default.")
+    levels = sorted({int(c) for c in frame["concurrency"].dropna()})
+    if len(levels) == 1:
+        notes.append(f"One concurrency level ({levels[0]}): no crossover can be located.")
+    if not frame_slos(points):
+        notes.append("No latency target (`slo:` in the config): no goodput or SLO verdict.")
+    return notes
+
+
+def bottom_line_html(frame: pd.DataFrame, points: pd.DataFrame, round_name: str,
+                     heading: str = "Bottom line") -> str:
+    """The bottom line of a round (HTML): deployable verdicts, then greyed blocks of pipeline
+    checks and what-if cells, then what the run could not answer."""
+    frame = frame[frame["round"] == round_name] if "round" in frame else frame
+    points = points[points["round"] == round_name] if "round" in points else points
+    closed = frame[(frame["engine"] == "serve") & (frame["load"] == "concurrency")]
+    parts = [f"<h2>{html.escape(heading)}</h2>",
+             "<p>Deployable settings only, each verdict from a 95 % interval of the speedup "
+             "(output tokens/s with speculation ÷ without) judged on repeats the choice did not "
+             "see:</p><ul>"]
+    parts += [f"<li>{html.escape(s)}</li>" for s in deployable_sentences(closed)]
+    parts.append("</ul>")
+    for role, title, what in (
+            (CHECK, "Pipeline checks", "the calibration pair, untrained heads and truncated "
+             "drafts: their numbers check the workflow and vLLM's accounting, never a setting "
+             "to deploy"),
+            (WHAT_IF, "What-if", "drafts accepted by vLLM at a set rate: what a method would "
+             "give at that acceptance, never what it gave")):
+        lines = _role_lines(points, role)
+        if lines:
+            parts.append(GREY + f"<p><strong>{title}</strong> ({what}):</p><ul>"
+                         + "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+                         + "</ul></div>")
+    parts.append(f"<p><strong>Measured:</strong> {html.escape(measured(frame))}</p>")
+    notes = unanswered(frame, points, round_name)
+    if notes:
+        parts.append("<p><strong>Not answered by this run:</strong> "
+                     + " ".join(html.escape(n) for n in notes) + "</p>")
+    return "\n".join(parts)
+
+
+def show_bottom_line(frame: pd.DataFrame, points: pd.DataFrame, round_name: str) -> None:
+    from IPython.display import HTML, display
+
+    display(HTML(bottom_line_html(frame, points, round_name)))
+
+
+def recommendation_table(frame: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """The setting to run per target, workload and load, with whether it meets each SLO."""
+    table = recommendations(frame)
+    if table.empty:
+        return table
+    out = pd.DataFrame({
+        "target": table["target"], "workload": table["workload"],
+        "concurrency": table["concurrency"], "run": table["run"],
+        "held-out gain": [with_interval(m, lo, hi) for m, lo, hi in zip(
+            table["gain_mean"], table["gain_ci_low"], table["gain_ci_high"], strict=True)],
+        "verdict": table["verdict"],
+        "as good within the intervals": table["rivals"],
+        "settings compared": table["candidates"],
+        "repeats × prompts": [f"{r} × {cell_text(p)}" for r, p in zip(
+            table["repeats"], table["prompts"], strict=True)]})
+    for slo in frame_slos(points):
+        meets = []
+        for _, row in table.iterrows():
+            hit = points[(points["target"] == row["target"])
+                         & (points["workload"] == row["workload"])
+                         & (points["concurrency"] == row["concurrency"])
+                         & ((points["method"] == "vanilla") if row["run"] == "speculation off"
+                            else (points["speculator"] == row["speculator"])
+                            & (points["k"] == row["k"]))]
+            value = hit[f"slo_meets_{slo.name}"].iloc[0] if len(hit) else None
+            meets.append("–" if value is None or pd.isna(value) else
+                         "meets" if value else "misses")
+        out[f"SLO {slo.name}"] = meets
+    return out
+
+
+# --- SLO goodput --------------------------------------------------------------------------
+
+def slo_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Per SLO, target, workload and setting (deployable, and no speculation): the highest
+    concurrency whose point meets the SLO, its goodput there, and the goodput gain over no
+    speculation at that concurrency (paired by repeat)."""
+    slos = frame_slos(points)
+    serve = points[(points["engine"] == "serve") & (points["load"] == "concurrency")]
+    serve = by_role(serve, DEPLOYABLE)
+    rows = []
+    for slo in slos:
+        meets = f"slo_meets_{slo.name}"
+        for (target, workload), group in serve.groupby(["target", "workload"]):
+            group = group.assign(label=setting_label(group))
+            for label, setting in group.groupby("label", sort=False):
+                ok = setting[setting[meets].fillna(False).astype(bool)]
+                row = {"SLO": f"{slo.name}: {slo.describe()}", "target": target,
+                       "workload": workload, "setting": label,
+                       "levels measured": len(setting)}
+                if ok.empty:
+                    row.update({"highest concurrency meeting it": "none"})
+                else:
+                    top = ok.loc[ok["concurrency"].idxmax()]
+                    tokens = f"goodput_tokens_{slo.name}"
+                    gain = f"goodput_gain_{slo.name}"
+                    row.update({
+                        "highest concurrency meeting it": int(top["concurrency"]),
+                        "attainment there": f"{top[f'slo_attainment_{slo.name}_mean']:.0%}",
+                        "goodput there (output tok/s)": with_interval(
+                            top[f"{tokens}_mean"], top[f"{tokens}_ci_low"],
+                            top[f"{tokens}_ci_high"], ""),
+                        "goodput gain over no speculation": (
+                            "–" if label == "vanilla" else with_interval(
+                                top[f"{gain}_mean"], top[f"{gain}_ci_low"],
+                                top[f"{gain}_ci_high"]))})
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def goodput_plot(points: pd.DataFrame) -> plt.Figure | None:
+    """Goodput (output tokens/s of requests meeting the SLO) against concurrency, a line per
+    setting, a panel per SLO (rows) and workload (columns); hollow markers where the point
+    misses the SLO."""
+    slos = frame_slos(points)
+    serve = by_role(points[(points["engine"] == "serve") & (points["load"] == "concurrency")],
+                    DEPLOYABLE)
+    if not slos or serve.empty:
+        return None
+    workloads = sorted(serve["workload"].unique())
+    fig, axes = plt.subplots(len(slos), len(workloads), squeeze=False,
+                             figsize=(4.6 * len(workloads), 3.4 * len(slos)))
+    serve = serve.assign(label=setting_label(serve))
+    for i, slo in enumerate(slos):
+        for j, workload in enumerate(workloads):
+            ax = axes[i][j]
+            part = serve[serve["workload"] == workload]
+            for label, line in part.groupby("label", sort=False):
+                line = line.sort_values("concurrency")
+                y = line[f"goodput_tokens_{slo.name}_mean"]
+                low = y - line[f"goodput_tokens_{slo.name}_ci_low"].fillna(y)
+                high = line[f"goodput_tokens_{slo.name}_ci_high"].fillna(y) - y
+                drawn = ax.errorbar(line["concurrency"], y, yerr=[low.clip(lower=0),
+                                                                   high.clip(lower=0)],
+                                    marker="o", capsize=3, label=label)
+                missed = ~line[f"slo_meets_{slo.name}"].fillna(False).astype(bool)
+                ax.scatter(line.loc[missed, "concurrency"], y[missed], s=60,
+                           facecolors="white", edgecolors=drawn[0].get_color(), zorder=3)
+            level_axis(ax, part["concurrency"].unique())
+            ax.set_title(f"{workload} — SLO {slo.name}", fontsize=10)
+            ax.set_xlabel("concurrency")
+            ax.set_ylabel("goodput (output tok/s within SLO)")
+            ax.set_ylim(bottom=0)
+            ax.legend(fontsize=8)
+    fig.suptitle("Goodput: output tokens/s of requests meeting each SLO "
+                 "(hollow: the point misses it)", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+# --- the throughput-latency front ---------------------------------------------------------
+
+def front_plot(points: pd.DataFrame, latency: str = "p90_tpot_ms") -> plt.Figure | None:
+    """Output tokens/s per GPU against TPOT (p90 by default), a line per setting across
+    concurrency (labelled at each point), the Pareto front dashed: a panel per target and
+    workload."""
+    table = front_points(points, latency)
+    if table.empty:
+        table, latency = front_points(points, "mean_tpot_ms"), "mean_tpot_ms"
+    if table.empty:
+        return None
+    panels = list(table.groupby(["target", "workload"]))
+    fig, axes = plt.subplots(1, len(panels), squeeze=False, figsize=(5.6 * len(panels), 4.2))
+    names = {"p90_tpot_ms": "TPOT p90 (ms)", "mean_tpot_ms": "mean TPOT (ms)",
+             "median_tpot_ms": "TPOT p50 (ms)"}
+    for ax, ((target, workload), part) in zip(axes[0], panels, strict=True):
+        part = part.assign(label=setting_label(part))
+        for label, line in part.groupby("label", sort=False):
+            line = line.sort_values("concurrency")
+            ax.plot(line["latency"], line["throughput_per_gpu"], marker="o", label=label)
+            for _, r in line.iterrows():
+                ax.annotate(f"c={int(r['concurrency'])}", (r["latency"],
+                                                          r["throughput_per_gpu"]),
+                            textcoords="offset points", xytext=(4, 4), fontsize=7)
+        front = part[part["on_front"]].sort_values("latency")
+        ax.plot(front["latency"], front["throughput_per_gpu"], linestyle="--", color="black",
+                linewidth=1, label="Pareto front", zorder=0)
+        ax.set_title(f"{workload} ({target})", fontsize=10)
+        ax.set_xlabel(names.get(latency, latency) + " — lower is better")
+        ax.set_ylabel("output tokens/s per GPU")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+    fig.suptitle("Throughput against per-user latency, a line per setting across concurrency",
+                 fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def front_table(points: pd.DataFrame, latency: str = "p90_tpot_ms") -> pd.DataFrame:
+    """The points on the front, per target and workload, lowest latency first."""
+    table = front_points(points, latency)
+    if table.empty:
+        return table
+    front = table[table["on_front"]].sort_values(["target", "workload", "latency"])
+    return pd.DataFrame({
+        "target": front["target"], "workload": front["workload"],
+        "setting": setting_label(front), "concurrency": front["concurrency"],
+        "output tok/s per GPU": front["throughput_per_gpu"].round(1),
+        "TPOT p90 (ms)" if latency == "p90_tpot_ms" else latency: front["latency"].round(1)})
+

@@ -1,0 +1,52 @@
+"""What the reports decide with (sdbench.analyze.decision): claims held to their intervals, the
+setting to run chosen on held-out repeats, and the throughput-latency front."""
+
+import pandas as pd
+import pytest
+
+from sdbench.analyze.decision import Claim, pareto_front, recommendations
+from sdbench.plan.grid import CHECK, DEPLOYABLE
+
+
+def test_a_claim_that_contradicts_its_interval_is_refused():
+    with pytest.raises(ValueError, match="contradicts its interval"):
+        Claim("ngram k=3 at c=1", "gain", 1.2, 0.9, 1.5, "3 repeats").text()
+    with pytest.raises(ValueError, match="contradicts"):
+        Claim("x", "no clear gain", 1.3, 1.1, 1.5, "3 repeats").text()
+    with pytest.raises(ValueError, match="contradicts"):
+        Claim("x", "loss", 0.9, 0.8, 1.01, "3 repeats").text()
+    text = Claim("ngram k=3 at c=1", "gain", 1.3, 1.1, 1.5, "3 repeats × 6 prompts").text()
+    assert "1.30×" in text and "[1.10, 1.50]" in text and "3 repeats × 6 prompts" in text
+    # the smallest gain the interval's design would see: half its log width × 2.8 / 1.96
+    unclear = Claim("x", "no clear gain", 1.05, 0.9, 1.2, "2 repeats").text()
+    assert "could not see gains below 1.23×" in unclear
+
+
+def test_the_front_on_a_constructed_table():
+    table = pd.DataFrame({"tps": [100, 200, 150, 300, 250, 90],
+                          "tpot": [10, 20, 30, 40, 45, 10]})
+    # 150 @ 30 is beaten by 200 @ 20; 250 @ 45 by 300 @ 40; 90 @ 10 by 100 @ 10
+    assert pareto_front(table, "tps", "tpot").tolist() == [True, True, False, True, False,
+                                                           False]
+
+
+def _rows(speculator, k, level, speedups, role=DEPLOYABLE):
+    return [{"target": "t", "workload": "w", "speculator": speculator, "method": "ngram", "k": k,
+             "concurrency": level, "repeat": r, "speedup": s, "paired": True, "role": role,
+             "load": "concurrency", "num_prompts": 6} for r, s in enumerate(speedups)]
+
+
+def test_recommendation_held_out_and_no_clear_winner():
+    frame = pd.DataFrame(
+        _rows("ngram", 3, 1, [1.30, 1.32, 1.28, 1.31]) + _rows("ngram", 5, 1, [1.10, 1.12,
+                                                                                1.08, 1.1])
+        + _rows("ngram", 3, 8, [1.02, 0.97, 1.05, 0.99])
+        + _rows("ngram", 5, 8, [0.80, 0.82, 0.79, 0.81])
+        # a pipeline check that beats everything is no candidate
+        + _rows("calibration", 4, 1, [2.0] * 4, role=CHECK))
+    table = recommendations(frame).set_index("concurrency")
+    assert table.loc[1, "run"] == "ngram k=3" and table.loc[1, "verdict"] == "speculate"
+    assert table.loc[1, "gain_ci_low"] > 1 and table.loc[1, "repeats"] == 4
+    assert table.loc[8, "verdict"] == "no clear winner"
+    assert "speculation off" in table.loc[8, "rivals"]
+    assert table.loc[8, "gain_ci_low"] > 0
