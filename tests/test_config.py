@@ -137,10 +137,10 @@ def test_quantized_sources_declare_their_format(demo_config_raw):
 def test_round_settings(demo_config_raw):
     raw = copy.deepcopy(demo_config_raw)
     raw["round3"]["settings"].append({"name": "draft-len-512"})
-    with pytest.raises(ConfigError, match=r"round3.settings\[1\].name .* unique"):
+    with pytest.raises(ConfigError, match=r"round3.settings\[2\].name .* unique"):
         validate_config(raw)
     raw = copy.deepcopy(demo_config_raw)
-    raw["round3"]["settings"][0]["speculative"]["num_speculative_tokens"] = 3
+    raw["round3"]["settings"][1]["speculative"]["num_speculative_tokens"] = 3
     with pytest.raises(ConfigError, match="through the round's `methods`"):
         validate_config(raw)
     raw = copy.deepcopy(demo_config_raw)

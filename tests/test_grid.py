@@ -25,10 +25,10 @@ def test_demo_grid_shape():
     rounds = {r: [c for c in cells if c.round == r] for r in ROUNDS}
     # round 1 (server only): vanilla, ngram and the EAGLE head (k=3) on the target; vanilla and
     # the calibration draft (k=5) on the deeper target; round 2: vanilla + draft k=3 on one
-    # bucket, on the target and its W8A8, GPTQ and AWQ copies; round 3: one vanilla and the
-    # short draft context
-    assert [len(rounds[r]) for r in ROUNDS] == [5, 8, 2]
-    assert len({c.cell_id for c in cells}) == 15
+    # bucket, on the target and its W8A8, GPTQ and AWQ copies; round 3: one vanilla, the draft
+    # at the default setting and with the short draft context
+    assert [len(rounds[r]) for r in ROUNDS] == [5, 8, 3]
+    assert len({c.cell_id for c in cells}) == 16
     assert {c.speculator for c in cells} == {"vanilla", "ngram", "calibration",
                                              "eagle-untrained-plumbing", "draft-6l-plumbing"}
     assert {c.engine for c in cells} == {"serve"}
@@ -41,12 +41,12 @@ def test_demo_grid_shape():
     # configurations taking turns: one session per (configuration group, instance), one
     # start per configuration
     groups = grid.interleave_groups(cells)
-    assert sorted(len(g) for g in groups.values()) == [2, 2, 2, 2, 2, 2, 3]
+    assert sorted(len(g) for g in groups.values()) == [2, 2, 2, 2, 2, 3, 3]
     assert {i for g in groups.values() for i in g} == {c.cell_id for c in cells}
     planned = sessions.plan_sessions({c.cell_id: c for c in cells})
-    assert sorted(len(s.configs) for s in planned.values()) == [2, 2, 2, 2, 5]
+    assert sorted(len(s.configs) for s in planned.values()) == [2, 2, 2, 2, 6]
     assert sum(sessions.starts(s, {c.cell_id: c for c in cells}) for s in planned.values()) \
-        == len({sessions.config_id(c.server_config) for c in cells}) == 13
+        == len({sessions.config_id(c.server_config) for c in cells}) == 14
     # the calibration draft runs on the deeper target only, paired with its vanilla cell
     by_id = {c.cell_id: c for c in cells}
     pair = next(c for c in cells if c.speculator == "calibration")
@@ -62,9 +62,10 @@ def test_demo_grid_shape():
             assert by_id[cell.baseline_cell_id].is_baseline
     assert {c.request_rates for c in cells} == {()}
     spec3 = [c for c in rounds["round3"] if not c.is_baseline]
-    assert [c.setting for c in spec3] == ["draft-len-512"]
-    assert spec3[0].server_config["method_options"]["max_model_len"] == 512
-    assert "[draft-len-512]" in spec3[0].label
+    assert [c.setting for c in spec3] == ["default", "draft-len-512"]
+    assert "max_model_len" not in spec3[0].server_config["method_options"]
+    assert spec3[1].server_config["method_options"]["max_model_len"] == 512
+    assert "[draft-len-512]" in spec3[1].label
     # the demo's dynamic-K cell: the calibration pair's schedule on the deeper target
     assert [(s["target"], s["speculator"]) for s in grid.dynamic_k_specs(demo_config)] == [
         ("smollm2-135m-deep", "calibration")]
@@ -198,7 +199,7 @@ def test_a_server_setting_gets_its_own_baseline(demo_config_raw):
                 and not c.is_baseline)
     base = cells[spec.baseline_cell_id]
     assert base.server_config["args"]["enable_chunked_prefill"] is False
-    assert base.is_baseline and len(cells) == 4
+    assert base.is_baseline and len(cells) == 5
 
 
 def test_a_cell_two_rounds_share_is_measured_once(demo_config_raw):

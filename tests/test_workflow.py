@@ -176,7 +176,7 @@ def test_plan_names_the_cells_this_host_cannot_run_and_keeps_going(tmp_path):
     assert re.search(r"workflow specific profile \S*profiles/default ", output), output[:2000]
     # round 1: 5 server, 2 offline, 4 Transformers cells; round 2: (vanilla, draft) x 4
     # targets; round 3: 2
-    assert "4 of 21 cells cannot run on this host" in output
+    assert "4 of 22 cells cannot run on this host" in output
     for fmt in ("GPTQ", "AWQ"):
         assert (f"runs {fmt} int4 (smollm2-135m-{fmt.lower()}) only on CPUs with AVX-512: its "
                 "cpu_gemm_wna16 kernel is built into _C and _C_AVX512, not into _C_AVX2") in output
@@ -184,7 +184,7 @@ def test_plan_names_the_cells_this_host_cannot_run_and_keeps_going(tmp_path):
     assert len(listed) == 4 and all("-gptq" in x or "-awq" in x for x in listed)
     assert "emulated: SDBENCH_CPU_ISA=avx2" in output
     # the unsupported cells are still planned: each records why it measured nothing
-    assert job_counts(output)["cell"] == 21
+    assert job_counts(output)["cell"] == 22
     bad = snakemake("-n", workdir=tmp_path, configfile=configfile,
                     env={"SDBENCH_CPU_ISA": "sse2"}, timeout=300)
     assert bad.returncode != 0
