@@ -26,7 +26,10 @@ def synthetic_summary(tmp_path):
                 r = record(f"ng{k}", "ngram", c, base * noise * gain / c, baseline="base", k=k,
                            repeat=repeat)
                 r["metrics"].update(spec_decode_acceptance_rate=60.0,
-                                    spec_decode_acceptance_length=2.2, mean_ttft_ms=30.0)
+                                    spec_decode_acceptance_length=2.2, mean_ttft_ms=30.0,
+                                    spec_decode_num_drafts=100 // c ** 2,
+                                    spec_decode_draft_tokens=100 // c ** 2 * k,
+                                    spec_decode_accepted_tokens=60 // c ** 2 * k)
                 rows.append(r)
     write_jsonl(tmp_path / "cells.jsonl", rows)
     frame = apply_index(summarize([tmp_path / "cells.jsonl"]), None)
@@ -102,10 +105,13 @@ def test_the_points_table_shows_shares_as_percentages_and_leaves_out_what_never_
     frame, points = synthetic_summary(tmp_path)
     table = plots.points_table(points)
     spec = table[table["method"] == "ngram"]
-    # the acceptance rate (60 %) and the efficiency (speedup ÷ acceptance length, a share)
-    assert set(spec["acceptance"]) == {"60 %"}
-    assert all(text.endswith(" %") for text in spec["efficiency"])
-    assert set(table.loc[table["method"] == "vanilla", "efficiency"]) == {"–"}
+    # the acceptance rate pooled by draft count (60 % from 2 x 100 drafts; at concurrency 4
+    # from 2 x 6 drafts: too few to show) and the efficiency (speedup ÷ acceptance length)
+    assert spec.groupby("concurrency")["acceptance (pooled)"].agg(set).to_dict() == {
+        1: {"60 %"}, 4: {"– (12 drafts)"}}
+    assert set(spec["requests / output tokens / drafts"]) >= {"– / – / 200", "– / – / 12"}
+    assert all(text.endswith(" %") for text in spec["speedup ÷ acceptance length"])
+    assert set(table.loc[table["method"] == "vanilla", "speedup ÷ acceptance length"]) == {"–"}
     # nothing applies to any point (one round, no pair issue, no energy on a CPU): left out
     for absent in ("round", "pair issue", "mJ / output token", "repeats ok", "acceptance %",
                    "interval covers"):

@@ -163,3 +163,22 @@ def test_a_bucket_s_interval_is_a_ratio_s_never_below_zero():
     assert shown.startswith("1.00× [0.") and "-" not in shown
     assert ratio_interval(np.array([2.0]))[0] == pytest.approx(2.0)
     assert np.isnan(ratio_interval(np.array([2.0]))[1])
+
+
+def test_one_cell_heatmaps_become_dots_with_intervals():
+    """A heatmap whose every panel holds one cell hides the interval it could show: drawn as
+    a dot per point with its 95 % interval instead."""
+    from sdbench.report.plots import figure_text
+    from sdbench.report.round_plots import setting_heatmaps
+
+    points = pd.DataFrame({
+        "round": "round3", "setting": ["default", "draft-len-512"], "target": "t",
+        "speculator": "draft", "method": "draft_model", "k": 2, "workload": "mixed",
+        "concurrency": 4, "speedup_mean": [0.7, 0.9], "speedup_ci_low": [0.6, 0.8],
+        "speedup_ci_high": [0.8, 1.05]})
+    # two settings at one concurrency: a 2 x 1 heatmap, kept
+    assert "with 95 % intervals" not in figure_text(setting_heatmaps(points))
+    one = setting_heatmaps(points.iloc[:1])
+    assert "with 95 % intervals" in figure_text(one)
+    bars = one.axes[0].lines + one.axes[0].collections
+    assert bars  # the dot, its error bar and the line at 1

@@ -282,6 +282,12 @@ STAT_COLUMNS = ["total_token_throughput", "output_throughput", "mean_tpot_ms", "
                 "spec_decode_acceptance_length", "lossless_exact_share",
                 "lossless_token_agreement", "energy_per_output_token_j", "energy_gain",
                 "gpu_avg_power_w", "gpu_util_pct"]
+# per-measurement counts a point sums over its repeats -> its column
+COUNTS = {"completed": "requests", "total_output_tokens": "output_tokens",
+          "spec_decode_num_drafts": "drafts", "spec_decode_draft_tokens": "draft_tokens",
+          "spec_decode_accepted_tokens": "accepted_tokens"}
+
+
 def interval_covers(group: pd.DataFrame) -> str:
     """What a point's interval covers, in words: how many repeats, over how many server
     instances, with their own seeds or one."""
@@ -339,6 +345,14 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
         counts = sorted({int(n) for n in group["num_prompts"].dropna()})
         row["num_prompts"] = (counts[0] if len(counts) == 1
                               else ", ".join(map(str, counts)) if counts else None)
+        # what the point rests on, summed over its measured repeats: requests, output tokens,
+        # drafts (steps that drafted) and draft tokens proposed and accepted; the acceptance
+        # pooled by draft count (accepted ÷ proposed over every repeat, not a mean of rates)
+        for column, name in COUNTS.items():
+            row[name] = (float(ok[column].astype(float).sum()) if column in ok
+                         and ok[column].notna().any() else np.nan)
+        row["acceptance_pooled"] = (row["accepted_tokens"] / row["draft_tokens"]
+                                    if row["draft_tokens"] > 0 else np.nan)
         row["drift_flag"] = bool(group["drift_flag"].fillna(False).any())
         row["pair_issues"] = "; ".join(sorted(set(group["pair_issue"].dropna()))) or None
         if "engine_differs" in group:

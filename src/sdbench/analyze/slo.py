@@ -148,11 +148,11 @@ def frame_slos(frame: pd.DataFrame) -> list[SLO]:
 
 
 def point_stats(group: pd.DataFrame, slos: list[SLO]) -> dict:
-    """One point's SLO columns from its measurements: the mean and 95 % interval over the
-    measured repeats of goodput and goodput tokens (a Student t interval, cut at 0), the mean attainment, whether the point
-    meets the SLO (`slo_meets_<slo>`), and the goodput gain over the paired repeats (geometric
-    mean and interval, `stats.ratio_interval`; where a repeat met none of it with speculation,
-    the arithmetic mean of the ratios and no interval)."""
+    """One point's SLO columns from its measurements: the mean and 95 % interval (Student t,
+    cut at 0) over the measured repeats of goodput and goodput tokens, the mean attainment,
+    whether the point meets the SLO (`slo_meets_<slo>`), and the goodput gain over the paired
+    repeats (geometric mean and interval, `stats.ratio_interval`; where a repeat met none of it
+    with speculation, the arithmetic mean of the ratios and no interval)."""
     out: dict = {}
     measured = group[group["status"] == "ok"]
     for slo in slos:

@@ -9,6 +9,7 @@ import html
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from sdbench.analyze.aggregate import DYNAMIC_K_SETTINGS
 from sdbench.analyze.decision import (
     Claim,
     by_role,
@@ -91,6 +92,8 @@ def _role_lines(points: pd.DataFrame, role: str) -> list[str]:
         spec = spec[(spec["engine"] == "serve") & (spec["load"] == "concurrency")]
     lines = []
     labels = setting_label(spec) if len(spec) else pd.Series(dtype=object)
+    if spec["setting"].nunique() > 1:  # round 3: the server setting too
+        labels = labels + " [" + spec["setting"] + "]"
     if spec["target"].nunique() > 1:
         labels = labels + " (target " + spec["target"] + ")"
     for label, group in spec.assign(label=labels).groupby("label", sort=False):
@@ -110,10 +113,12 @@ def measured(frame: pd.DataFrame) -> str:
                       for t, q in zip(targets["target"], targets["quantization"], strict=True))
     levels = sorted({int(c) for c in frame["concurrency"].dropna()})
     methods = sorted(set(frame.loc[frame["method"] != "vanilla", "speculator"]))
+    settings = sorted(set(frame["setting"].dropna())) if "setting" in frame else []
     return (f"{len(targets)} target(s): {named}; workload(s): "
             f"{', '.join(sorted(frame['workload'].unique()))}; concurrency "
             f"{', '.join(map(str, levels)) or '–'}; against no speculation: "
-            f"{', '.join(methods) or 'nothing'}.")
+            f"{', '.join(methods) or 'nothing'}"
+            + (f"; server settings: {', '.join(settings)}" if len(settings) > 1 else "") + ".")
 
 
 def unanswered(frame: pd.DataFrame, points: pd.DataFrame, round_name: str) -> list[str]:
@@ -145,12 +150,23 @@ def unanswered(frame: pd.DataFrame, points: pd.DataFrame, round_name: str) -> li
     return notes
 
 
+def in_round(table: pd.DataFrame, round_name: str) -> pd.DataFrame:
+    """A round's rows as its report reads them: round 1 with the dynamic-K cells derived from
+    it (`plots.load_round`), round 3 without them."""
+    rows = table["round"] == round_name
+    derived = table["setting"].isin(DYNAMIC_K_SETTINGS)
+    if round_name == "round1":
+        rows |= derived
+    elif round_name == "round3":
+        rows &= ~derived
+    return table[rows]
+
+
 def bottom_line_html(frame: pd.DataFrame, points: pd.DataFrame, round_name: str,
                      heading: str = "Bottom line") -> str:
     """The bottom line of a round (HTML): deployable verdicts, then greyed blocks of pipeline
     checks and what-if cells, then what the run could not answer."""
-    frame = frame[frame["round"] == round_name] if "round" in frame else frame
-    points = points[points["round"] == round_name] if "round" in points else points
+    frame, points = in_round(frame, round_name), in_round(points, round_name)
     closed = frame[(frame["engine"] == "serve") & (frame["load"] == "concurrency")]
     parts = [f"<h2>{html.escape(heading)}</h2>",
              "<p>Deployable settings only, each verdict from a 95 % interval of the speedup "

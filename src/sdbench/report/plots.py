@@ -465,12 +465,40 @@ def max_speedup_table(points: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def one_cell_panels(spec: pd.DataFrame, panel: list[str], rows: str, columns: str) -> bool:
+    """Whether every heatmap panel (rows x columns per `panel` group) would hold one cell."""
+    return bool((spec.groupby(panel)[[rows, columns]].nunique() == 1).all(axis=None))
+
+
+def interval_dots(spec: pd.DataFrame, labels: pd.Series, title: str,
+                  metric: str = "speedup") -> plt.Figure:
+    """What a heatmap of one cell per panel would show, with what it would hide: a dot per
+    point at its mean with its 95 % interval, one row per point, and the line at 1."""
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(spec) + 1.6))
+    order = np.arange(len(spec))[::-1]
+    mean = spec[f"{metric}_mean"].to_numpy(dtype=float)
+    low = spec[f"{metric}_ci_low"].to_numpy(dtype=float)
+    high = spec[f"{metric}_ci_high"].to_numpy(dtype=float)
+    error = np.vstack([np.nan_to_num(mean - low), np.nan_to_num(high - mean)])
+    ax.errorbar(mean, order, xerr=error, fmt="o", capsize=4)
+    ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_yticks(order, list(labels))
+    ax.set_xlabel(METRIC_LABELS[metric])
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
 def speedup_heatmaps(points: pd.DataFrame, metric: str = "speedup") -> plt.Figure | None:
     """One heatmap (k x concurrency) of mean speedups per method (rows) and workload (columns)."""
     spec = speculative(points[points["round"] == "round1"])
     if spec.empty:
         return None
     column = f"{metric}_mean"
+    if one_cell_panels(spec, ["speculator", "workload"], "k", "concurrency"):
+        return interval_dots(spec, spec["speculator"] + " k=" + spec["k"].astype(str) + " | "
+                             + spec["workload"] + " | c=" + spec["concurrency"].astype(str),
+                             METRIC_LABELS[metric] + " with 95 % intervals", metric)
     speculators = sorted(spec["speculator"].unique())
     workloads = sorted(spec["workload"].unique())
     fig, axes = plt.subplots(len(speculators), len(workloads), squeeze=False,
@@ -670,17 +698,31 @@ def lossless_table(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def acceptance_plot(frame: pd.DataFrame) -> plt.Figure | None:
+    """Acceptance rate and length per setting and workload, pooled by draft count over every
+    level and repeat (accepted ÷ proposed draft tokens; 1 + accepted ÷ drafts); a setting with
+    fewer than MIN_DRAFTS drafts is left out."""
     spec = speculative(frame)
-    if spec.empty or "spec_decode_acceptance_rate" not in spec:
+    needed = {"spec_decode_accepted_tokens", "spec_decode_draft_tokens", "spec_decode_num_drafts"}
+    if spec.empty or not needed <= set(spec):
         return None
     spec = spec.assign(setting=setting_label(spec))
+    sums = spec.groupby(["setting", "workload"])[sorted(needed)].sum().reset_index()
+    sums = sums[sums["spec_decode_num_drafts"] >= MIN_DRAFTS]
+    if sums.empty:
+        return None
+    spec = sums.assign(
+        spec_decode_acceptance_rate=100 * sums["spec_decode_accepted_tokens"]
+        / sums["spec_decode_draft_tokens"],
+        spec_decode_acceptance_length=1 + sums["spec_decode_accepted_tokens"]
+        / sums["spec_decode_num_drafts"])
     fig, axes = plt.subplots(1, 2, figsize=(12, 0.5 * spec["setting"].nunique() + 2.5))
     for ax, metric in zip(axes, ("spec_decode_acceptance_rate", "spec_decode_acceptance_length"),
                           strict=True):
         sns.barplot(data=spec, y="setting", x=metric, hue="workload", ax=ax, errorbar=None)
         ax.set_xlabel(METRIC_LABELS[metric])
         ax.set_ylabel("")
-    fig.suptitle("Acceptance (all concurrency levels pooled)", fontsize=11)
+    fig.suptitle(f"Acceptance, pooled by draft count over every level and repeat (settings "
+                 f"with ≥ {MIN_DRAFTS} drafts)", fontsize=11)
     fig.tight_layout()
     return fig
 
@@ -807,10 +849,12 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
         "TPOT speedup": [with_interval(m, lo, hi) for m, lo, hi in zip(
             points["tpot_speedup_mean"], points["tpot_speedup_ci_low"],
             points["tpot_speedup_ci_high"], strict=True)],
-        "acceptance": points.get("spec_decode_acceptance_rate_mean",
-                                 pd.Series(np.nan, index=points.index)).map(percent_text),
+        "requests / output tokens / drafts": [_counts_text(r) for _, r in points.iterrows()],
+        "acceptance (pooled)": [_acceptance_text(r) for _, r in points.iterrows()],
         "acceptance length": points.get("spec_decode_acceptance_length_mean"),
-        "efficiency": points.get("efficiency", pd.Series(np.nan, index=points.index)).map(
+        # not the acceptance efficiency (acceptance length ÷ (1 + k)): a name of its own
+        "speedup ÷ acceptance length": points.get(
+            "efficiency", pd.Series(np.nan, index=points.index)).map(
             lambda v: percent_text(v, 100)),
         "mJ / output token": (points["energy_per_output_token_j_mean"] * 1000
                               if "energy_per_output_token_j_mean" in points else np.nan),
@@ -820,6 +864,29 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
     if out["round"].nunique() <= 1:
         empty.append("round")
     return out.drop(columns=empty)
+
+
+# a point's acceptance from fewer drafts than this is not shown (one request's worth of steps)
+MIN_DRAFTS = 50
+
+
+def _counts_text(row) -> str:
+    """'48 / 6,144 / 1,020': requests, output tokens and drafts over the point's repeats."""
+    values = [row.get(c) for c in ("requests", "output_tokens", "drafts")]
+    if all(v is None or pd.isna(v) for v in values):
+        return "–"
+    return " / ".join(cell_text(v) for v in values)
+
+
+def _acceptance_text(row) -> str:
+    """Accepted ÷ proposed draft tokens over every repeat of the point, "–" without drafts and
+    "(n drafts)" below MIN_DRAFTS: too few to read."""
+    drafts = row.get("drafts")
+    if drafts is None or pd.isna(drafts) or pd.isna(row.get("acceptance_pooled")):
+        return "–"
+    if drafts < MIN_DRAFTS:
+        return f"– ({int(drafts)} drafts)"
+    return percent_text(row["acceptance_pooled"], 100)
 
 
 def _status_text(row) -> str:

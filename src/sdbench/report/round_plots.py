@@ -15,7 +15,15 @@ import seaborn as sns
 from sdbench.analyze.aggregate import DYNAMIC_K_SETTINGS
 from sdbench.analyze.analysis import speculative
 from sdbench.analyze.stats import ratio_interval, verdict
-from sdbench.report.plots import METRIC_LABELS, percent_text, speedup_text, stat_text, with_interval
+from sdbench.report.plots import (
+    METRIC_LABELS,
+    interval_dots,
+    one_cell_panels,
+    percent_text,
+    speedup_text,
+    stat_text,
+    with_interval,
+)
 
 
 def bucket_order(names) -> list[str]:
@@ -47,6 +55,10 @@ def bucket_heatmaps(points: pd.DataFrame) -> plt.Figure | None:
         return None
     spec = spec.assign(target_label=target_label(spec),
                        setting=spec["speculator"] + " k=" + spec["k"].astype(str))
+    if one_cell_panels(spec, ["target_label", "setting", "dataset"], "subset", "concurrency"):
+        return interval_dots(spec, spec["target_label"] + " | " + spec["setting"] + " | "
+                             + spec["subset"] + " | c=" + spec["concurrency"].astype(str),
+                             METRIC_LABELS["speedup"] + " by bucket, with 95 % intervals")
     panels = spec[["target_label", "setting"]].drop_duplicates().values.tolist()
     tasks = sorted(spec["dataset"].unique())
     fig, axes = plt.subplots(len(panels), len(tasks), squeeze=False,
@@ -165,6 +177,10 @@ def setting_heatmaps(points: pd.DataFrame) -> plt.Figure | None:
         return None
     spec = spec.assign(panel=spec["target"] + " | " + spec["speculator"] + " k="
                        + spec["k"].astype(str) + " | " + spec["workload"])
+    if one_cell_panels(spec, ["panel"], "setting", "concurrency"):
+        return interval_dots(spec, spec["panel"] + " | " + spec["setting"] + " | c="
+                             + spec["concurrency"].astype(str),
+                             METRIC_LABELS["speedup"] + " per setting, with 95 % intervals")
     panels = sorted(spec["panel"].unique())
     fig, axes = plt.subplots(1, len(panels), squeeze=False,
                              figsize=(4.5 * len(panels) + 1,
