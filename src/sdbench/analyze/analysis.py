@@ -19,7 +19,7 @@ from scipy import optimize, special, stats
 from sdbench.analyze import engine
 from sdbench.analyze.acceptance import simulated_lengths
 from sdbench.analyze.noise import correlations, covariance, dof_text, point_noise
-from sdbench.analyze.stats import mean_interval, verdict
+from sdbench.analyze.stats import mean_interval, ratio_interval, verdict
 from sdbench.plan import grid
 
 SETTING = ["target", "workload", "speculator", "k"]
@@ -196,7 +196,7 @@ def best_settings(frame: pd.DataFrame) -> pd.DataFrame:
     """Per target, workload and concurrency: the setting with the best mean speedup over the
     repeats, speculation off (1.0) a candidate, and an estimate of it free of selection bias:
     the setting chosen on all repeats but one, evaluated on the held-out repeat (each in turn),
-    with a 95 % interval; the verdict comes from that interval. With one repeat there is no
+    with a 95 % interval (both geometric means, their intervals on the log scale); the verdict comes from that interval. With one repeat there is no
     held-out estimate and the verdict says so. Simulated cells are no candidates
     (`deployable`)."""
     rows = []
@@ -207,8 +207,9 @@ def best_settings(frame: pd.DataFrame) -> pd.DataFrame:
             label, held = _held_out(cube, level)
             speculator, _, k = label.partition(" k=")
             chosen = cube.loc[label].xs(level, level="concurrency").to_numpy()
-            mean, _, low, high = mean_interval(chosen.astype(float))
-            h_mean, _, h_low, h_high = mean_interval(np.array(held, dtype=float))
+            # geometric means and intervals on the log scale: a ratio's bound never reaches 0
+            mean, low, high = ratio_interval(chosen.astype(float))
+            h_mean, h_low, h_high = ratio_interval(np.array(held, dtype=float))
             rows.append({"target": target, "workload": workload, "concurrency": int(level),
                          "speculator": speculator, "k": int(k) if k else None,
                          "speedup_mean": mean, "speedup_ci_low": low, "speedup_ci_high": high,
