@@ -80,6 +80,11 @@ def test_points_carry_goodput_gain_and_whether_they_meet_the_slo():
     assert points.loc[("ng", 8), "slo_meets_chat"]
     assert np.isnan(points.loc[("ng", 8), "goodput_gain_chat_mean"])
     assert points.loc[("ng", 8), "goodput_tokens_chat_mean"] == pytest.approx(44.0)
+    # an engine that times no first token (offline, Transformers): no goodput, not an error
+    untimed = {cell: {key: {k: v for k, v in d.items() if k != "ttfts"}
+                      for key, d in points_.items()} for cell, points_ in _keyed(details).items()}
+    frame = with_slo_columns(add_speedups(records_frame(rows)), untimed, [slo])
+    assert frame["goodput_chat"].isna().all()
 
 
 def _keyed(details):

@@ -196,9 +196,9 @@ def best_settings(frame: pd.DataFrame) -> pd.DataFrame:
     """Per target, workload and concurrency: the setting with the best mean speedup over the
     repeats, speculation off (1.0) a candidate, and an estimate of it free of selection bias:
     the setting chosen on all repeats but one, evaluated on the held-out repeat (each in turn),
-    with a 95 % interval (both geometric means, their intervals on the log scale); the verdict comes from that interval. With one repeat there is no
-    held-out estimate and the verdict says so. Simulated cells are no candidates
-    (`deployable`)."""
+    with a 95 % interval (both geometric means, their intervals on the log scale); the
+    verdict comes from that interval. With one repeat there is no held-out estimate and the
+    verdict says so. Simulated cells are no candidates (`deployable`)."""
     rows = []
     for (target, workload), group in deployable(speculative(frame)).groupby(
             ["target", "workload"]):

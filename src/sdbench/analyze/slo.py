@@ -32,6 +32,8 @@ from sdbench.records import STOPPED, LoadPoint
 LIMITS = {"ttft_ms": "ttft", "tpot_ms": "tpot", "e2el_ms": "e2el"}
 READABLE = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2el_ms": "E2EL"}
 KEY = ["cell_id", "concurrency", "request_rate", "repeat"]
+# what a run's per-request detail needs for an SLO (a server point's, from the load generator)
+LATENCY_FIELDS = ("ttfts", "latencies", "output_lens")
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,9 @@ def slo_columns(frame: pd.DataFrame, details: dict[str, dict], slos: list[SLO]) 
                "request_rate": row.request_rate, "repeat": row.repeat}
         point = LoadPoint.of(row.concurrency, row.request_rate, row.repeat).key
         detail = details.get(row.cell_id, {}).get(point)
-        measured = row.status in ("ok", "invalid") and detail is not None
+        # (the offline engine and the Transformers reference time no first token: no SLO)
+        measured = (row.status in ("ok", "invalid") and detail is not None
+                    and all(key in detail for key in LATENCY_FIELDS))
         for slo in slos:
             values = (goodput(detail, float(row.duration), slo) if measured and
                       pd.notna(getattr(row, "duration", np.nan)) else {})
