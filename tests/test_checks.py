@@ -159,7 +159,7 @@ def test_round_settings_are_checked_against_vllm(demo_config_raw):
     raw = copy.deepcopy(demo_config_raw)
     checks.check_installed(validate_config(copy.deepcopy(raw)))
     raw["round3"]["settings"].append({"name": "typo", "server": {"enable_chunked_prefil": False}})
-    with pytest.raises(ConfigError, match=r"round3.settings\[1\] \('typo'\).server"):
+    with pytest.raises(ConfigError, match=r"round3.settings\[2\] \('typo'\).server"):
         checks.check_installed(validate_config(raw))
 
 

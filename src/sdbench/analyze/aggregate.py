@@ -39,7 +39,7 @@ from sdbench.analyze.lossless import lossless_columns, read_all_details
 from sdbench.analyze.noise import WITHIN, minimum_detectable, point_key, point_noise
 from sdbench.analyze.prompts import with_prompt_intervals
 from sdbench.analyze.slo import frame_slos, point_stats, slos_of, with_slo_columns
-from sdbench.analyze.stats import mean_interval, verdict
+from sdbench.analyze.stats import mean_interval, ratio_interval, verdict
 from sdbench.files import atomic_path
 from sdbench.plan import adaptive, grid
 from sdbench.plan.grid import prefix_caching
@@ -288,6 +288,13 @@ COUNTS = {"completed": "requests", "total_output_tokens": "output_tokens",
           "spec_decode_accepted_tokens": "accepted_tokens"}
 
 
+# ratios among STAT_COLUMNS (their interval on the log scale: a bound never at or below 0;
+# the headline speedup's comes from the pooled noise model, `with_pooled_intervals`), and the
+# columns that may be negative (the others' Student t intervals are cut at 0)
+RATIO_COLUMNS = ("total_speedup", "tpot_speedup", "energy_gain")
+SIGNED_COLUMNS = ("speedup", "output_drift")
+
+
 def interval_covers(group: pd.DataFrame) -> str:
     """What a point's interval covers, in words: how many repeats, over how many server
     instances, with their own seeds or one."""
@@ -368,7 +375,12 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
         for column in STAT_COLUMNS:
             if column not in group:
                 continue
-            mean, std, low, high = mean_interval(ok[column].astype(float).to_numpy())
+            values = ok[column].astype(float).to_numpy()
+            mean, std, low, high = mean_interval(values)
+            if column in RATIO_COLUMNS:  # a ratio: geometric mean, interval on the log scale
+                mean, low, high = ratio_interval(values)
+            elif column not in SIGNED_COLUMNS and pd.notna(low):
+                low = max(low, 0.0)  # a throughput, latency or share is never below 0
             row.update({f"{column}_mean": mean, f"{column}_std": std,
                         f"{column}_ci_low": low, f"{column}_ci_high": high})
         if slos:

@@ -16,7 +16,7 @@ import pandas as pd
 from scipy import stats
 
 from sdbench.analyze.analysis import OFF, _cube, speculative
-from sdbench.analyze.stats import ratio_interval
+from sdbench.analyze.stats import interval_number, ratio_interval
 from sdbench.plan.grid import CHECK, DEPLOYABLE, WHAT_IF
 
 ROLES = (DEPLOYABLE, CHECK, WHAT_IF)
@@ -63,9 +63,11 @@ class Claim:
     def text(self) -> str:
         if not self.supported():
             raise ValueError(f"claim '{self.direction}' for {self.subject} contradicts its "
-                             f"interval [{self.low:.2f}, {self.high:.2f}]")
+                             f"interval [{interval_number(self.low)}, "
+                             f"{interval_number(self.high)}]")
         interval = ("no interval" if pd.isna(self.low) or pd.isna(self.high)
-                    else f"95 % interval [{self.low:.2f}, {self.high:.2f}]")
+                    else f"95 % interval [{interval_number(self.low)}, "
+                    f"{interval_number(self.high)}]")
         measured = f"{self.mean:.2f}× ({interval}; {self.sample})"
         if self.direction == "gain":
             return f"{self.subject}: speculation pays, {measured}."

@@ -36,6 +36,14 @@ def ratio_interval(values: np.ndarray) -> tuple[float, float, float]:
     return float(np.exp(mean)), float(np.exp(low)), float(np.exp(high))
 
 
+def interval_number(value: float) -> str:
+    """An interval bound: two decimals, or three significant digits where two decimals would
+    read 0.00 (a ratio's bound is never 0) or the number is huge."""
+    if value != 0 and (abs(value) < 0.005 or abs(value) >= 1e5):
+        return f"{value:.3g}"
+    return f"{value:.2f}"
+
+
 NO_INTERVAL = "no clear gain (no interval: one repeat)"
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sdbench.analyze.stats import interval_number
 from sdbench.layout import SummaryTables
 from sdbench.plan import adaptive
 
@@ -127,7 +128,8 @@ def compare_designs(full: pd.DataFrame, adapt: pd.DataFrame, frame: pd.DataFrame
         if row is None or pd.isna(row["speedup_mean"]):
             return "not measured"
         return (f"{int(row['repeats_paired'])}, {row['speedup_mean']:.2f}× "
-                f"[{row['speedup_ci_low']:.2f}, {row['speedup_ci_high']:.2f}], {row['verdict']}")
+                f"[{interval_number(row['speedup_ci_low'])}, "
+                f"{interval_number(row['speedup_ci_high'])}], {row['verdict']}")
 
     lines = ["| concurrency | k | full: repeats, speedup [95 %], verdict | adaptive: repeats, "
              "speedup [95 %], verdict | why the adaptive point stopped |",

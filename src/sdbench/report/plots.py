@@ -34,6 +34,7 @@ from sdbench.analyze.analysis import (
     switch_gain,
 )
 from sdbench.analyze.noise import precision
+from sdbench.analyze.stats import interval_number
 from sdbench.plan import grid
 
 sns.set_theme(style="whitegrid", context="notebook")
@@ -361,8 +362,9 @@ def with_interval(mean: float, low: float, high: float, unit: str = "×") -> str
     if pd.isna(mean):
         return "–"
     if pd.isna(low) or pd.isna(high):
-        return f"{mean:.2f}{unit}"
-    return f"{mean:.2f}{unit} [{low:.2f}, {high:.2f}]"
+        return f"{interval_number(mean)}{unit}"
+    return (f"{interval_number(mean)}{unit} [{interval_number(low)}, "
+            f"{interval_number(high)}]")
 
 
 ENGINE_MARK = " ⚠ engine"
@@ -938,7 +940,7 @@ def _prompt_text(row) -> str:
 
 def _bound(value: float) -> str:
     """An interval bound; above MDE_SHOWN only '> 10' (one degree of freedom)."""
-    return f"> {MDE_SHOWN:g}" if value > MDE_SHOWN else f"{value:.2f}"
+    return f"> {MDE_SHOWN:g}" if value > MDE_SHOWN else interval_number(value)
 
 
 def _drift_text(row) -> str:
