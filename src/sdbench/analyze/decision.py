@@ -17,9 +17,8 @@ from scipy import stats
 
 from sdbench.analyze.analysis import OFF, _cube, speculative
 from sdbench.analyze.stats import interval_number, ratio_interval
-from sdbench.plan.grid import CHECK, DEPLOYABLE, WHAT_IF
+from sdbench.plan.grid import DEPLOYABLE
 
-ROLES = (DEPLOYABLE, CHECK, WHAT_IF)
 NO_WINNER = "no clear winner"
 
 
@@ -86,10 +85,6 @@ def direction_of(low: float, high: float) -> str:
 
 
 # --- the recommendation -------------------------------------------------------------------
-
-def _label(speculator: str, k) -> str:
-    return f"{speculator} k={int(k)}"
-
 
 def recommendations(frame: pd.DataFrame) -> pd.DataFrame:
     """Per target, workload and concurrency: the deployable setting to run, speculation off a

@@ -116,8 +116,7 @@ def slo_columns(frame: pd.DataFrame, details: dict[str, dict], slos: list[SLO]) 
             for kind, column in slo.columns().items():
                 out[column] = values.get(kind, np.nan)
         rows.append(out)
-    columns = pd.DataFrame(rows, columns=KEY + [c for s in slos for c in s.columns().values()])
-    return columns
+    return pd.DataFrame(rows, columns=KEY + [c for s in slos for c in s.columns().values()])
 
 
 def with_slo_columns(frame: pd.DataFrame, details: dict[str, dict],
