@@ -88,6 +88,12 @@ def test_report_cells_read_as_a_reader_wants_them():
     assert [plots.cell_text(v) for v in (None, np.nan, pd.NA, 5.357143, 0.454283, 12035.2,
                                          6.0, 24, 123456, True, "ngram k=3")] == [
         "–", "–", "–", "5.36", "0.454", "12,035", "6", "24", "123,456", "yes", "ngram k=3"]
+    # a concurrency: a measured level whole, an interpolated one with one decimal
+    from sdbench.analyze.stats import interval_number, level_text
+    assert [level_text(v) for v in (24.0, 5.66, 1.0)] == ["24", "5.7", "1"]
+    # an interval bound: two decimals, significant digits where those would read 0.00
+    assert [interval_number(v) for v in (1.234, 0.00123, 6.2e30)] == ["1.23", "0.00123",
+                                                                      "6.2e+30"]
     table = pd.DataFrame({"speedup": [1.5, None]}, index=pd.Index(["a", "b"], name="method"))
     html = plots.table_html(table)
     # a meaningful index becomes a column; a row counter never shows

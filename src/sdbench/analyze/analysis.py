@@ -19,7 +19,7 @@ from scipy import optimize, special, stats
 from sdbench.analyze import engine
 from sdbench.analyze.acceptance import simulated_lengths
 from sdbench.analyze.noise import correlations, covariance, dof_text, point_noise
-from sdbench.analyze.stats import mean_interval, ratio_interval, verdict
+from sdbench.analyze.stats import level_text, mean_interval, ratio_interval, verdict
 from sdbench.plan import grid
 
 SETTING = ["target", "workload", "speculator", "k"]
@@ -136,7 +136,7 @@ def _crossover_reading(levels: list[int], cross: float | None, high: float | Non
     if cross is None:
         return "above 1 at every level measured"
     where = ("from the lowest level" if cross == levels[0]
-             else f"near concurrency {cross:.1f}")
+             else f"near concurrency {level_text(cross)}")
     if high is None:
         return (f"no clear crossover: the mean falls below 1 {where}, but no level is clearly "
                 "below 1")

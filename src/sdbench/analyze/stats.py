@@ -44,6 +44,13 @@ def interval_number(value: float) -> str:
     return f"{value:.2f}"
 
 
+def level_text(value: float) -> str:
+    """A concurrency as read: a measured level whole ('24', not '24.0'), an interpolated one
+    with one decimal ('5.7')."""
+    text = f"{value:.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
 NO_INTERVAL = "no clear gain (no interval: one repeat)"
 
 

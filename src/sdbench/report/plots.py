@@ -34,7 +34,7 @@ from sdbench.analyze.analysis import (
     switch_gain,
 )
 from sdbench.analyze.noise import precision
-from sdbench.analyze.stats import interval_number
+from sdbench.analyze.stats import interval_number, level_text
 from sdbench.plan import grid
 
 sns.set_theme(style="whitegrid", context="notebook")
@@ -526,7 +526,7 @@ def speedup_heatmaps(points: pd.DataFrame, metric: str = "speedup") -> plt.Figur
 
 
 def _fmt(x) -> str:
-    return "–" if x is None or pd.isna(x) else f"{x:.1f}"
+    return "–" if x is None or pd.isna(x) else level_text(x)
 
 
 def _crossover_interval(low, high) -> str:
