@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sdbench.analyze.analysis import OFF, _cube, speculative
+from sdbench.analyze.analysis import OFF, _cube, _held_out, speculative
 from sdbench.analyze.stats import interval_number, ratio_interval
 from sdbench.plan.grid import DEPLOYABLE
 
@@ -102,19 +102,11 @@ def recommendations(frame: pd.DataFrame) -> pd.DataFrame:
         cube = _cube(group)
         prompts = group.groupby("concurrency")["num_prompts"].max()
         for level in sorted(cube.columns.get_level_values("concurrency").unique()):
-            at = cube.xs(level, axis=1, level="concurrency").dropna(how="all")
-            at = at.loc[:, at.notna().all(axis=0)]
-            means = at.apply(lambda r: ratio_interval(r.to_numpy())[0], axis=1)
-            choice = means.idxmax()
-            held = []
-            if at.shape[1] > 1:
-                for r in at.columns:
-                    rest = at.drop(columns=r)
-                    pick = rest.apply(lambda x: ratio_interval(x.to_numpy())[0], axis=1).idxmax()
-                    held.append(float(at.loc[pick, r]))
+            # chosen and held out as the best-setting analysis does (`analysis._held_out`)
+            choice, held = _held_out(cube, level)
+            at = cube.xs(level, axis=1, level="concurrency")
             gain, low, high = ratio_interval(np.array(held)) if held else (np.nan,) * 3
-            mean = float(means[choice])
-            _, c_low, c_high = ratio_interval(at.loc[choice].to_numpy())
+            mean, c_low, c_high = ratio_interval(at.loc[choice].to_numpy())
             rivals = []
             for label in at.index.drop(choice):
                 _, o_low, o_high = ratio_interval(at.loc[label].to_numpy())
