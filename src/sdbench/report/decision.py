@@ -27,7 +27,8 @@ from sdbench.report.plots import (
     with_interval,
 )
 
-# sentences about deployable settings in a bottom line (one per workload); the table has all
+# sentences about deployable settings in a bottom line (one per workload and load); the
+# recommendation table has all
 MAX_SENTENCES = 6
 GREY = ('<div class="sdbench-checks" style="color: #555; background: #f4f4f4; '
         'border-left: 4px solid #bbb; padding: 0.4em 0.8em; margin: 0.6em 0;">')
