@@ -50,3 +50,50 @@ def test_recommendation_held_out_and_no_clear_winner():
     assert table.loc[8, "verdict"] == "no clear winner"
     assert "speculation off" in table.loc[8, "rivals"]
     assert table.loc[8, "gain_ci_low"] > 0
+
+
+def _point(method, speculator, k, workload, level, role, tps, tpot, speedup=None):
+    return {"target": "t", "workload": workload, "method": method, "speculator": speculator,
+            "k": k, "concurrency": level, "role": role, "engine": "serve",
+            "load": "concurrency", "round": "round1", "setting": "default",
+            "output_throughput_mean": tps, "p90_tpot_ms_mean": tpot, "gpus": 1,
+            "speedup_mean": speedup, "speedup_ci_low": speedup and speedup * 0.9,
+            "speedup_ci_high": speedup and speedup * 1.1, "repeats_ok": 3}
+
+
+def test_a_calibration_run_shows_its_checks_in_the_front_labelled_never_mixed_with_deployable():
+    from sdbench.analyze.decision import front_points
+    from sdbench.report.decision import checks_note, front_table
+
+    checks = pd.DataFrame([
+        _point("vanilla", None, None, "w", 1, CHECK, 100, 6.0),
+        _point("vanilla", None, None, "w", 16, CHECK, 1000, 7.0),
+        _point("draft_model", "calibration", 4, "w", 1, CHECK, 240, 2.5, 2.4),
+        _point("draft_model", "calibration", 4, "w", 16, CHECK, 1900, 3.5, 1.9)])
+    # only pipeline checks: the front shows them (a calibration run still has a figure) ...
+    assert len(front_points(checks)) == 4
+    table = front_table(checks)
+    assert set(table["setting"]) == {"calibration k=4 (pipeline check)"}
+    assert isinstance(table.index, pd.RangeIndex)
+    assert "not a setting to deploy" in checks_note(checks)
+    # ... but beside a deployable setting they are left out, and no note is needed
+    mixed = pd.concat([checks, pd.DataFrame([
+        _point("vanilla", None, None, "w", 1, DEPLOYABLE, 100, 6.0),
+        _point("ngram", "ngram", 3, "w", 1, DEPLOYABLE, 120, 5.0, 1.2)])], ignore_index=True)
+    assert set(front_points(mixed)["role"]) == {DEPLOYABLE}
+    assert checks_note(mixed) == ""
+
+
+def test_the_bottom_line_gives_each_workload_its_own_line_of_levels():
+    from sdbench.report.decision import bottom_line_html
+
+    points = pd.DataFrame([_point("draft_model", "calibration", 4, w, c, CHECK, 1, 1, s)
+                           for w, gains in (("a", (2.4, 1.3)), ("b", (2.5, 1.2)))
+                           for c, s in zip((1, 64), gains, strict=True)])
+    frame = points.assign(paired=True, repeat=0, speedup=points["speedup_mean"],
+                          quantization=None, num_prompts=8)
+    html = bottom_line_html(frame, points, "round1")
+    lines = [line for line in html.split("<li>") if "calibration k=4" in line]
+    assert len(lines) == 2 and " on a — " in lines[0] and " on b — " in lines[1]
+    for line in lines:  # each level once in its line
+        assert line.count("concurrency 1:") == 1 and line.count("concurrency 64:") == 1

@@ -435,3 +435,31 @@ def test_empty_sections_are_left_out_and_listed_at_the_end():
     assert sources[-1] == (NOT_MEASURED + "\n\n- **Offline**: No offline cells.\n"
                            "- **Energy**: nothing to show.")
     assert len([c for c in cells if c.cell_type == "code"]) == 2  # Lossless's, both kept
+
+
+def test_a_filtered_tables_row_labels_are_no_column_and_tails_stand_beside_speedups(tmp_path):
+    filtered = pd.DataFrame({"a": [1, 2, 3]}).iloc[[0, 2]]
+    assert "<th>index</th>" not in plots.table_html(filtered)
+    named = pd.DataFrame({"a": [1]}, index=pd.Index(["x"], name="workload"))
+    assert "<th>workload</th>" in plots.table_html(named)
+    frame, points = synthetic_summary(tmp_path)
+    points = points.assign(median_tpot_ms_mean=6.14, p90_tpot_ms_mean=6.52,
+                           p99_tpot_ms_mean=12.3, p90_ttft_ms_mean=41.0, p99_ttft_ms_mean=88.0)
+    table = plots.points_table(points)
+    assert set(table["TPOT p50 / p90 / p99 (ms)"]) == {"6.14 / 6.52 / 12"}
+    assert set(table["TTFT p90 / p99 (ms)"]) == {"41 / 88"}
+    columns = list(table.columns)
+    assert columns.index("TPOT p50 / p90 / p99 (ms)") == columns.index("TPOT speedup") + 1
+
+
+def test_round_pages_count_the_cells_they_show():
+    """Round 1's page shows the dynamic-K cells derived from it (recorded under round 3); its
+    header counts them, and round 3's page leaves them out."""
+    from sdbench.analyze.aggregate import DYNAMIC_K_SETTINGS
+
+    derived = sorted(DYNAMIC_K_SETTINGS)[0]
+    table = pd.DataFrame({"round": ["round1", "round3", "round3"],
+                          "setting": ["default", derived, "short draft context"],
+                          "cell_id": ["a", "b", "c"]})
+    assert list(plots.in_round(table, "round1")["cell_id"]) == ["a", "b"]
+    assert list(plots.in_round(table, "round3")["cell_id"]) == ["c"]

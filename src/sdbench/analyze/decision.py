@@ -29,6 +29,18 @@ def by_role(frame: pd.DataFrame, role: str) -> pd.DataFrame:
     return frame[roles == role]
 
 
+def decision_rows(frame: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
+    """The rows a descriptive decision figure or table (the front, SLO goodput) shows, and
+    whether they are checks: deployable settings and no speculation on deployable targets;
+    where the run measured no deployable speculative setting (a calibration run), every row,
+    so the figure still shows what the pipeline measured — labelled with its role, never a
+    setting to deploy."""
+    deployable = by_role(frame, DEPLOYABLE)
+    if (deployable["method"] != "vanilla").any():
+        return deployable, False
+    return frame, True
+
+
 # --- claims -------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -152,10 +164,10 @@ def pareto_front(table: pd.DataFrame, throughput: str, latency: str) -> pd.Serie
 
 
 def front_points(points: pd.DataFrame, latency: str = "p90_tpot_ms") -> pd.DataFrame:
-    """Closed-loop server points of deployable settings (and no speculation) with output
-    tokens/s per GPU, the latency and `on_front` per target and workload."""
-    serve = points[(points["engine"] == "serve") & (points["load"] == "concurrency")]
-    serve = serve[serve["role"].fillna(DEPLOYABLE) == DEPLOYABLE] if "role" in serve else serve
+    """Closed-loop server points of deployable settings (and no speculation; `decision_rows`)
+    with output tokens/s per GPU, the latency and `on_front` per target and workload."""
+    serve, _ = decision_rows(points[(points["engine"] == "serve")
+                                    & (points["load"] == "concurrency")])
     column = f"{latency}_mean"
     if serve.empty or column not in serve:
         return pd.DataFrame()

@@ -9,10 +9,10 @@ import html
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from sdbench.analyze.aggregate import DYNAMIC_K_SETTINGS
 from sdbench.analyze.decision import (
     Claim,
     by_role,
+    decision_rows,
     direction_of,
     front_points,
     recommendations,
@@ -22,6 +22,7 @@ from sdbench.analyze.stats import ratio_interval
 from sdbench.plan.grid import CHECK, DEPLOYABLE, WHAT_IF
 from sdbench.report.plots import (
     cell_text,
+    in_round,
     level_axis,
     setting_label,
     with_interval,
@@ -30,6 +31,8 @@ from sdbench.report.plots import (
 # sentences about deployable settings in a bottom line (one per workload and load); the
 # recommendation table has all
 MAX_SENTENCES = 6
+# panels of a decision figure in one row
+PANELS_PER_ROW = 2
 GREY = ('<div class="sdbench-checks" style="color: #555; background: #f4f4f4; '
         'border-left: 4px solid #bbb; padding: 0.4em 0.8em; margin: 0.6em 0;">')
 
@@ -97,13 +100,15 @@ def _role_lines(points: pd.DataFrame, role: str) -> list[str]:
         labels = labels + " [" + spec["setting"] + "]"
     if spec["target"].nunique() > 1:
         labels = labels + " (target " + spec["target"] + ")"
-    for label, group in spec.assign(label=labels).groupby("label", sort=False):
+    # a line per setting and workload: each level once
+    for (label, workload), group in spec.assign(label=labels).groupby(["label", "workload"],
+                                                                      sort=False):
         levels = "; ".join(
             f"concurrency {int(r['concurrency'])}: "
             f"{with_interval(r['speedup_mean'], r['speedup_ci_low'], r['speedup_ci_high'])} "
             f"({_count(r['repeats_ok'], 'repeat')})"
             for _, r in group.sort_values("concurrency").iterrows())
-        lines.append(f"{label} on {', '.join(sorted(group['workload'].unique()))} — {levels}")
+        lines.append(f"{label} on {workload} — {levels}")
     return lines
 
 
@@ -149,18 +154,6 @@ def unanswered(frame: pd.DataFrame, points: pd.DataFrame, round_name: str) -> li
     if not frame_slos(points):
         notes.append("No latency target (`slo:` in the config): no goodput or SLO verdict.")
     return notes
-
-
-def in_round(table: pd.DataFrame, round_name: str) -> pd.DataFrame:
-    """A round's rows as its report reads them: round 1 with the dynamic-K cells derived from
-    it (`plots.load_round`), round 3 without them."""
-    rows = table["round"] == round_name
-    derived = table["setting"].isin(DYNAMIC_K_SETTINGS)
-    if round_name == "round1":
-        rows |= derived
-    elif round_name == "round3":
-        rows &= ~derived
-    return table[rows]
 
 
 def bottom_line_html(frame: pd.DataFrame, points: pd.DataFrame, round_name: str,
@@ -231,6 +224,34 @@ def recommendation_table(frame: pd.DataFrame, points: pd.DataFrame) -> pd.DataFr
     return out
 
 
+def role_label(frame: pd.DataFrame) -> pd.Series:
+    """A setting's name, with its role where it is no setting to deploy ("calibration k=4
+    (pipeline check)")."""
+    labels = pd.Series(setting_label(frame), index=frame.index)
+    if "role" not in frame:
+        return labels
+    roles = frame["role"].fillna(DEPLOYABLE)
+    return labels.where(roles == DEPLOYABLE, labels + " (" + roles + ")")
+
+
+def checks_note(points: pd.DataFrame) -> str:
+    """A line for the front and goodput sections of a run without a deployable speculative
+    setting: what they show instead ("" otherwise)."""
+    serve = points[(points["engine"] == "serve") & (points["load"] == "concurrency")]
+    if serve.empty or not decision_rows(serve)[1]:
+        return ""
+    return ("No deployable speculative setting was measured, so this section shows the "
+            "pipeline checks and what-if cells (their role in brackets): what the pipeline "
+            "measured, not a setting to deploy.")
+
+
+def show_checks_note(points: pd.DataFrame) -> None:
+    from IPython.display import Markdown, display
+
+    if note := checks_note(points):
+        display(Markdown(f"*{note}*"))
+
+
 # --- SLO goodput --------------------------------------------------------------------------
 
 def slo_table(points: pd.DataFrame) -> pd.DataFrame:
@@ -238,13 +259,13 @@ def slo_table(points: pd.DataFrame) -> pd.DataFrame:
     concurrency whose point meets the SLO, its goodput there, and the goodput gain over no
     speculation at that concurrency (paired by repeat)."""
     slos = frame_slos(points)
-    serve = points[(points["engine"] == "serve") & (points["load"] == "concurrency")]
-    serve = by_role(serve, DEPLOYABLE)
+    serve, _ = decision_rows(points[(points["engine"] == "serve")
+                                    & (points["load"] == "concurrency")])
     rows = []
     for slo in slos:
         meets = f"slo_meets_{slo.name}"
         for (target, workload), group in serve.groupby(["target", "workload"]):
-            group = group.assign(label=setting_label(group))
+            group = group.assign(label=role_label(group))
             for label, setting in group.groupby("label", sort=False):
                 ok = setting[setting[meets].fillna(False).astype(bool)]
                 row = {"SLO": f"{slo.name}: {slo.describe()}", "target": target,
@@ -263,47 +284,58 @@ def slo_table(points: pd.DataFrame) -> pd.DataFrame:
                             top[f"{tokens}_mean"], top[f"{tokens}_ci_low"],
                             top[f"{tokens}_ci_high"], ""),
                         "goodput gain over no speculation": (
-                            "–" if label == "vanilla" else with_interval(
+                            "–" if (setting["method"] == "vanilla").all() else with_interval(
                                 top[f"{gain}_mean"], top[f"{gain}_ci_low"],
                                 top[f"{gain}_ci_high"]))})
                 rows.append(row)
     return pd.DataFrame(rows)
 
 
+def _panels(count: int, width: float, height: float) -> tuple[plt.Figure, list]:
+    """A figure of `count` panels, at most PANELS_PER_ROW in a row (readable on a page)."""
+    columns = min(count, PANELS_PER_ROW)
+    rows = -(-count // columns)
+    fig, axes = plt.subplots(rows, columns, squeeze=False,
+                             figsize=(width * columns, height * rows))
+    flat = list(axes.flat)
+    for ax in flat[count:]:
+        ax.set_visible(False)
+    return fig, flat[:count]
+
+
 def goodput_plot(points: pd.DataFrame) -> plt.Figure | None:
     """Goodput (output tokens/s of requests meeting the SLO) against concurrency, a line per
-    setting, a panel per SLO (rows) and workload (columns); hollow markers where the point
-    misses the SLO."""
+    setting, a panel per SLO, target and workload; hollow markers where the point misses the
+    SLO."""
     slos = frame_slos(points)
-    serve = by_role(points[(points["engine"] == "serve") & (points["load"] == "concurrency")],
-                    DEPLOYABLE)
+    serve, _ = decision_rows(points[(points["engine"] == "serve")
+                                    & (points["load"] == "concurrency")])
     if not slos or serve.empty:
         return None
-    workloads = sorted(serve["workload"].unique())
-    fig, axes = plt.subplots(len(slos), len(workloads), squeeze=False,
-                             figsize=(4.6 * len(workloads), 3.4 * len(slos)))
-    serve = serve.assign(label=setting_label(serve))
-    for i, slo in enumerate(slos):
-        for j, workload in enumerate(workloads):
-            ax = axes[i][j]
-            part = serve[serve["workload"] == workload]
-            for label, line in part.groupby("label", sort=False):
-                line = line.sort_values("concurrency")
-                y = line[f"goodput_tokens_{slo.name}_mean"]
-                low = y - line[f"goodput_tokens_{slo.name}_ci_low"].fillna(y)
-                high = line[f"goodput_tokens_{slo.name}_ci_high"].fillna(y) - y
-                drawn = ax.errorbar(line["concurrency"], y, yerr=[low.clip(lower=0),
-                                                                   high.clip(lower=0)],
-                                    marker="o", capsize=3, label=label)
-                missed = ~line[f"slo_meets_{slo.name}"].fillna(False).astype(bool)
-                ax.scatter(line.loc[missed, "concurrency"], y[missed], s=60,
-                           facecolors="white", edgecolors=drawn[0].get_color(), zorder=3)
-            level_axis(ax, part["concurrency"].unique())
-            ax.set_title(f"{workload} — SLO {slo.name}", fontsize=10)
-            ax.set_xlabel("concurrency")
-            ax.set_ylabel("goodput (output tok/s within SLO)")
-            ax.set_ylim(bottom=0)
-            ax.legend(fontsize=8)
+    serve = serve.assign(label=role_label(serve))
+    panels = [(slo, key, part) for slo in slos
+              for key, part in serve.groupby(["target", "workload"])]
+    fig, axes = _panels(len(panels), 5.6, 3.8)
+    several = serve["target"].nunique() > 1
+    for ax, (slo, (target, workload), part) in zip(axes, panels, strict=True):
+        for label, line in part.groupby("label", sort=False):
+            line = line.sort_values("concurrency")
+            y = line[f"goodput_tokens_{slo.name}_mean"]
+            low = y - line[f"goodput_tokens_{slo.name}_ci_low"].fillna(y)
+            high = line[f"goodput_tokens_{slo.name}_ci_high"].fillna(y) - y
+            drawn = ax.errorbar(line["concurrency"], y, yerr=[low.clip(lower=0),
+                                                               high.clip(lower=0)],
+                                marker="o", capsize=3, label=label)
+            missed = ~line[f"slo_meets_{slo.name}"].fillna(False).astype(bool)
+            ax.scatter(line.loc[missed, "concurrency"], y[missed], s=60,
+                       facecolors="white", edgecolors=drawn[0].get_color(), zorder=3)
+        level_axis(ax, part["concurrency"].unique())
+        ax.set_title(f"{workload}{f' ({target})' if several else ''} — SLO {slo.name}",
+                     fontsize=10)
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel("goodput (output tok/s within SLO)")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
     fig.suptitle("Goodput: output tokens/s of requests meeting each SLO "
                  "(hollow: the point misses it)", fontsize=11)
     fig.tight_layout()
@@ -322,11 +354,11 @@ def front_plot(points: pd.DataFrame, latency: str = "p90_tpot_ms") -> plt.Figure
     if table.empty:
         return None
     panels = list(table.groupby(["target", "workload"]))
-    fig, axes = plt.subplots(1, len(panels), squeeze=False, figsize=(5.6 * len(panels), 4.2))
+    fig, axes = _panels(len(panels), 5.6, 4.2)
     names = {"p90_tpot_ms": "TPOT p90 (ms)", "mean_tpot_ms": "mean TPOT (ms)",
              "median_tpot_ms": "TPOT p50 (ms)"}
-    for ax, ((target, workload), part) in zip(axes[0], panels, strict=True):
-        part = part.assign(label=setting_label(part))
+    for ax, ((target, workload), part) in zip(axes, panels, strict=True):
+        part = part.assign(label=role_label(part))
         for label, line in part.groupby("label", sort=False):
             line = line.sort_values("concurrency")
             ax.plot(line["latency"], line["throughput_per_gpu"], marker="o", label=label)
@@ -356,7 +388,8 @@ def front_table(points: pd.DataFrame, latency: str = "p90_tpot_ms") -> pd.DataFr
     front = table[table["on_front"]].sort_values(["target", "workload", "latency"])
     return pd.DataFrame({
         "target": front["target"], "workload": front["workload"],
-        "setting": setting_label(front), "concurrency": front["concurrency"],
+        "setting": role_label(front), "concurrency": front["concurrency"],
         "output tok/s per GPU": front["throughput_per_gpu"].round(1),
-        "TPOT p90 (ms)" if latency == "p90_tpot_ms" else latency: front["latency"].round(1)})
+        "TPOT p90 (ms)" if latency == "p90_tpot_ms" else latency: front["latency"].round(1)}
+    ).reset_index(drop=True)
 

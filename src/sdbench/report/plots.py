@@ -86,7 +86,10 @@ def header_text(column) -> str:
 def table_html(table: pd.DataFrame) -> str:
     """A report table: no row numbers (a meaningful index becomes columns), every cell through
     `cell_text`, and a wide table scrolls inside the page instead of widening it."""
-    shown = table if isinstance(table.index, pd.RangeIndex) else table.reset_index()
+    # an unnamed index is row labels left over from a filter, never a column
+    unnamed = all(name is None for name in table.index.names)
+    shown = (table if isinstance(table.index, pd.RangeIndex)
+             else table.reset_index(drop=unnamed))
     shown = shown.astype(object).apply(lambda column: column.map(cell_text))
     # the columns' own name (a pivot's "bucket") would head a column of its own, over nothing
     shown.columns.name = None
@@ -188,17 +191,27 @@ class RoundData:
     cards: dict[str, dict | None]
 
 
+def in_round(table: pd.DataFrame, round_name: str) -> pd.DataFrame:
+    """A round's rows as its report reads them: round 1 with the dynamic-K cells derived from
+    it, round 3 without them (they are recorded under round 3 but compared in round 1)."""
+    rows = table["round"] == round_name
+    derived = table["setting"].isin(DYNAMIC_K_SETTINGS)
+    if round_name == "round1":
+        rows |= derived
+    elif round_name == "round3":
+        rows &= ~derived
+    return table[rows]
+
+
 def load_round(round_name: str, summary: str, points: str, buckets: str, schedules: str,
                cards: str) -> RoundData:
     """One round's tables (the arguments: the summary stage's files, as the report rule and
     the notebooks' parameters name them)."""
     measurements = pd.read_parquet(summary)
     all_frame = measurements[measurements["round"] == round_name]
-    every_point = pd.read_parquet(points)
-    in_round = every_point["round"] == round_name
-    if round_name == "round1":  # and the dynamic-K cells derived from it
-        in_round |= every_point["setting"].isin(DYNAMIC_K_SETTINGS)
-    all_points = every_point[in_round]
+    if round_name == "round3":  # the dynamic-K cells belong to round 1's report
+        all_frame = in_round(all_frame, round_name)
+    all_points = in_round(pd.read_parquet(points), round_name)
     per_bucket = pd.read_parquet(buckets)
     per_bucket = select(per_bucket[per_bucket["round"] == round_name], load="concurrency")
     frame = select(all_frame, load="concurrency")
@@ -214,7 +227,10 @@ def load_round(round_name: str, summary: str, points: str, buckets: str, schedul
 def round_header(data: RoundData, study: str) -> str:
     """The report's first line (Markdown): cells, points, measurements, repeats, targets and
     workloads of the round."""
-    frame, points = data.all_frame, data.all_points
+    points = data.all_points
+    # the measurements of the points shown: round 1's include the dynamic-K cells derived
+    # from it (`load_round`), so cells, points and measurements count the same cells
+    frame = data.summary[data.summary["cell_id"].isin(points["cell_id"])]
     repeats = sorted({int(n) for n in points["repeats"].dropna()}) if "repeats" in points else []
     return (f"**Study:** {study} — {frame['cell_id'].nunique()} cells, {len(points)} points, "
             f"{len(frame)} measurements ({measurement_counts(frame)}), "
@@ -851,6 +867,11 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
         "TPOT speedup": [with_interval(m, lo, hi) for m, lo, hi in zip(
             points["tpot_speedup_mean"], points["tpot_speedup_ci_low"],
             points["tpot_speedup_ci_high"], strict=True)],
+        # the tails beside the speedups: what the slowest users wait (means over repeats)
+        "TPOT p50 / p90 / p99 (ms)": [_percentiles_text(r, "tpot", ("median", "p90", "p99"))
+                                      for _, r in points.iterrows()],
+        "TTFT p90 / p99 (ms)": [_percentiles_text(r, "ttft", ("p90", "p99"))
+                                for _, r in points.iterrows()],
         "requests / output tokens / drafts": [_counts_text(r) for _, r in points.iterrows()],
         "acceptance (pooled)": [_acceptance_text(r) for _, r in points.iterrows()],
         "acceptance length": points.get("spec_decode_acceptance_length_mean"),
@@ -870,6 +891,16 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
 
 # a point's acceptance from fewer drafts than this is not shown (one request's worth of steps)
 MIN_DRAFTS = 50
+
+
+def _percentiles_text(row, latency: str, which: tuple[str, ...]) -> str:
+    """'6.1 / 6.5 / 7.2': a latency's percentiles of a point in ms (means over repeats), "–"
+    where the point has none (offline, Transformers)."""
+    values = [row.get(f"{p}_{latency}_ms_mean") for p in which]
+    if all(v is None or pd.isna(v) for v in values):
+        return "–"
+    return " / ".join("–" if v is None or pd.isna(v) else f"{v:.3g}" if v < 10 else f"{v:.0f}"
+                      for v in values)
 
 
 def _counts_text(row) -> str:

@@ -43,10 +43,6 @@ def target_label(points: pd.DataFrame) -> pd.Series:
     return points["target"] + " (" + quant.astype(str) + ")"
 
 
-def in_round(frame: pd.DataFrame, round_name: str) -> pd.DataFrame:
-    return frame[frame["round"] == round_name]
-
-
 def bucket_heatmaps(points: pd.DataFrame) -> plt.Figure | None:
     """Mean speedup per prompt/output bucket (rows) x concurrency (columns): one panel per
     target (rows of panels) and task (columns), per method and k."""
