@@ -179,6 +179,23 @@ def test_index_lists_cells_with_status_and_problems(tmp_path, demo_config):
     assert cells[1].cell_id in problems  # the interrupted one
 
 
+def test_points_the_rule_stopped_are_no_problem_in_the_index(tmp_path):
+    from sdbench.report.pages import problem_points, stopped_points
+
+    summary = pd.DataFrame({
+        "cell_id": ["a", "a", "a", "b"], "status": ["ok", "stopped", "stopped", "invalid"],
+        "concurrency": [1, 1, 1, 4], "request_rate": [None] * 4, "repeat": [0, 1, 2, 0],
+        "engine": ["serve"] * 4, "error": [None, "stopped after 1 of 3 repeats: settled",
+                                           "stopped after 1 of 3 repeats: settled", "2 failed"],
+        "speculator": ["ngram"] * 4, "k": [3] * 4, "target": ["t"] * 4, "workload": ["w"] * 4})
+    assert [p["cell_id"] for p in problem_points(summary)] == ["b"]
+    assert stopped_points(summary) == 2
+    out = tmp_path / "index.html"
+    write_index("demo", {}, [], out, stopped=stopped_points(summary))
+    assert "2 points (a load level's repeat) not measured because the adaptive rule" in (
+        out.read_text())
+
+
 def test_a_kernel_that_dies_at_start_is_started_again(tmp_path, monkeypatch):
     import papermill
 

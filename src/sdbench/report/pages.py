@@ -25,7 +25,7 @@ from sdbench.plan.config import REPO_ROOT
 from sdbench.plan.grid import Cell
 from sdbench.plan.hostcaps import UNSUPPORTED
 from sdbench.plan.settings import settings
-from sdbench.records import LoadPoint, RecordError, read_records
+from sdbench.records import STOPPED, LoadPoint, RecordError, read_records
 from sdbench.report.decision import bottom_line_html
 from sdbench.report.plots import EMPTY_MARK
 
@@ -247,12 +247,13 @@ def _row(values, css: str = "") -> str:
 def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str]],
                 out: str | Path, problem_points: list[dict] | None = None,
                 note: str = "", jobs: list[dict] | None = None,
-                unpinned: list[str] | None = None, bottom_line: str = "") -> None:
+                unpinned: list[str] | None = None, bottom_line: str = "",
+                stopped: int = 0) -> None:
     """reports: {title: relative link}; cells: [(cell, path of its records file)];
     problem_points: failed or invalid points (from the summary) to list at the top; jobs:
     failed data and model jobs (`failed_jobs`); unpinned: hub downloads on a moving revision
     (`lock.unpinned`); bottom_line: the rounds' bottom lines (HTML, `index_bottom_line`),
-    first on the page."""
+    first on the page; stopped: points the adaptive rule stopped (`stopped_points`)."""
     links = "\n".join(f'<li><a href="{html.escape(href)}">{html.escape(title)}</a></li>'
                       for title, href in reports.items())
     rows, problems, counts = [], [], {}
@@ -292,6 +293,11 @@ def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str
         "points that failed or are invalid.</p><table><tr><th>cell</th><th>what</th>"
         "<th>status</th><th>why</th></tr>" + "\n".join(problems) + "</table>"
     ) if problems else "<p>No failed jobs, cells or points; every cell ran on this host.</p>"
+    if stopped:
+        problem_table += (
+            f"<p>{stopped} point{'s' if stopped > 1 else ''} (a load level's repeat) not "
+            "measured because the adaptive rule stopped them once their answer was known: no "
+            "problem; each round's section \u201cMeasurement spent\u201d says why.</p>")
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(study)}: reports</title>
 <style>{_STYLE}</style></head><body>
@@ -339,14 +345,20 @@ def _unpinned_note(unpinned: list[str] | None) -> str:
 
 def problem_points(frame) -> list[dict]:
     """Failed or invalid points of a summary table, for the index (unsupported points are
-    listed with their cell)."""
-    bad = frame[~frame["status"].isin(["ok", UNSUPPORTED])].drop_duplicates(
+    listed with their cell; points the adaptive rule stopped are no problem: `stopped_points`)."""
+    bad = frame[~frame["status"].isin(["ok", UNSUPPORTED, STOPPED])].drop_duplicates(
         ["cell_id", "concurrency", "request_rate", "repeat"])
     return [{"cell_id": r.cell_id, "status": r.status, "error": r.error,
              "level": LoadPoint.of(r.concurrency, r.request_rate, r.repeat, r.engine).level,
              "label": f"{r.speculator}{'' if pd.isna(r.k) else f' k={int(r.k)}'} | "
                       f"{r.target} | {r.workload}"}
             for r in bad.itertuples()]
+
+
+def stopped_points(frame) -> int:
+    """How many points (repeats of a load level) of a summary table the adaptive rule stopped."""
+    stopped = frame[frame["status"] == STOPPED]
+    return len(stopped.drop_duplicates(["cell_id", "concurrency", "request_rate", "repeat"]))
 
 
 def salvage(config: dict, cells: list[tuple[Cell, str]], reports: dict[str, str],
@@ -362,6 +374,7 @@ def salvage(config: dict, cells: list[tuple[Cell, str]], reports: dict[str, str]
     (lossless check); index: rounds and settings of the cells (aggregate.apply_index);
     schedules: the dynamic-K schedule files (those that exist are read)."""
     points: list[dict] = []
+    stopped = 0
     tables = SummaryTables.of_run(incomplete=True)
     try:
         complete = [o for _, o in cells if Path(o).exists()]
@@ -373,6 +386,7 @@ def salvage(config: dict, cells: list[tuple[Cell, str]], reports: dict[str, str]
                                     [s for s in schedules if Path(s).exists()])
             summary = tables.summary
             points = problem_points(frame)
+            stopped = stopped_points(frame)
     except Exception as exc:  # the reports below still say what happened
         summary = None
         print(f"sdbench: could not summarize the failed run's records: {exc}", file=sys.stderr)
@@ -400,7 +414,8 @@ def salvage(config: dict, cells: list[tuple[Cell, str]], reports: dict[str, str]
     try:
         write_index(config["study"], reports, cells, layout.report_page("index.html"), points,
                     note=" This run had failed jobs: the reports show what was measured.",
-                    jobs=failed_jobs(config), unpinned=lock.unpinned(config))
+                    jobs=failed_jobs(config), unpinned=lock.unpinned(config),
+                    stopped=stopped)
         print("sdbench: reports of the incomplete run: reports/index.html", file=sys.stderr)
     except Exception as exc:  # the run's own error is what matters; report this one briefly
         print(f"sdbench: could not write the index of the failed run: {exc}", file=sys.stderr)
