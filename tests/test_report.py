@@ -480,3 +480,14 @@ def test_round_pages_count_the_cells_they_show():
                           "cell_id": ["a", "b", "c"]})
     assert list(plots.in_round(table, "round1")["cell_id"]) == ["a", "b"]
     assert list(plots.in_round(table, "round3")["cell_id"]) == ["c"]
+
+
+def test_the_index_lists_the_dynamic_k_cells_with_round_1_whose_report_reads_them(
+        tmp_path, demo_config):
+    from sdbench.plan import grid
+
+    placeholder = grid.dynamic_k_placeholder(demo_config, grid.dynamic_k_specs(demo_config)[0])
+    out = tmp_path / "index.html"
+    write_index("demo", {}, [(placeholder, tmp_path / "derived.jsonl")], out)
+    row = out.read_text().split("<h2>Cells")[1].split("</tr>")[1]
+    assert "<td>round1 (dynamic K)</td>" in row and "round3" not in row

@@ -675,12 +675,16 @@ def dynamic_k_repeats(config: dict) -> dict[str, int]:
     return out
 
 
+# the cell id of a derived dynamic-K cell before its schedule is known (listings)
+DERIVED_ID = "derived"
+
+
 def dynamic_k_placeholder(config: dict, spec: dict) -> Cell:
     """The derived cell before its schedule is known (for listings): id 'derived'."""
     method = dynamic_k_method(config, spec)
     server = server_config(config, spec["target"], method.method, None, method.draft,
                            thawed(method.options))
-    return Cell("derived", "round3", f"{spec['speculator']}{DERIVED_ARM}", server,
+    return Cell(DERIVED_ID, "round3", f"{spec['speculator']}{DERIVED_ARM}", server,
                 workload_spec(config, spec["workload"]), None,
                 settings(config).rounds["round1"].concurrency, spec["repeats"],
                 instances=spec["instances"], blocks=config_blocks(config))

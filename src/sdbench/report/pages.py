@@ -262,7 +262,10 @@ def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str
         counts[status] = counts.get(status, 0) + 1
         server = cell.server_config
         method = cell.speculator + ("" if cell.engine == "serve" else f" ({cell.engine})")
-        fields = (cell.round, server["target"]["name"], cell.workload["name"], method,
+        # the dynamic-K cells are recorded under round 3 but read in round 1's report
+        shown_round = ("round1 (dynamic K)" if cell.cell_id == grid.DERIVED_ID
+                       else cell.round)
+        fields = (shown_round, server["target"]["name"], cell.workload["name"], method,
                   server["num_speculative_tokens"] or "",
                   ", ".join([*map(str, cell.concurrency),
                              *(f"{r:g}/s" for r in cell.request_rates)]),
