@@ -56,6 +56,9 @@ def test_max_speedup_table_names_k_concurrency_and_interval(tmp_path):
     _, points = synthetic_summary(tmp_path)
     cell = plots.max_speedup_table(points).loc["ngram", "w"]
     assert cell.startswith("1.40× [") and cell.endswith("(k=2, c=1)")
+    # a method that is no setting to deploy says so where its best number stands
+    checked = plots.max_speedup_table(points.assign(role="pipeline check"))
+    assert list(checked.index) == ["ngram (pipeline check)"]
 
 
 def test_round1_report_is_offline_html_without_code(tmp_path, repo):

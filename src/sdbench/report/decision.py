@@ -24,6 +24,7 @@ from sdbench.report.plots import (
     cell_text,
     in_round,
     level_axis,
+    role_marks,
     setting_label,
     with_interval,
 )
@@ -227,11 +228,7 @@ def recommendation_table(frame: pd.DataFrame, points: pd.DataFrame) -> pd.DataFr
 def role_label(frame: pd.DataFrame) -> pd.Series:
     """A setting's name, with its role where it is no setting to deploy ("calibration k=4
     (pipeline check)")."""
-    labels = pd.Series(setting_label(frame), index=frame.index)
-    if "role" not in frame:
-        return labels
-    roles = frame["role"].fillna(DEPLOYABLE)
-    return labels.where(roles == DEPLOYABLE, labels + " (" + roles + ")")
+    return pd.Series(setting_label(frame), index=frame.index) + role_marks(frame)
 
 
 def checks_note(points: pd.DataFrame) -> str:

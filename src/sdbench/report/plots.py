@@ -282,6 +282,15 @@ def method_names(frame: pd.DataFrame, suffix: pd.Series | str = "") -> pd.Series
         index=frame.index)
 
 
+def role_marks(frame: pd.DataFrame) -> pd.Series:
+    """" (pipeline check)" or " (what-if)" for rows of cells that are no setting to deploy
+    (`grid.cell_role`), "" for the others."""
+    roles = (frame["role"].fillna(grid.DEPLOYABLE) if "role" in frame
+             else pd.Series(grid.DEPLOYABLE, index=frame.index))
+    return pd.Series(np.where(roles == grid.DEPLOYABLE, "", " (" + roles + ")"),
+                     index=frame.index)
+
+
 def setting_label(frame: pd.DataFrame) -> pd.Series:
     """"<method> k=<k>" of each row ("vanilla" without speculation), simulated ones marked."""
     k = frame["k"].astype("Int64").astype(str)
@@ -470,14 +479,15 @@ def verdict_text(verdict, mde) -> str | None:
 
 def max_speedup_table(points: pd.DataFrame) -> pd.DataFrame:
     """Method x workload: the best mean speedup (95 % interval) and the k and concurrency that
-    reached it."""
+    reached it; a method that is no setting to deploy says its role."""
     spec = speculative(points[points["round"] == "round1"])
     if spec.empty:
         return pd.DataFrame()
     best = spec.loc[spec.groupby(["speculator", "workload"])["speedup_mean"].idxmax()]
     best = best.assign(cell=[f"{speedup_text(r)} (k={int(r['k'])}, c={int(r['concurrency'])})"
-                             for _, r in best.iterrows()])
-    table = best.pivot(index="speculator", columns="workload", values="cell")
+                             for _, r in best.iterrows()],
+                       name=best["speculator"] + role_marks(best))
+    table = best.pivot(index="name", columns="workload", values="cell")
     table.columns.name = None
     table.index.name = "method"
     return table
