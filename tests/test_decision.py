@@ -97,3 +97,18 @@ def test_the_bottom_line_gives_each_workload_its_own_line_of_levels():
     assert len(lines) == 2 and " on a — " in lines[0] and " on b — " in lines[1]
     for line in lines:  # each level once in its line
         assert line.count("concurrency 1:") == 1 and line.count("concurrency 64:") == 1
+
+
+def test_what_round_2_could_not_answer_is_said():
+    from sdbench.report.decision import unanswered
+
+    frame = pd.DataFrame({"workload": ["news_0.25k"] * 2, "target": ["t", "t"],
+                          "quantization": [None, None], "method": ["vanilla", "ngram"],
+                          "role": [DEPLOYABLE] * 2, "concurrency": [1, 4]})
+    notes = " ".join(unanswered(frame, pd.DataFrame(), "round2"))
+    assert "one length bucket (news_0.25k): no comparison across context lengths" in notes
+    assert "one target (t)" in notes and "No quantized" in notes
+    wider = pd.concat([frame, frame.assign(workload="news_1k", target="t-awq",
+                                           quantization="awq")])
+    assert unanswered(wider, pd.DataFrame(), "round2") == [
+        "No latency target (`slo:` in the config): no goodput or SLO verdict."]

@@ -136,6 +136,10 @@ def unanswered(frame: pd.DataFrame, points: pd.DataFrame, round_name: str) -> li
         notes.append("No deployable speculative method was measured: nothing here is a "
                      "setting to run.")
     if round_name == "round2":
+        buckets = sorted(frame["workload"].unique())
+        if len(buckets) < 2:
+            notes.append(f"Round 2 measured one length bucket ({', '.join(buckets)}): no "
+                         "comparison across context lengths.")
         targets = sorted(frame["target"].unique())
         if len(targets) < 2:
             notes.append(f"Round 2 measured one target ({', '.join(targets)}): no comparison "
