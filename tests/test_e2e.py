@@ -434,8 +434,8 @@ NOT_DEPLOYABLE = ("calibration", "plumbing", "untrained", "simulated")
 
 def assert_honest_page(page: str) -> None:
     """What a rendered report must never show: an empty section, a ratio interval with a bound
-    at or below 0, a raw column name, a fractional concurrency, or a pipeline check or what-if
-    cell among a bottom line's verdicts."""
+    at or below 0, a raw column name, a fractional concurrency, a warning printed by its code,
+    or a pipeline check or what-if cell among a bottom line's verdicts."""
     body = re.sub(r"<(head|style|script)[^>]*>.*?</\1>", " ", page, flags=re.S)
     sections = re.split(r"<h2[^>]*>", body)[1:]
     for section in sections:
@@ -450,6 +450,7 @@ def assert_honest_page(page: str) -> None:
                 "speedup_ci_low"):
         assert raw not in text, raw
     assert not re.search(r"(concurrency|c =|c=)\s*\d+\.0\b", text), "fractional concurrency"
+    assert "application/vnd.jupyter.stderr" not in page, "a warning printed on the page"
     for line in re.findall(r"<h2>Bottom line.*?</h2>.*?<ul>(.*?)</ul>", body, flags=re.S):
         for name in NOT_DEPLOYABLE:
             assert name not in line, f"{name} in a bottom line"

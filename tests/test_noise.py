@@ -92,3 +92,16 @@ def test_the_crossover_and_the_switch_gain_intervals_cover(design, scenario):
     result = run_derived(design, scenario, DERIVED_STUDIES)
     assert 0.92 <= result["crossover coverage"] <= 0.98, result
     assert 0.92 <= result["switch gain coverage"] <= 0.98, result
+
+
+def test_precision_of_points_without_spread_warns_nothing_a_report_would_print():
+    """One unit per point (a repeat on one server): no spread to take a median of; the table
+    says so with blanks, and numpy's all-NaN warning never reaches a report page."""
+    import warnings
+
+    from sdbench.analyze.noise import _median
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(_median(pd.Series([np.nan, np.nan])))
+        assert _median(pd.Series([np.nan, 0.2, 0.4])) == pytest.approx(0.3)

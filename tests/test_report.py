@@ -494,3 +494,17 @@ def test_the_index_lists_the_dynamic_k_cells_with_round_1_whose_report_reads_the
     write_index("demo", {}, [(placeholder, tmp_path / "derived.jsonl")], out)
     row = out.read_text().split("<h2>Cells")[1].split("</tr>")[1]
     assert "<td>round1 (dynamic K)</td>" in row and "round3" not in row
+
+
+def test_what_a_report_cell_prints_to_stderr_goes_to_the_log_not_the_page(capsys):
+    import nbformat
+
+    from sdbench.report.pages import without_stderr
+
+    cell = nbformat.v4.new_code_cell("")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stderr",
+                                           text="RuntimeWarning: All-NaN slice encountered"),
+                    nbformat.v4.new_output("stream", name="stdout", text="a table")]
+    notebook = without_stderr(nbformat.v4.new_notebook(cells=[cell]))
+    assert [o["name"] for o in notebook.cells[0].outputs] == ["stdout"]
+    assert "All-NaN slice" in capsys.readouterr().err

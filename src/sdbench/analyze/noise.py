@@ -328,6 +328,13 @@ def _units_needed(var: float, points: int, half_width: float) -> int | None:
     return None
 
 
+def _median(values: pd.Series) -> float:
+    """The median of the finite values, NaN where there is none (one unit: no spread) —
+    without numpy's all-NaN warning, which a report would print."""
+    finite = values.dropna()
+    return float(finite.median()) if len(finite) else np.nan
+
+
 def precision(frame: pd.DataFrame) -> pd.DataFrame:
     """The variance components this run measured, per engine, target, method and level, and
     the design that would resolve ±5 % and ±10 %: one row per class of speculative points.
@@ -345,17 +352,17 @@ def precision(frame: pd.DataFrame) -> pd.DataFrame:
         within_df = group["df_within"].sum()
         within = group["ss_within"].sum() / within_df if within_df else np.nan
         per = int(first["per_unit"])
-        var = float(np.nanmedian(group["unit_var"]))
+        var = _median(group["unit_var"])
         between = (max(0.0, var - within / per) if np.isfinite(within) and
                    first["kind"] != WITHIN else np.nan)
         side = sides.get(_level(dict(zip(CLASS, key[:-1], strict=True))), {})
         # a repeat measures both sides: the speculative run and its baseline's
-        seconds = np.nanmean([duration.get(point_key(c, k, r), np.nan)
-                              + duration.get(point_key(b, k, r), np.nan)
-                              for c, b, k, r in zip(group["cell_id"], group["baseline"],
-                                                    group["concurrency"],
-                                                    group["request_rate"], strict=True)]
-                             or [np.nan])
+        seconds = float(pd.Series([duration.get(point_key(c, k, r), np.nan)
+                                   + duration.get(point_key(b, k, r), np.nan)
+                                   for c, b, k, r in zip(group["cell_id"], group["baseline"],
+                                                         group["concurrency"],
+                                                         group["request_rate"], strict=True)],
+                                  dtype=float).mean())
         row = {**dict(zip(CLASS + ["unit"], key, strict=True)), "points": len(group),
                "repeats per point": int(group["n"].median()),
                "units per point": int(group["units"].median()), "repeats per unit": per,
@@ -365,7 +372,7 @@ def precision(frame: pd.DataFrame) -> pd.DataFrame:
                else np.nan,
                "baseline within sd": float(np.sqrt(side.get("baseline within", np.nan))),
                "baseline between sd": float(np.sqrt(side.get("baseline between", np.nan))),
-               "mde": float(np.nanmedian(group["mde"]))}
+               "mde": _median(group["mde"])}
         for half in (0.05, 0.10):
             units = _units_needed(var, len(group), half)
             row[f"units for ±{half:.0%}"] = units

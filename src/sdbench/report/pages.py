@@ -104,6 +104,21 @@ def fold_empty_sections(notebook):
     return notebook
 
 
+def without_stderr(notebook):
+    """The notebook without what its code printed to stderr (library warnings): it goes to
+    this process's stderr, the report job's log, never onto the page a team reads."""
+    for cell in notebook.cells:
+        outputs = cell.get("outputs", [])
+        for output in outputs:
+            if output.get("output_type") == "stream" and output.get("name") == "stderr":
+                print(f"sdbench: report cell printed: {output.get('text', '').strip()}",
+                      file=sys.stderr)
+        if outputs:
+            cell.outputs = [o for o in outputs if not (o.get("output_type") == "stream"
+                                                       and o.get("name") == "stderr")]
+    return notebook
+
+
 def notebook_to_html(executed: str | Path, html_out: str | Path, title: str) -> None:
     import nbformat
     from nbconvert import HTMLExporter
@@ -111,7 +126,8 @@ def notebook_to_html(executed: str | Path, html_out: str | Path, title: str) -> 
     exporter = HTMLExporter(template_name="lab", template_file=str(OFFLINE_TEMPLATE),
                             exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True, embed_images=True)
-    notebook = fold_empty_sections(nbformat.read(str(executed), as_version=4))
+    notebook = fold_empty_sections(without_stderr(nbformat.read(str(executed),
+                                                               as_version=4)))
     body, _ = exporter.from_notebook_node(notebook, resources={"metadata": {"name": title}})
     atomic_write_text(html_out, body)
 
