@@ -108,7 +108,9 @@ def test_mixed_workload_is_split_by_bucket(tmp_path):
     assert (data["round"] == "round3").all() and (data["cell_id"] == "spec").all()
     table = round_plots.bucket_speedup_table(raw)
     assert list(table.columns) == ["0.25k", "1k"]
-    assert table.iloc[0]["1k"] == "0.80×"
+    # one repeat of 2 requests: the sample it rests on, beside the number
+    assert table.iloc[0]["1k"] == "0.80× (1 × 2 req)"
+    assert (data["requests"] == 2).all()
     assert np.isfinite(data["tpot_speedup"]).all()
 
 

@@ -29,7 +29,7 @@ from sdbench.records import LoadPoint
 # a row per (measurement, bucket); round, engine and load select a report's rows, as in the
 # measurements table
 BUCKET_COLUMNS = ["round", "cell_id", "engine", "load", "setting", "speculator", "k", "target",
-                  "workload", "concurrency", "repeat", "bucket", "tpot_speedup"]
+                  "workload", "concurrency", "repeat", "bucket", "tpot_speedup", "requests"]
 
 
 def prompt_sets(workloads) -> list[str]:
@@ -102,9 +102,9 @@ def _buckets(dataset: str, subset: str, card: dict | None, root: Path) -> list[s
             (json.loads(line) for line in path.read_text().splitlines() if line)]
 
 
-def _tpot_by_bucket(detail: dict, buckets: list) -> dict[str, float]:
-    """Mean time per output token (after the first) of the requests of each bucket; requests
-    are in prompt-file order (the workload is sent unshuffled)."""
+def _tpot_by_bucket(detail: dict, buckets: list) -> dict[str, list[float]]:
+    """Time per output token (after the first) of each request of each bucket; requests are
+    in prompt-file order (the workload is sent unshuffled)."""
     per: dict[str, list[float]] = {}
     for i, (latency, ttft, out_len, err) in enumerate(zip(
             detail["latencies"], detail["ttfts"], detail["output_lens"], detail["errors"],
@@ -112,15 +112,15 @@ def _tpot_by_bucket(detail: dict, buckets: list) -> dict[str, float]:
         if err or out_len is None or out_len < 2 or i >= len(buckets) or buckets[i] is None:
             continue
         per.setdefault(buckets[i], []).append((latency - ttft) / (out_len - 1))
-    return {b: float(np.mean(v)) for b, v in per.items()}
+    return per
 
 
 def bucket_speedups(frame: pd.DataFrame, details: dict[str, dict],
                     cards: dict[str, dict | None], root: str | Path = ".") -> pd.DataFrame:
     """TPOT speedup (baseline TPOT ÷ TPOT) per bucket of a prompt set sent in order, paired by
-    repeat, from the per-request detail (`details`: cell id -> point -> detail; `cards`:
-    `read_cards`). vLLM server points only: the offline engine and Transformers time no first
-    token."""
+    repeat, with the number of requests it rests on, from the per-request detail (`details`:
+    cell id -> point -> detail; `cards`: `read_cards`). vLLM server points only: the offline
+    engine and Transformers time no first token."""
     root = Path(root)
     spec = frame[(frame["method"] != "vanilla") & (frame["status"] == "ok")
                  & (frame["engine"] == "serve")]
@@ -139,8 +139,11 @@ def bucket_speedups(frame: pd.DataFrame, details: dict[str, dict],
         if mine is None or base is None:
             continue
         ours, theirs = _tpot_by_bucket(mine, buckets), _tpot_by_bucket(base, buckets)
-        for bucket in ours:
-            if bucket in theirs and ours[bucket] > 0:
-                rows.append({**{c: row.get(c) for c in BUCKET_COLUMNS[:-2]},
-                             "bucket": bucket, "tpot_speedup": theirs[bucket] / ours[bucket]})
+        for bucket, tpots in ours.items():
+            if bucket in theirs and np.mean(tpots) > 0:
+                rows.append({**{c: row.get(c) for c in BUCKET_COLUMNS[:-3]},
+                             "bucket": bucket,
+                             "tpot_speedup": float(np.mean(theirs[bucket]) / np.mean(tpots)),
+                             # the requests the bucket's mean rests on (speculative side)
+                             "requests": len(tpots)})
     return pd.DataFrame(rows, columns=BUCKET_COLUMNS)

@@ -265,10 +265,20 @@ def per_position_plot(frame: pd.DataFrame) -> plt.Figure | None:
     return fig
 
 
+def _sample_text(group: pd.DataFrame) -> str:
+    """' (2 × 3 req)': the repeats and the requests per repeat a bucket's speedup rests on
+    (tables written before the summary counted them: nothing)."""
+    if "requests" not in group or group["requests"].isna().all():
+        return ""
+    per = group["requests"].dropna().astype(int)
+    count = str(per.iloc[0]) if per.nunique() == 1 else f"{per.min()}–{per.max()}"
+    return f" ({len(group)} × {count} req)"
+
+
 def bucket_speedup_table(data: pd.DataFrame) -> pd.DataFrame:
     """Per-bucket TPOT speedups (the summary's bucket table, `summary.bucket_speedups`): the
     geometric mean over repeats and its 95 % interval on the log scale (`stats.ratio_interval`),
-    a column per bucket."""
+    with the repeats × requests per repeat it rests on, a column per bucket."""
     if data.empty:
         return data
     rows = []
@@ -277,7 +287,7 @@ def bucket_speedup_table(data: pd.DataFrame) -> pd.DataFrame:
         mean, low, high = ratio_interval(group["tpot_speedup"].to_numpy(dtype=float))
         rows.append({**dict(zip(["target", "workload", "setting", "speculator", "k",
                                  "concurrency", "bucket"], keys, strict=True)),
-                     "value": with_interval(mean, low, high)})
+                     "value": with_interval(mean, low, high) + _sample_text(group)})
     table = pd.DataFrame(rows).pivot(index=["target", "workload", "setting", "speculator", "k",
                                             "concurrency"], columns="bucket", values="value")
     table = table[bucket_order(table.columns)]
