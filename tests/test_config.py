@@ -159,3 +159,42 @@ def test_every_shipped_config_is_valid_and_plans_its_cells(name):
         cells = grid.dynamic_k_placeholders(config, spec)
         assert len({c.speculator for c in cells}) == len(cells) == (
             (3 if spec["split"] else 1) * max(1, len(spec["model_runners"])))
+
+
+def test_a_temperature_sweep_is_one_workload_per_temperature_and_keeps_the_greedy_ids(
+        demo_config_raw):
+    """`temperatures: [0, 1.0]` on a workload: the study's temperature (0) keeps the name and
+    its cells their ids (nothing measured again); 1.0 is a workload of its own, named in every
+    list that named the swept one, its cells paired with a baseline at 1.0."""
+    import copy
+
+    from sdbench.plan import grid
+    from sdbench.plan.config import ConfigError, validate_config
+
+    before = validate_config(copy.deepcopy(demo_config_raw))
+    raw = copy.deepcopy(demo_config_raw)
+    raw["workloads"]["spec_bench"]["temperatures"] = [0, 1.0]
+    swept = validate_config(raw)
+    assert swept["workloads"]["spec_bench-t1"]["temperature"] == 1.0
+    assert "temperature" not in swept["workloads"]["spec_bench"]
+    assert swept["round1"]["workloads"] == ["spec_bench", "spec_bench-t1"]
+    assert swept["dynamic_k"][0]["workloads"] == ["spec_bench", "spec_bench-t1"]
+    assert validate_config(copy.deepcopy(swept)) == swept  # idempotent
+
+    old = {c.cell_id for c in grid.all_cells(before)}
+    new = {c.cell_id: c for c in grid.all_cells(swept)}
+    assert old <= set(new)  # temperature 0: the same cells
+    hot = [c for c in new.values() if c.workload["name"] == "spec_bench-t1"]
+    assert hot and {c.workload["loadgen"]["temperature"] for c in hot} == {1.0}
+    assert all(new[c.baseline_cell_id].workload["name"] == "spec_bench-t1"
+               for c in hot if c.baseline_cell_id)
+    assert not {c.cell_id for c in hot} & old
+
+    taken = copy.deepcopy(demo_config_raw)
+    taken["workloads"]["spec_bench"]["temperatures"] = [0, 1.0]
+    taken["workloads"]["spec_bench-t1"] = dict(taken["workloads"]["spec_bench"],
+                                               temperatures=None)
+    del taken["workloads"]["spec_bench-t1"]["temperatures"]
+    with pytest.raises(ConfigError, match=r"workloads.spec_bench.temperatures = 1.0 .*"
+                                          r"spec_bench-t1"):
+        validate_config(taken)

@@ -92,9 +92,58 @@ def validate_config(config: dict, source: str = "config") -> dict:
         validate(config, str(SCHEMA_PATH), set_default=True)
     except WorkflowError as exc:
         raise ConfigError(f"{source}: {_schema_error(config)}") from exc
+    expand_temperatures(config, source)
     settings.build(config)  # the schema filled in every default the typed settings read
     check_config(config, source=source)
     return config
+
+
+def temperature_name(name: str, temperature: float, default: float) -> str:
+    """The name of a workload's variant at `temperature` (its own name at the default)."""
+    return name if temperature == default else f"{name}-t{temperature:g}"
+
+
+def expand_temperatures(config: dict, source: str = "config") -> None:
+    """Each workload's `temperatures:` as one workload per temperature, in place: the study's
+    temperature (`loadgen.temperature`) keeps the name and the definition it had without the
+    sweep (its cells keep their ids, nothing is measured again); another temperature is a
+    workload `<name>-t<T>` with `temperature: T`. Every list of workloads that names the swept
+    one names its variants instead, in the sweep's order. Idempotent."""
+    default = config["loadgen"]["temperature"]
+    variants: dict[str, list[str]] = {}
+    for name, workload in list(config["workloads"].items()):
+        temperatures = workload.pop("temperatures", None)
+        if temperatures is None:
+            continue
+        base = {k: v for k, v in workload.items() if k != "temperature"}
+        variants[name] = []
+        for temperature in temperatures:
+            variant = temperature_name(name, temperature, default)
+            if variant != name and variant in config["workloads"]:
+                _fail(source, f"workloads.{name}.temperatures", temperature,
+                      f"a temperature whose workload name ({variant}) is not taken")
+            config["workloads"][variant] = (
+                base if temperature == default else {**base, "temperature": temperature})
+            variants[name].append(variant)
+        if name not in variants[name]:  # the sweep leaves out the study's temperature
+            del config["workloads"][name]
+
+    def expanded(names):
+        return [v for n in names for v in variants.get(n, [n])]
+
+    if not variants:
+        return
+    for round_name in ("round1", "round2", "round3"):
+        spec = config.get(round_name)
+        if not spec:
+            continue
+        spec["workloads"] = expanded(spec["workloads"])
+        for extra in ("offline", "transformers"):
+            if isinstance(spec.get(extra), dict) and spec[extra].get("workloads"):
+                spec[extra]["workloads"] = expanded(spec[extra]["workloads"])
+    for entry in config.get("dynamic_k") or []:
+        if entry.get("workloads"):
+            entry["workloads"] = expanded(entry["workloads"])
 
 
 def _schema_error(config: dict) -> str:

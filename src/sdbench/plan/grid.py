@@ -242,9 +242,13 @@ def workload_spec(config: dict, name: str) -> dict:
         # measurement is: more repeats add points, the threshold is applied when summarizing
         # (duration_s and prompts_per_concurrency only when set: cells measured before they
         # existed keep their ids)
-        "loadgen": {k: v for k, v in config["loadgen"].items()
-                    if k not in ("repeats", "max_failure_share")
-                    and not (k in OPTIONAL_LOADGEN and v is None)},
+        "loadgen": {**{k: v for k, v in config["loadgen"].items()
+                       if k not in ("repeats", "max_failure_share")
+                       and not (k in OPTIONAL_LOADGEN and v is None)},
+                    # a workload's own temperature (`temperatures:` sweeps); without one the
+                    # study's, as before (so its cells keep their ids)
+                    **({"temperature": workload["temperature"]}
+                       if "temperature" in workload else {})},
     }
 
 
