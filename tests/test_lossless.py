@@ -64,3 +64,43 @@ def test_points_with_other_prompts_are_not_compared(tmp_path):
     result = lossless_columns(frame, details, {"t": encode}).set_index("cell_id")
     assert "prompts differ" in result.loc["ng", "lossless_note"]
     assert pd.isna(result.loc["ng", "lossless_exact_share"])
+
+
+def test_sampled_outputs_are_checked_by_distribution_with_the_greedy_outputs(tmp_path):
+    """At temperature 1 texts differ by design: no exact comparison and no flag; the cell is
+    checked by distribution against its baseline at 1, with the greedy outputs of the same
+    prompts (the baseline at temperature 0): a colder sampler fails, a right one passes."""
+    import numpy as np
+
+    from sdbench.analyze.lossless import sampling_columns
+    from sdbench.analyze.sampling import simulated_pairs
+
+    rng = np.random.default_rng(3)
+    right, greedy = simulated_pairs(80, 24, 1.0, 1.0, rng, context=4.0)
+    cold, _ = simulated_pairs(80, 24, 1.0, 0.6, np.random.default_rng(3), context=4.0)
+
+    def words(tokens):
+        return " ".join(f"w{t}" for t in tokens)
+
+    texts = {"base0": [words(g) for g in greedy], "base1": [words(a) for a, _ in right],
+             "ok1": [words(b) for _, b in right], "cold1": [words(b) for _, b in cold]}
+    for cell_id, cell_texts in texts.items():
+        write_details(tmp_path / f"{cell_id}.gz", cell_id, {(1, 0): cell_texts})
+    records = [record("base0", "vanilla", 1, 100.0), record("base1", "vanilla", 1, 100.0),
+               record("ok1", "ngram", 1, 120.0, baseline="base1", k=2),
+               record("cold1", "ngram", 1, 120.0, baseline="base1", k=2)]
+    for r in records[1:]:
+        r["workload"] = {**r["workload"], "name": "w-t1", "loadgen": {"temperature": 1.0}}
+    frame = add_speedups(records_frame(records))
+    details = {}
+    for cell_id in texts:
+        details.update(read_details(tmp_path / f"{cell_id}.gz"))
+    exact = lossless_columns(frame, details, {"t": encode}).set_index("cell_id")
+    assert "sampled at temperature 1" in exact.loc["cold1", "lossless_note"]
+    assert pd.isna(exact.loc["cold1", "lossless_exact_share"])
+    assert not exact["lossless_flag"].any()
+    checked = sampling_columns(frame, details, {"t": encode}).set_index("cell_id")
+    assert set(checked.index) == {"ok1", "cold1"}
+    assert checked.loc["cold1", "lossless_sampling_verdict"] == "fail"
+    assert checked.loc["ok1", "lossless_sampling_verdict"] == "pass"
+    assert "80 prompt pairs, 1920 tokens a side" in checked.loc["ok1", "lossless_sampling"]

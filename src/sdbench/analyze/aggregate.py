@@ -35,7 +35,7 @@ from scipy import stats
 
 from sdbench.analyze import engine
 from sdbench.analyze.acceptance import synthetic_setting
-from sdbench.analyze.lossless import lossless_columns, read_all_details
+from sdbench.analyze.lossless import lossless_columns, read_all_details, sampling_columns
 from sdbench.analyze.noise import WITHIN, minimum_detectable, point_key, point_noise
 from sdbench.analyze.prompts import with_prompt_intervals
 from sdbench.analyze.slo import frame_slos, point_stats, slos_of, with_slo_columns
@@ -98,6 +98,8 @@ def _row(record: dict) -> dict:
         "quantization": server["target"]["quantization"],
         "draft": server["draft"]["name"] if server["draft"] else None,
         "workload": workload["name"],
+        # the sampling temperature its requests were sent with (a `temperatures:` sweep)
+        "temperature": (workload.get("loadgen") or {}).get("temperature"),
         "dataset": workload["dataset"],
         "subset": workload["subset"],
         # the prompts this point sent (duration-bounded points: fewer than the workload's)
@@ -349,6 +351,11 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
         if "lossless_flag" in group:
             row["lossless_flag"] = bool(group["lossless_flag"].fillna(False).any())
             row["lossless_first_divergence"] = group["lossless_first_divergence"].median()
+        if "lossless_sampling" in group and group["lossless_sampling"].notna().any():
+            # the cell's check under sampling (pooled over its points: one per cell)
+            first = group[group["lossless_sampling"].notna()].iloc[0]
+            row["lossless_sampling"] = first["lossless_sampling"]
+            row["lossless_sampling_verdict"] = first["lossless_sampling_verdict"]
         counts = sorted({int(n) for n in group["num_prompts"].dropna()})
         row["num_prompts"] = (counts[0] if len(counts) == 1
                               else ", ".join(map(str, counts)) if counts else None)
@@ -564,6 +571,8 @@ def build_summary(record_files: list[str | Path], partial_files: list[str | Path
         encoders[target] = lambda text, tok=tokenizer: tok.encode(text, add_special_tokens=False)
     lossless = lossless_columns(frame, details, encoders)
     frame = frame.merge(lossless, on=KEY, how="left", validate="one_to_one")
+    frame = frame.merge(sampling_columns(frame, details, encoders), on="cell_id", how="left",
+                        validate="many_to_one")
     frame = with_slo_columns(frame, details, slos_of((index or {}).get("slo")))
     frame = apply_index(frame, index)
     return frame, with_prompt_intervals(aggregate_points(frame), frame, details)

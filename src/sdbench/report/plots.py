@@ -706,23 +706,33 @@ def dynamic_k_table(frame: pd.DataFrame, schedules: dict[str, list]) -> pd.DataF
 
 
 def lossless_table(points: pd.DataFrame) -> pd.DataFrame:
-    """Per speculative point: how many greedy outputs match no speculation exactly."""
+    """Per speculative point: how many greedy outputs match no speculation exactly; sampled
+    ones (temperature > 0): their cell's check by distribution (`analyze.sampling`)."""
+    none = pd.Series(np.nan, index=points.index, dtype=object)
+    sampled = points.get("lossless_sampling", none)
     spec = points[(points["method"] != "vanilla")
-                  & points.get("lossless_exact_share_mean", pd.Series(dtype=float)).notna()]
+                  & (points.get("lossless_exact_share_mean", none).notna() | sampled.notna())]
     if spec.empty:
         return pd.DataFrame()
-    return pd.DataFrame({
+    exact = spec.get("lossless_exact_share_mean", none.loc[spec.index])
+    out = pd.DataFrame({
         "engine": spec.get("engine", "serve"),
         "workload": spec["workload"], "method": spec["speculator"],
         "k": spec["k"].astype("Int64"),
         "concurrency / batch": spec["concurrency"].astype("Int64"),
         "request rate": spec.get("request_rate", np.nan),
-        "identical outputs": spec["lossless_exact_share_mean"].map("{:.0%}".format),
-        "token agreement": spec["lossless_token_agreement_mean"].map("{:.1%}".format),
-        "first divergence (median token)": spec["lossless_first_divergence"].map(
+        "identical outputs": exact.map(lambda v: "–" if pd.isna(v) else f"{v:.0%}"),
+        "token agreement": spec.get("lossless_token_agreement_mean", none.loc[spec.index]).map(
+            lambda v: "–" if pd.isna(v) else f"{v:.1%}"),
+        "first divergence (median token)": spec.get(
+            "lossless_first_divergence", none.loc[spec.index]).map(
             lambda x: "–" if pd.isna(x) else f"{x:.0f}"),
-        "flag": np.where(spec["lossless_flag"], "⚠ differs at concurrency 1", ""),
+        "flag": np.where(spec.get("lossless_flag", none.loc[spec.index]).fillna(False)
+                         .astype(bool), "⚠ differs at concurrency 1", ""),
+        "sampled: same distribution as the baseline?": sampled.loc[spec.index],
     }).reset_index(drop=True)
+    return out.drop(columns=[c for c in ("sampled: same distribution as the baseline?",)
+                             if out[c].isna().all()])
 
 
 def acceptance_plot(frame: pd.DataFrame) -> plt.Figure | None:
