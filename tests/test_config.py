@@ -198,3 +198,29 @@ def test_a_temperature_sweep_is_one_workload_per_temperature_and_keeps_the_greed
     with pytest.raises(ConfigError, match=r"workloads.spec_bench.temperatures = 1.0 .*"
                                           r"spec_bench-t1"):
         validate_config(taken)
+
+
+def test_draft_sample_method_is_a_method_option_like_any_other(demo_config_raw):
+    """vLLM's `draft_sample_method` (greedy | probabilistic) reaches the speculative config of
+    the method's cells, and a field vLLM does not have is refused at start."""
+    import copy
+    from dataclasses import replace
+
+    from sdbench.plan.checks import check_speculator, vllm_features
+    from sdbench.plan.settings import settings
+
+    raw = copy.deepcopy(demo_config_raw)
+    method = next(m for m in raw["round1"]["methods"] if m.get("name") == "calibration")
+    method.setdefault("options", {})["draft_sample_method"] = "probabilistic"
+    config = validate_config(raw)
+    cells = [c for c in grid.all_cells(config) if c.speculator == "calibration"]
+    assert cells and all(c.server_config["method_options"]["draft_sample_method"]
+                         == "probabilistic" for c in cells)
+    features = vllm_features()
+    assert "draft_sample_method" in features.options
+    spec = next(m for m in settings(config).rounds["round1"].methods
+                if m.name == "calibration")
+    check_speculator(spec, "round1.methods[1]", features)  # accepted
+    wrong = dict(spec.options, draft_sampling="probabilistic")
+    with pytest.raises(ConfigError, match="options.draft_sampling is not a speculative_config"):
+        check_speculator(replace(spec, options=wrong), "round1.methods[1]", features)
