@@ -508,3 +508,15 @@ def test_what_a_report_cell_prints_to_stderr_goes_to_the_log_not_the_page(capsys
     notebook = without_stderr(nbformat.v4.new_notebook(cells=[cell]))
     assert [o["name"] for o in notebook.cells[0].outputs] == ["stdout"]
     assert "All-NaN slice" in capsys.readouterr().err
+
+
+def test_the_round_header_counts_each_measurement_once(tmp_path):
+    """A cell two rounds share has a row per round in the summary; the header of a round's
+    page counts its measurements once, the dynamic-K cells its points show included."""
+    frame, points = synthetic_summary(tmp_path)
+    shared = pd.concat([frame, frame.assign(round="round3")], ignore_index=True)
+    data = plots.RoundData(summary=shared, all_frame=frame, all_points=points, frame=frame,
+                           points=points, buckets=pd.DataFrame(), schedules={}, cards={})
+    header = plots.round_header(data, "s")
+    assert f"{frame['cell_id'].nunique()} cells, {len(points)} points, {len(frame)} measurements" \
+        in header

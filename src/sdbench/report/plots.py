@@ -230,7 +230,9 @@ def round_header(data: RoundData, study: str) -> str:
     points = data.all_points
     # the measurements of the points shown: round 1's include the dynamic-K cells derived
     # from it (`load_round`), so cells, points and measurements count the same cells
-    frame = data.summary[data.summary["cell_id"].isin(points["cell_id"])]
+    # (a cell two rounds share has a row per round in the summary: each measurement once)
+    frame = data.summary[data.summary["cell_id"].isin(points["cell_id"])].drop_duplicates(
+        ["cell_id", "concurrency", "request_rate", "repeat"])
     repeats = sorted({int(n) for n in points["repeats"].dropna()}) if "repeats" in points else []
     return (f"**Study:** {study} — {frame['cell_id'].nunique()} cells, {len(points)} points, "
             f"{len(frame)} measurements ({measurement_counts(frame)}), "
