@@ -4,14 +4,15 @@ from the same distribution as the baseline's, on the same prompts?
 At temperature 0 speculation must reproduce the baseline's greedy text (`analyze.lossless`). At
 temperature > 0 two correct servers give different texts, so equality says nothing; what must
 hold is that, given the prompt, both sample the same distribution. vLLM tests its rejection
-sampler the same way, on distributions rather than texts: `tests/v1/sample/
-test_rejection_sampler.py` (`test_deterministic_when_seeded`, and `estimate_rejection_sampling_pdf`
-comparing the sampler's empirical distribution with the target's within a tolerance) — on
-synthetic probabilities, where the target's are known. Here they are not (the servers return
-texts), so the check compares the two sides' texts with each other:
+sampler on distributions too (`tests/v1/sample/test_rejection_sampler.py`:
+`test_rejection_sampling_approximates_target_distribution` estimates the sampler's output
+distribution, `estimate_rejection_sampling_pdf`, and requires its distance to the target's to
+shrink as samples grow; `test_deterministic_when_seeded` requires seeded requests to repeat) —
+on synthetic probabilities, where the target's are known. Here they are not (the servers return
+texts), so the check compares the two sides' texts with each other. Each pair is one prompt,
+measured once by each side (the baseline's request i and the speculative server's request i of
+the same repeat: the same prompts in the same order). Three statistics:
 
-- each pair is one prompt, measured once by each side (the baseline's request i and the
-  speculative server's request i of the same repeat: the same prompts in the same order);
 - **sharpness**: every token is scored by the log of its frequency among both sides' outputs
   pooled; a sampler whose temperature is too low picks frequent tokens more often, so its
   outputs score higher. The statistic is the mean over pairs of the difference of the two
@@ -19,17 +20,17 @@ texts), so the check compares the two sides' texts with each other:
 - **shape**: the total variation distance between the two sides' token frequencies (the
   `TOP_TOKENS` most frequent tokens and the rest as one), which sees a wrong distribution that
   is not merely sharper or flatter;
-- both are tested by **permutation within pairs**: under the hypothesis that both sides sample
-  one distribution given the prompt, swapping which output of a pair is whose changes nothing,
-  so the statistic's rank among its swapped copies gives an exact p-value however dependent the
-  tokens of one output are (the pooled frequencies do not change under swaps). The check fails
-  when the smaller p-value, doubled (Bonferroni), is below `ALPHA` = 1 %: a false alarm rate of
-  at most 1 % by construction, confirmed by simulation (`simulate`).
-
 - **greedy agreement**, where the study measured the same prompts at temperature 0: the share
   of positions where each side's output has the greedy output's token; a colder sampler agrees
   more often. This is what sees a wrong temperature when tokens are nearly certain (a low
   entropy per token), where the frequencies barely move.
+
+Each is tested by **permutation within pairs**: under the hypothesis that both sides sample one
+distribution given the prompt, swapping which output of a pair is whose changes nothing, so a
+statistic's rank among its swapped copies gives an exact p-value however dependent the tokens
+of one output are (the pooled frequencies do not change under swaps). The check fails when the
+smallest p-value times the number of statistics (Bonferroni) is below `ALPHA` = 1 %: a false
+alarm rate of at most 1 % by construction, confirmed by simulation (`simulate`).
 
 A pass needs evidence: without the greedy outputs, or with fewer than `MIN_TOKENS` tokens a side,
 the check says "inconclusive" instead of "pass", and it says "fail" only when it found a
@@ -56,7 +57,7 @@ PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 
 @dataclass(frozen=True)
 class SamplingCheck:
-    """The outcome of `check`: the verdict, its p-value, the two statistics' p-values and the
+    """The outcome of `check`: the verdict, its p-value, each statistic's p-value and the
     evidence it rests on."""
 
     verdict: str
