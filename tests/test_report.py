@@ -520,3 +520,31 @@ def test_the_round_header_counts_each_measurement_once(tmp_path):
     header = plots.round_header(data, "s")
     assert f"{frame['cell_id'].nunique()} cells, {len(points)} points, {len(frame)} measurements" \
         in header
+
+
+
+def test_a_round_page_reads_its_own_rows_of_every_table(tmp_path):
+    """load_round: round 3's measurements, points and per-bucket speedups without the dynamic-K
+    cells (recorded under round 3, read in round 1), round 1's with them."""
+    from sdbench.analyze.aggregate import DYNAMIC_K_SETTINGS
+
+    derived = sorted(DYNAMIC_K_SETTINGS)[0]
+    rows = pd.DataFrame({"round": ["round1", "round3", "round3"],
+                         "setting": ["default", derived, "short draft context"],
+                         "cell_id": ["a", "b", "c"], "workload": "w", "dataset": "d",
+                         "subset": "all"})
+    for name in ("summary", "points", "buckets"):
+        rows.to_parquet(tmp_path / f"{name}.parquet")
+    (tmp_path / "schedules.json").write_text("{}")
+    (tmp_path / "cards.json").write_text("{}")
+    files = {name: str(tmp_path / f"{name}.parquet") for name in ("summary", "points", "buckets")}
+
+    def load(round_name):
+        return plots.load_round(round_name, schedules=str(tmp_path / "schedules.json"),
+                                cards=str(tmp_path / "cards.json"), **files)
+
+    three, one = load("round3"), load("round1")
+    for table in (three.all_frame, three.all_points, three.buckets):
+        assert list(table["cell_id"]) == ["c"]
+    assert list(one.all_points["cell_id"]) == ["a", "b"]
+    assert list(one.buckets["cell_id"]) == ["a", "b"]

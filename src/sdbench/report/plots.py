@@ -213,7 +213,7 @@ def load_round(round_name: str, summary: str, points: str, buckets: str, schedul
         all_frame = in_round(all_frame, round_name)
     all_points = in_round(pd.read_parquet(points), round_name)
     per_bucket = pd.read_parquet(buckets)
-    per_bucket = select(per_bucket[per_bucket["round"] == round_name], load="concurrency")
+    per_bucket = select(in_round(per_bucket, round_name), load="concurrency")
     frame = select(all_frame, load="concurrency")
     derived = json.loads(Path(schedules).read_text())
     sets = json.loads(Path(cards).read_text())
