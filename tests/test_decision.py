@@ -112,3 +112,15 @@ def test_what_round_2_could_not_answer_is_said():
                                            quantization="awq")])
     assert unanswered(wider, pd.DataFrame(), "round2") == [
         "No latency target (`slo:` in the config): no goodput or SLO verdict."]
+
+
+
+def test_round_3_settings_are_lines_of_their_own_in_the_front():
+    from sdbench.report.decision import role_label
+
+    rows = pd.DataFrame([_point("draft_model", "draft", 2, "w", 4, CHECK, 40, 70),
+                         _point("draft_model", "draft", 2, "w", 4, CHECK, 42, 72)])
+    rows["setting"] = ["default", "draft-len-512"]
+    assert list(role_label(rows)) == ["draft k=2 [default] (pipeline check)",
+                                      "draft k=2 [draft-len-512] (pipeline check)"]
+    assert list(role_label(rows.iloc[:1])) == ["draft k=2 (pipeline check)"]

@@ -230,9 +230,13 @@ def recommendation_table(frame: pd.DataFrame, points: pd.DataFrame) -> pd.DataFr
 
 
 def role_label(frame: pd.DataFrame) -> pd.Series:
-    """A setting's name, with its role where it is no setting to deploy ("calibration k=4
+    """A setting's name, its server setting where the rows have several (round 3: "draft k=2
+    [draft-len-512]"), and its role where it is no setting to deploy ("calibration k=4
     (pipeline check)")."""
-    return pd.Series(setting_label(frame), index=frame.index) + role_marks(frame)
+    label = pd.Series(setting_label(frame), index=frame.index)
+    if "setting" in frame and frame["setting"].nunique() > 1:
+        label = label + " [" + frame["setting"].astype(str) + "]"
+    return label + role_marks(frame)
 
 
 def checks_note(points: pd.DataFrame) -> str:
