@@ -2,6 +2,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -548,3 +549,18 @@ def test_a_round_page_reads_its_own_rows_of_every_table(tmp_path):
         assert list(table["cell_id"]) == ["c"]
     assert list(one.all_points["cell_id"]) == ["a", "b"]
     assert list(one.buckets["cell_id"]) == ["a", "b"]
+
+
+def test_the_lossless_table_shows_a_sampled_cells_check_instead_of_text_equality():
+    points = pd.DataFrame({"method": ["ngram", "ngram"], "workload": ["w", "w-t1"],
+                           "speculator": "ngram", "k": 3, "concurrency": 1,
+                           "lossless_exact_share_mean": [1.0, np.nan],
+                           "lossless_token_agreement_mean": [1.0, np.nan],
+                           "lossless_first_divergence": [np.nan, np.nan],
+                           "lossless_flag": [False, False],
+                           "lossless_sampling": [None, "pass: no difference (p = 0.5; …)"]})
+    table = plots.lossless_table(points)
+    assert list(table["identical outputs"]) == ["100%", "–"]
+    assert table["sampled: same distribution as the baseline?"].iloc[1].startswith("pass")
+    assert "sampled: same distribution as the baseline?" not in plots.lossless_table(
+        points.iloc[:1])

@@ -710,31 +710,33 @@ def dynamic_k_table(frame: pd.DataFrame, schedules: dict[str, list]) -> pd.DataF
 def lossless_table(points: pd.DataFrame) -> pd.DataFrame:
     """Per speculative point: how many greedy outputs match no speculation exactly; sampled
     ones (temperature > 0): their cell's check by distribution (`analyze.sampling`)."""
-    none = pd.Series(np.nan, index=points.index, dtype=object)
-    sampled = points.get("lossless_sampling", none)
+    def column(frame, name):  # a summary written before the column existed: all missing
+        return frame.get(name, pd.Series(np.nan, index=frame.index, dtype=object))
+
+    def shown(values, form):
+        return values.map(lambda v: "–" if pd.isna(v) else form.format(v))
+
+    sampled = "sampled: same distribution as the baseline?"
     spec = points[(points["method"] != "vanilla")
-                  & (points.get("lossless_exact_share_mean", none).notna() | sampled.notna())]
+                  & (column(points, "lossless_exact_share_mean").notna()
+                     | column(points, "lossless_sampling").notna())]
     if spec.empty:
         return pd.DataFrame()
-    exact = spec.get("lossless_exact_share_mean", none.loc[spec.index])
     out = pd.DataFrame({
         "engine": spec.get("engine", "serve"),
         "workload": spec["workload"], "method": spec["speculator"],
         "k": spec["k"].astype("Int64"),
         "concurrency / batch": spec["concurrency"].astype("Int64"),
         "request rate": spec.get("request_rate", np.nan),
-        "identical outputs": exact.map(lambda v: "–" if pd.isna(v) else f"{v:.0%}"),
-        "token agreement": spec.get("lossless_token_agreement_mean", none.loc[spec.index]).map(
-            lambda v: "–" if pd.isna(v) else f"{v:.1%}"),
-        "first divergence (median token)": spec.get(
-            "lossless_first_divergence", none.loc[spec.index]).map(
-            lambda x: "–" if pd.isna(x) else f"{x:.0f}"),
-        "flag": np.where(spec.get("lossless_flag", none.loc[spec.index]).fillna(False)
-                         .astype(bool), "⚠ differs at concurrency 1", ""),
-        "sampled: same distribution as the baseline?": sampled.loc[spec.index],
+        "identical outputs": shown(column(spec, "lossless_exact_share_mean"), "{:.0%}"),
+        "token agreement": shown(column(spec, "lossless_token_agreement_mean"), "{:.1%}"),
+        "first divergence (median token)": shown(column(spec, "lossless_first_divergence"),
+                                                 "{:.0f}"),
+        "flag": np.where(column(spec, "lossless_flag").fillna(False).astype(bool),
+                         "⚠ differs at concurrency 1", ""),
+        sampled: column(spec, "lossless_sampling"),
     }).reset_index(drop=True)
-    return out.drop(columns=[c for c in ("sampled: same distribution as the baseline?",)
-                             if out[c].isna().all()])
+    return out.drop(columns=[sampled] if out[sampled].isna().all() else [])
 
 
 def acceptance_plot(frame: pd.DataFrame) -> plt.Figure | None:
