@@ -171,6 +171,11 @@ def test_a_temperature_sweep_is_one_workload_per_temperature_and_keeps_the_greed
     from sdbench.plan import grid
     from sdbench.plan.config import ConfigError, validate_config
 
+    greedy = copy.deepcopy(demo_config_raw)
+    greedy["workloads"]["spec_bench"].pop("temperatures", None)
+    for method in greedy["round1"]["methods"]:
+        method.pop("temperatures", None)
+    demo_config_raw = greedy
     before = validate_config(copy.deepcopy(demo_config_raw))
     raw = copy.deepcopy(demo_config_raw)
     raw["workloads"]["spec_bench"]["temperatures"] = [0, 1.0]
@@ -178,7 +183,16 @@ def test_a_temperature_sweep_is_one_workload_per_temperature_and_keeps_the_greed
     assert swept["workloads"]["spec_bench-t1"]["temperature"] == 1.0
     assert "temperature" not in swept["workloads"]["spec_bench"]
     assert swept["round1"]["workloads"] == ["spec_bench", "spec_bench-t1"]
-    assert swept["dynamic_k"][0]["workloads"] == ["spec_bench", "spec_bench-t1"]
+    # a section picking round 1 workloads keeps the study's temperature unless it names more
+    assert swept["dynamic_k"][0]["workloads"] == ["spec_bench"]
+    picked = copy.deepcopy(demo_config_raw)
+    picked["workloads"]["spec_bench"]["temperatures"] = [0, 1.0]
+    picked["dynamic_k"][0]["workloads"] = ["spec_bench-t1"]
+    assert validate_config(picked)["dynamic_k"][0]["workloads"] == ["spec_bench-t1"]
+    hot_only = copy.deepcopy(demo_config_raw)
+    hot_only["workloads"]["spec_bench"]["temperatures"] = [0.7, 1.0]
+    assert validate_config(hot_only)["dynamic_k"][0]["workloads"] == [
+        "spec_bench-t0.7", "spec_bench-t1"]
     assert validate_config(copy.deepcopy(swept)) == swept  # idempotent
 
     old = {c.cell_id for c in grid.all_cells(before)}

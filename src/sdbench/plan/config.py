@@ -107,8 +107,11 @@ def expand_temperatures(config: dict, source: str = "config") -> None:
     """Each workload's `temperatures:` as one workload per temperature, in place: the study's
     temperature (`loadgen.temperature`) keeps the name and the definition it had without the
     sweep (its cells keep their ids, nothing is measured again); another temperature is a
-    workload `<name>-t<T>` with `temperature: T`. Every list of workloads that names the swept
-    one names its variants instead, in the sweep's order. Idempotent."""
+    workload `<name>-t<T>` with `temperature: T`. A round's list of workloads that names the
+    swept one names its variants instead, in the sweep's order; the sections that pick among
+    round 1's workloads (offline, transformers, dynamic_k: each temperature there costs a
+    cell of its own) keep `<name>` as the study's temperature, and name another as
+    `<name>-t<T>` (all variants where the sweep leaves out the study's). Idempotent."""
     default = config["loadgen"]["temperature"]
     variants: dict[str, list[str]] = {}
     for name, workload in list(config["workloads"].items()):
@@ -131,6 +134,10 @@ def expand_temperatures(config: dict, source: str = "config") -> None:
     def expanded(names):
         return [v for n in names for v in variants.get(n, [n])]
 
+    def picked(names):  # `<name>` stays the study's temperature where it still exists
+        return [v for n in names for v in ([n] if n in config["workloads"]
+                                           else variants.get(n, [n]))]
+
     if not variants:
         return
     for round_name in ("round1", "round2", "round3"):
@@ -140,10 +147,10 @@ def expand_temperatures(config: dict, source: str = "config") -> None:
         spec["workloads"] = expanded(spec["workloads"])
         for extra in ("offline", "transformers"):
             if isinstance(spec.get(extra), dict) and spec[extra].get("workloads"):
-                spec[extra]["workloads"] = expanded(spec[extra]["workloads"])
+                spec[extra]["workloads"] = picked(spec[extra]["workloads"])
     for entry in config.get("dynamic_k") or []:
         if entry.get("workloads"):
-            entry["workloads"] = expanded(entry["workloads"])
+            entry["workloads"] = picked(entry["workloads"])
 
 
 def _schema_error(config: dict) -> str:
@@ -265,6 +272,12 @@ def _check_round(source: str, round_name: str, spec: dict, config: dict) -> None
                   f"{method} with options.{stateful[0]} keeps state across requests, so each "
                   "of its points runs in a fresh server of its own; it cannot take turns "
                   "with a baseline server (remove one of the two)")
+        sampled = sorted({config["workloads"][w].get("temperature", config["loadgen"][
+            "temperature"]) for w in spec["workloads"]})
+        for j, temperature in enumerate(method_spec.get("temperatures") or []):
+            if temperature not in sampled:
+                _fail(source, f"{key}.temperatures[{j}]", temperature,
+                      f"must be a temperature of the round's workloads: {sampled}")
         draft_tp = method_spec["options"].get("draft_tensor_parallel_size")
         for target in typed.method_targets(typed.methods[i]) if draft_tp is not None else []:
             tp = models[target].get("tensor_parallel_size", 1)

@@ -409,8 +409,10 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
                          spec.concurrency, loadgen.repeats, name if args else DEFAULT_SETTING,
                          **rates, instances=loadgen.server_instances),
                     f"{round_name} vanilla for target {target!r}, workload {workload_name!r}{at}")
+                temperature = workload["loadgen"]["temperature"]
                 for i, method in enumerate(spec.methods):
-                    if target not in spec.method_targets(method):
+                    if (target not in spec.method_targets(method)
+                            or not spec.measures(method, temperature)):
                         continue
                     for k, length in ((k, length) for k in method.k
                                       for length in (None, *method.acceptance_sweep)

@@ -127,6 +127,8 @@ class Speculator:
     acceptance_sweep: tuple[float, ...] = ()
     # where the acceptance its synthetic options set comes from (the reports' label)
     acceptance_source: str | None = None
+    # the sampling temperatures of the round's workloads it is measured at (None: every one)
+    temperatures: tuple[float, ...] | None = None
 
     @classmethod
     def of(cls, spec: Mapping, loadgen: Loadgen) -> Speculator:
@@ -135,7 +137,9 @@ class Speculator:
                    bool(spec["interleave"]), int(spec.get("repeats") or loadgen.repeats),
                    int(spec.get("server_instances") or loadgen.server_instances),
                    tuple(float(x) for x in spec.get("acceptance_sweep") or ()),
-                   spec.get("acceptance_source"))
+                   spec.get("acceptance_source"),
+                   None if spec.get("temperatures") is None
+                   else tuple(float(t) for t in spec["temperatures"]))
 
 
 @dataclass(frozen=True)
@@ -198,6 +202,12 @@ class Round:
     def method_targets(self, method: Speculator) -> tuple[str, ...]:
         """The targets a method runs on: its own `targets`, else the round's."""
         return method.targets or self.targets
+
+    @staticmethod
+    def measures(method: Speculator, temperature: float) -> bool:
+        """Whether `method` is measured on a workload sampled at `temperature` (its own
+        `temperatures`, else every one)."""
+        return method.temperatures is None or float(temperature) in method.temperatures
 
     @property
     def all_targets(self) -> tuple[str, ...]:
