@@ -100,6 +100,9 @@ def _row(record: dict) -> dict:
         "workload": workload["name"],
         # the sampling temperature its requests were sent with (a `temperatures:` sweep)
         "temperature": (workload.get("loadgen") or {}).get("temperature"),
+        # how a draft samples its tokens (vLLM's draft_sample_method; unset: its default,
+        # greedy); decides how much acceptance falls above temperature 0
+        "draft_sample_method": (server.get("method_options") or {}).get("draft_sample_method"),
         "dataset": workload["dataset"],
         "subset": workload["subset"],
         # the prompts this point sent (duration-bounded points: fewer than the workload's)
@@ -274,7 +277,8 @@ def write_summary(frame: pd.DataFrame, parquet: str | Path, csv: str | Path) -> 
 
 POINT_KEYS = ["round", "setting", "role", "cell_id", "speculator", "method", "k", "target",
               "quantization", "full_precision", "draft", "workload", "dataset", "subset",
-              "engine", "load", "concurrency", "request_rate", "baseline_cell_id", "dtype", "gpus"]
+              "engine", "load", "concurrency", "request_rate", "baseline_cell_id", "dtype", "gpus",
+              "temperature", "draft_sample_method"]
 # statistics over repeats: mean, std, 95 % interval
 STAT_COLUMNS = ["total_token_throughput", "output_throughput", "mean_tpot_ms", "mean_ttft_ms",
                 "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "p90_ttft_ms", "p99_ttft_ms",
