@@ -606,8 +606,13 @@ def predicted_speedups(points: pd.DataFrame) -> pd.DataFrame:
                    f"measured {abs(ratio - 1):.0%} {'above' if ratio > 1 else 'below'} "
                    "the prediction")
         simulated = row.get("simulated_acceptance")
+        temperature = row.get("temperature")
         if simulated is not None and pd.notna(simulated):
             reading += f"; simulated: drafts accepted at a set length {simulated:g}"
+        elif temperature is not None and pd.notna(temperature) and temperature > 0:
+            # an exact draft's acceptance under sampling is the temperature section's check
+            reading += (f"; sampled at temperature {temperature:g}: drafts accepted by "
+                        "rejection sampling (see the known answer under sampling)")
         elif accepted < PAIR_AGREEMENT:
             reading += (f"; acceptance {accepted:.1f} % < {PAIR_AGREEMENT:.0f} %: not an exact "
                         "draft for this target")

@@ -15,11 +15,14 @@ import seaborn as sns
 from sdbench.analyze.aggregate import DYNAMIC_K_SETTINGS
 from sdbench.analyze.analysis import speculative
 from sdbench.analyze.stats import ratio_interval, verdict
+from sdbench.analyze.temperature import by_temperature, exact_draft_check
 from sdbench.report.plots import (
     METRIC_LABELS,
     interval_dots,
+    method_names,
     one_cell_panels,
     percent_text,
+    role_marks,
     speedup_text,
     stat_text,
     with_interval,
@@ -293,3 +296,119 @@ def bucket_speedup_table(data: pd.DataFrame) -> pd.DataFrame:
     table = table[bucket_order(table.columns)]
     table.columns.name = "bucket"
     return table.fillna("–")
+
+
+def sampled_settings(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows of settings measured above temperature 0 somewhere (a method kept to the
+    greedy workload has nothing to compare across temperatures)."""
+    if rows.empty:
+        return rows
+    keys = ["speculator", "k", "base_workload"]
+    hot = rows.groupby(keys)["temperature"].transform("max") > 0
+    return rows[hot]
+
+
+def _temperature_label(value) -> str:
+    return f"T={float(value):g}"
+
+
+def temperature_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Per setting, workload and concurrency of a workload measured at several temperatures:
+    acceptance length and speedup at each temperature side by side (mean over repeats,
+    95 % interval; the pooled acceptance rate and drafts beside it), flagged where the
+    outputs' lengths drifted from the baseline's (sampling without fixed output lengths)."""
+    rows = sampled_settings(by_temperature(points))
+    if rows.empty:
+        return pd.DataFrame()
+    rows = rows.assign(
+        label=method_names(rows) + " k=" + rows["k"].astype("Int64").astype(str)
+        + np.where(rows["draft_sampling"] == "–", "",
+                   " (" + rows["draft_sampling"].astype(str) + " draft)")
+        + role_marks(rows))
+    out = []
+    for (label, workload, level), part in rows.groupby(
+            ["label", "base_workload", "concurrency"], sort=False):
+        row = {"method": label, "workload": workload, "concurrency": int(level)}
+        for _, point in part.iterrows():
+            t = _temperature_label(point["temperature"])
+            length = with_interval(point["spec_decode_acceptance_length_mean"],
+                                   point["spec_decode_acceptance_length_ci_low"],
+                                   point["spec_decode_acceptance_length_ci_high"], "")
+            rate = point["acceptance_rate_pooled"]
+            row[f"acceptance length at {t}"] = (
+                f"{length} ({percent_text(rate)}, {int(point['drafts'])} drafts, "
+                f"{int(point['repeats_ok'])} rep.)" if pd.notna(point.get("drafts"))
+                and pd.notna(rate) else length)
+            drift = point.get("output_drift_mean")
+            row[f"speedup at {t}"] = speedup_text(point) + (
+                f" ⚠ outputs {drift:+.0%} long" if point.get("drift_flag") and pd.notna(drift)
+                else "")
+        out.append(row)
+    table = pd.DataFrame(out)
+    temps = [_temperature_label(t) for t in sorted(rows["temperature"].unique())]
+    columns = ["method", "workload", "concurrency",
+               *[f"acceptance length at {t}" for t in temps],
+               *[f"speedup at {t}" for t in temps]]
+    return table.reindex(columns=columns).fillna("–")
+
+
+def temperature_plot(points: pd.DataFrame) -> plt.Figure | None:
+    """Acceptance length and speedup against temperature, a line per setting and concurrency
+    with 95 % intervals, a column per workload."""
+    rows = sampled_settings(by_temperature(points))
+    if rows.empty:
+        return None
+    rows = rows.assign(line=method_names(rows) + " k=" + rows["k"].astype("Int64").astype(str)
+                       + np.where(rows["draft_sampling"] == "probabilistic",
+                                  " (probabilistic draft)", "")
+                       + " c=" + rows["concurrency"].astype(str))
+    workloads = list(dict.fromkeys(rows["base_workload"]))
+    metrics = (("spec_decode_acceptance_length", "acceptance length (tokens per step)"),
+               ("speedup", METRIC_LABELS["speedup"]))
+    fig, axes = plt.subplots(2, len(workloads), squeeze=False,
+                             figsize=(max(7.0, 5.5 * len(workloads) + 2.5), 7.0))
+    for j, workload in enumerate(workloads):
+        part = rows[rows["base_workload"] == workload]
+        for i, (metric, label) in enumerate(metrics):
+            ax = axes[i][j]
+            for line, one in part.groupby("line", sort=False):
+                one = one.sort_values("temperature")
+                mean = one[f"{metric}_mean"].to_numpy(dtype=float)
+                error = np.vstack([
+                    np.nan_to_num(mean - one[f"{metric}_ci_low"].to_numpy(dtype=float)),
+                    np.nan_to_num(one[f"{metric}_ci_high"].to_numpy(dtype=float) - mean)])
+                ax.errorbar(one["temperature"], mean, yerr=error, marker="o", capsize=3,
+                            label=line)
+            if metric == "speedup":
+                ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+            else:
+                ax.set_ylim(bottom=1.0)
+            ax.set_xlabel("sampling temperature")
+            ax.set_ylabel(label)
+            ax.set_title(workload, fontsize=10)
+    handles, labels = axes[0][-1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    fig.suptitle("Acceptance and speedup against sampling temperature", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def exact_draft_table(points: pd.DataFrame) -> pd.DataFrame:
+    """The known answer under sampling (`analyze.temperature.exact_draft_check`), readable."""
+    table = exact_draft_check(points)
+    if table.empty:
+        return table
+    return pd.DataFrame({
+        "target ← draft": table["target"] + " ← " + table["draft"],
+        "method": table["speculator"] + " k=" + table["k"].astype("Int64").astype(str),
+        "workload": table["base_workload"], "concurrency": table["concurrency"],
+        "temperature": table["temperature"].map("{:g}".format),
+        "draft sampling": table["draft_sampling"],
+        "acceptance length at T=0": table["greedy_level"].map("{:.2f}".format),
+        "acceptance length sampled": [
+            with_interval(m, lo, hi, "") + f" ({percent_text(r)}, {int(n)} drafts)"
+            if pd.notna(n) else with_interval(m, lo, hi, "") for m, lo, hi, r, n in zip(
+                table["acceptance_length"], table["acceptance_ci_low"],
+                table["acceptance_ci_high"], table["acceptance_rate_pooled"],
+                table["drafts"], strict=True)],
+        "expected": table["expected"], "check": table["reading"]})
