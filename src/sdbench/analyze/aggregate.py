@@ -141,6 +141,8 @@ def _row(record: dict) -> dict:
         "interleaved_with": ",".join(record["server"].get("interleaved_with") or []) or None,
         "prefix_cache": _prefix_cache(record),
         "seed": loadgen.get("seed"),
+        # the sampling seed every request carried (`loadgen.request_seed`; None: none)
+        "request_seed": loadgen.get("request_seed"),
         "spec_options": json.dumps(server.get("method_options") or {}, sort_keys=True),
         # the adaptive rule the point was measured under, and (a stopped point) its decision
         "adaptive": json.dumps(loadgen["adaptive"], sort_keys=True)

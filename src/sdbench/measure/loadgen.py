@@ -66,8 +66,25 @@ def loadgen_argv(*, host: str, port: int, served_name: str, tokenizer: str, data
         *([] if shuffle else ["--disable-shuffle"]),
         # fixed output lengths: every request generates its prompt's `output_tokens`
         *(["--ignore-eos"] if settings.get("ignore_eos") else []),
-        *([] if min_tokens is None else ["--extra-body", json.dumps({"min_tokens": min_tokens})]),
+        *(["--extra-body", json.dumps(body)] if (body := request_body(settings, min_tokens))
+          else []),
     ]
+
+
+def request_body(settings: dict, min_tokens: int | None) -> dict:
+    """What every request of the point adds to its body: `min_tokens` (fixed output lengths
+    without ignore_eos) and, with `loadgen.request_seed` above temperature 0, the repeat's
+    seed as the request's sampling seed."""
+    body: dict = {} if min_tokens is None else {"min_tokens": min_tokens}
+    seed = request_seed(settings)
+    return body if seed is None else {**body, "seed": seed}
+
+
+def request_seed(settings: dict) -> int | None:
+    """The sampling seed every request of the point carries (None: none)."""
+    if settings.get("request_seed") and settings.get("temperature"):
+        return int(settings["seed"])
+    return None
 
 
 def preload() -> threading.Thread:

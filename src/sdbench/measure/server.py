@@ -306,7 +306,9 @@ class SessionServer:
         self.levels.add(level)
         record = run.record(load, repeat, metrics, status, reason, info,
                             {"argv": argv, "num_prompts": num_prompts,
-                             "seed": chosen["seed"], **extra}, started)
+                             "seed": chosen["seed"],
+                             # the sampling seed each request carried (None: none)
+                             "request_seed": loadgen.request_seed(chosen), **extra}, started)
         return {"record": record, "detail": detail}
 
 

@@ -223,7 +223,18 @@ def subset_definition(config: dict, dataset: str, subset: str) -> dict:
 
 
 # load-generator settings added after cells were measured: in the identity only when set
-OPTIONAL_LOADGEN = ("duration_s", "prompts_per_concurrency", "warm_up_levels")
+OPTIONAL_LOADGEN = ("duration_s", "prompts_per_concurrency", "warm_up_levels", "request_seed")
+
+
+def _in_identity(key: str, value, temperature: float) -> bool:
+    """Whether a load-generator setting enters a workload's identity: not `repeats` and
+    `max_failure_share` (they do not change what a measurement is), not an optional setting
+    left unset, and not a request seed where nothing is sampled (temperature 0)."""
+    if key in ("repeats", "max_failure_share"):
+        return False
+    if key in OPTIONAL_LOADGEN and value is None:
+        return False
+    return not (key == "request_seed" and (not value or not temperature))
 
 
 def workload_spec(config: dict, name: str) -> dict:
@@ -243,8 +254,8 @@ def workload_spec(config: dict, name: str) -> dict:
         # (duration_s and prompts_per_concurrency only when set: cells measured before they
         # existed keep their ids)
         "loadgen": {**{k: v for k, v in config["loadgen"].items()
-                       if k not in ("repeats", "max_failure_share")
-                       and not (k in OPTIONAL_LOADGEN and v is None)},
+                       if _in_identity(k, v, workload.get("temperature",
+                                                          config["loadgen"]["temperature"]))},
                     # a workload's own temperature (`temperatures:` sweeps); without one the
                     # study's, as before (so its cells keep their ids)
                     **({"temperature": workload["temperature"]}

@@ -412,3 +412,20 @@ def exact_draft_table(points: pd.DataFrame) -> pd.DataFrame:
                 table["acceptance_ci_high"], table["acceptance_rate_pooled"],
                 table["drafts"], strict=True)],
         "expected": table["expected"], "check": table["reading"]})
+
+
+def seeds_note(summary: pd.DataFrame) -> str:
+    """What seeded the sampled requests of this round: their recorded per-request seeds
+    (`loadgen.request_seed`), or none."""
+    if summary.empty or "temperature" not in summary:
+        return ""
+    sampled = summary[summary["temperature"].astype(float).fillna(0) > 0]
+    if sampled.empty:
+        return ""
+    seeds = sampled.get("request_seed", pd.Series(dtype=float)).dropna()
+    if seeds.empty:
+        return ("Sampled requests carried no seed of their own (`loadgen.request_seed` off): "
+                "vLLM sampled them from each server's own random state.")
+    return (f"Every sampled request carried its repeat's seed (`loadgen.request_seed`: seeds "
+            f"{int(seeds.min())}–{int(seeds.max())} over {len(sampled)} measurements, "
+            "`request_seed` in the summary), the same on both servers of a pair.")
