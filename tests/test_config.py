@@ -66,7 +66,7 @@ def test_workload_references(demo_config_raw):
     msg = _broken(demo_config_raw, lambda c: c["workloads"]["spec_bench"].update(dataset="x"))
     assert "workloads.spec_bench.dataset" in msg
     msg = _broken(demo_config_raw, lambda c: c["round1"]["workloads"].append("missing"))
-    assert "round1.workloads[1]" in msg
+    assert f"round1.workloads[{len(demo_config_raw['round1']['workloads'])}]" in msg
 
 
 def test_a_concurrency_above_the_prompt_count_is_refused(demo_config_raw):
@@ -172,7 +172,8 @@ def test_a_temperature_sweep_is_one_workload_per_temperature_and_keeps_the_greed
     from sdbench.plan.config import ConfigError, validate_config
 
     greedy = copy.deepcopy(demo_config_raw)
-    greedy["workloads"]["spec_bench"].pop("temperatures", None)
+    greedy["workloads"].pop("spec_bench-t1", None)  # the demo's own sampled variant
+    greedy["round1"]["workloads"].remove("spec_bench-t1")
     for method in greedy["round1"]["methods"]:
         method.pop("temperatures", None)
     demo_config_raw = greedy
@@ -223,17 +224,17 @@ def test_draft_sample_method_is_a_method_option_like_any_other(demo_config_raw):
     from sdbench.plan.checks import check_speculator, vllm_features
     from sdbench.plan.settings import settings
 
-    raw = copy.deepcopy(demo_config_raw)
-    method = next(m for m in raw["round1"]["methods"] if m.get("name") == "calibration")
-    method.setdefault("options", {})["draft_sample_method"] = "probabilistic"
-    config = validate_config(raw)
-    cells = [c for c in grid.all_cells(config) if c.speculator == "calibration"]
+    config = validate_config(copy.deepcopy(demo_config_raw))
+    cells = [c for c in grid.all_cells(config) if c.speculator == "calibration-probabilistic"]
     assert cells and all(c.server_config["method_options"]["draft_sample_method"]
                          == "probabilistic" for c in cells)
+    # the same pair without the option: vLLM's default (greedy), nothing sent
+    assert all("draft_sample_method" not in c.server_config["method_options"]
+               for c in grid.all_cells(config) if c.speculator == "calibration")
     features = vllm_features()
     assert "draft_sample_method" in features.options
     spec = next(m for m in settings(config).rounds["round1"].methods
-                if m.name == "calibration")
+                if m.name == "calibration-probabilistic")
     check_speculator(spec, "round1.methods[1]", features)  # accepted
     wrong = dict(spec.options, draft_sampling="probabilistic")
     with pytest.raises(ConfigError, match="options.draft_sampling is not a speculative_config"):

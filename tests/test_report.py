@@ -564,3 +564,50 @@ def test_the_lossless_table_shows_a_sampled_cells_check_instead_of_text_equality
     assert table["sampled: same distribution as the baseline?"].iloc[1].startswith("pass")
     assert "sampled: same distribution as the baseline?" not in plots.lossless_table(
         points.iloc[:1])
+
+
+def test_round1_report_sets_temperatures_side_by_side_with_the_known_answer(tmp_path, repo):
+    """A workload sampled at 0 and 1.0: the calibration pair greedy at both, the same pair
+    with a probabilistic draft at 1.0 (which keeps its greedy acceptance here), each paired
+    with the baseline at its temperature; the report's sampling section shows both and
+    checks the probabilistic one."""
+    rows = []
+    for temp, workload in ((0.0, "w"), (1.0, "w-t1")):
+        cells = [("base" + workload, "vanilla", None, 1.0, None, None)]
+        cells.append(("cal" + workload, "calibration", "greedy", 1.3 if temp == 0 else 0.8,
+                      5.6 if temp == 0 else 2.0, None))
+        if temp:
+            cells.append(("prob" + workload, "calibration-p", "probabilistic", 1.25, 5.58,
+                          "probabilistic"))
+        for c, base in ((1, 100.0), (4, 300.0)):
+            for repeat, noise in ((0, 1.0), (1, 1.03)):
+                for cell_id, name, _, gain, length, sampling in cells:
+                    r = record(cell_id, "vanilla" if name == "vanilla" else "draft_model", c,
+                               base * noise * gain, repeat=repeat, k=None if name == "vanilla"
+                               else 5, baseline=None if name == "vanilla" else "base" + workload)
+                    r["speculator"] = name
+                    r["workload"] = {**r["workload"], "name": workload,
+                                     "loadgen": {"temperature": temp}}
+                    if name != "vanilla":
+                        r["server_config"]["draft"] = {"name": "small", "quantization": None}
+                        r["server_config"]["method_options"] = (
+                            {"draft_sample_method": sampling} if sampling else {})
+                        drafts = 40
+                        r["metrics"].update(
+                            spec_decode_acceptance_length=length + 0.01 * repeat,
+                            spec_decode_acceptance_rate=100 * (length - 1) / 5,
+                            spec_decode_num_drafts=drafts,
+                            spec_decode_draft_tokens=drafts * 5,
+                            spec_decode_accepted_tokens=round(drafts * (length - 1)))
+                    rows.append(r)
+    write_jsonl(tmp_path / "cells.jsonl", rows)
+    frame = apply_index(summarize([tmp_path / "cells.jsonl"]), None)
+    write_frames(tables_in(tmp_path), frame, aggregate_points(frame), root=tmp_path)
+    page = render_round1(tmp_path, repo)
+    section = page.split("Speculation under sampling")[1].split("What to configure")[0]
+    for text in ("acceptance length at T=0", "acceptance length at T=1", "speedup at T=1",
+                 "calibration-p k=5 (probabilistic draft)", "calibration k=5 (greedy draft)",
+                 "unchanged: every token of an exact draft is accepted", ">holds<",
+                 "lower, as expected", "carried no seed of their own"):
+        assert text in section, text
+    assert section.count("data:image/png;base64") == 1  # acceptance and speedup vs temperature

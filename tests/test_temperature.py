@@ -152,9 +152,29 @@ def test_a_sampled_request_carries_its_repeat_seed_where_asked(demo_config_raw):
         return {c.workload["name"]: c.cell_id for c in grid.all_cells(validate_config(raw))
                 if c.speculator == "ngram" and c.engine == grid.SERVE}
 
-    before = ids(copy.deepcopy(demo_config_raw))
-    seeded = copy.deepcopy(demo_config_raw)
+    unseeded = copy.deepcopy(demo_config_raw)
+    unseeded["loadgen"].pop("request_seed", None)
+    before = ids(unseeded)
+    seeded = copy.deepcopy(unseeded)
     seeded["loadgen"]["request_seed"] = True
     after = ids(seeded)
     assert after["spec_bench"] == before["spec_bench"]
     assert after["spec_bench-t1"] != before["spec_bench-t1"]
+
+
+def test_a_workload_measured_at_some_of_the_rounds_levels(demo_config_raw):
+    """`workloads.<name>.concurrency`: the demo's sampled variant at concurrency 1 only, its
+    baseline too; the greedy workload at every level; a list sharing no level is refused."""
+    from sdbench.plan import grid
+    from sdbench.plan.config import ConfigError, validate_config
+
+    config = validate_config(copy.deepcopy(demo_config_raw))
+    levels = {(c.speculator, c.workload["name"]): c.concurrency
+              for c in grid.round_cells(config, "round1") if c.engine == grid.SERVE}
+    assert levels[("vanilla", "spec_bench-t1")] == levels[("calibration", "spec_bench-t1")] \
+        == (1,)
+    assert levels[("calibration", "spec_bench")] == (1, 24)
+    wrong = copy.deepcopy(demo_config_raw)
+    wrong["workloads"]["spec_bench-t1"]["concurrency"] = [7]
+    with pytest.raises(ConfigError, match=r"workloads.spec_bench-t1.concurrency = \[7\]"):
+        validate_config(wrong)

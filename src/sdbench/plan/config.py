@@ -238,8 +238,14 @@ def _check_round(source: str, round_name: str, spec: dict, config: dict) -> None
         if workload not in config["workloads"]:
             _fail(source, f"{round_name}.workloads[{i}]", workload,
                   f"must be one of the workloads defined: {sorted(config['workloads'])}")
-    top = max(spec["concurrency"])
     for name in spec["workloads"]:
+        own = config["workloads"][name].get("concurrency")
+        levels = [c for c in spec["concurrency"] if own is None or c in own]
+        if not levels:
+            _fail(source, f"workloads.{name}.concurrency", own,
+                  f"shares no level with {round_name}.concurrency {spec['concurrency']}: "
+                  "the workload would measure nothing there")
+        top = max(levels)
         prompts = config["workloads"][name]["num_prompts"]
         if prompts < top:
             # a closed loop of n requests never has more than n in flight: the point would be

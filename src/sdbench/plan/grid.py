@@ -414,10 +414,11 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
         for target in spec.all_targets:
             for workload_name in spec.workloads:
                 workload = workload_spec(config, workload_name)
+                levels = workload_levels(config, workload_name, spec.concurrency)
                 base_server = server_config(config, target, args=args)
                 base_id = cell_id_of(base_server, workload)
                 add(Cell(base_id, round_name, VANILLA, base_server, workload, None,
-                         spec.concurrency, loadgen.repeats, name if args else DEFAULT_SETTING,
+                         levels, loadgen.repeats, name if args else DEFAULT_SETTING,
                          **rates, instances=loadgen.server_instances),
                     f"{round_name} vanilla for target {target!r}, workload {workload_name!r}{at}")
                 temperature = workload["loadgen"]["temperature"]
@@ -435,7 +436,7 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
                         add(Cell(cell_id_of(server, workload), round_name,
                                  method.name if length is None else sweep_name(method.name,
                                                                                length),
-                                 server, workload, base_id, spec.concurrency, method.repeats,
+                                 server, workload, base_id, levels, method.repeats,
                                  name, **rates, profile=method.profile,
                                  interleave=method.interleave,
                                  instances=method.server_instances),
@@ -448,6 +449,13 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
     blocks = config_blocks(config)
     return [replace(cell, blocks=blocks) for cell in with_baseline_repeats(
         list(cells.values()), dynamic_k_repeats(config) if round_name == "round1" else {})]
+
+
+def workload_levels(config: dict, name: str, levels: tuple[int, ...]) -> tuple[int, ...]:
+    """The round's concurrency levels a workload is measured at: those of its own
+    `concurrency` list (e.g. a sampled variant at concurrency 1 only), else all."""
+    own = config["workloads"][name].get("concurrency")
+    return levels if own is None else tuple(c for c in levels if c in own)
 
 
 # `methods[].acceptance_sweep`: a method's cells again with their drafts accepted by vLLM at a
