@@ -178,3 +178,21 @@ def test_a_workload_measured_at_some_of_the_rounds_levels(demo_config_raw):
     wrong["workloads"]["spec_bench-t1"]["concurrency"] = [7]
     with pytest.raises(ConfigError, match=r"workloads.spec_bench-t1.concurrency = \[7\]"):
         validate_config(wrong)
+
+
+def test_sampled_points_measure_two_repeats_before_the_rule_may_stop_them(demo_config_raw):
+    """Greedy outputs repeat exactly, so one repeat pins a greedy point's acceptance; a sampled
+    point's varies, so the rule keeps it to two repeats at least (an interval on it)."""
+    from sdbench.plan import adaptive, grid
+    from sdbench.plan.config import validate_config
+
+    config = validate_config(copy.deepcopy(demo_config_raw))
+    cells = {c.workload["name"]: c for c in grid.round_cells(config, "round1")
+             if c.speculator == "calibration"}
+    assert adaptive.cell_rule(config, cells["spec_bench"]).min_repeats == 1
+    assert adaptive.cell_rule(config, cells["spec_bench-t1"]).min_repeats == 2
+    look = adaptive.decide([0.9], 5, adaptive.cell_rule(config, cells["spec_bench-t1"]),
+                           0.08, 20.0)
+    assert look.reason == adaptive.CONTINUE  # settled after one, yet measured again
+    assert adaptive.decide([0.9], 5, adaptive.cell_rule(config, cells["spec_bench"]), 0.08,
+                           20.0).reason == adaptive.SETTLED

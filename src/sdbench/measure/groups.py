@@ -98,9 +98,10 @@ def measure_group(session: Session, cells: dict[str, grid.Cell], runs: list[Cell
                 continue
             members = [r for r in members if r.cell_id not in failed]
             if rule is not None:
-                stops = stopping.GroupStops(rule, lead, [r for r in members if r is not lead])
+                at = adaptive.cell_rule(config, lead.cell)  # (one workload per group)
+                stops = stopping.GroupStops(at, lead, [r for r in members if r is not lead])
                 for run in members:
-                    run.adaptive, run.stops = rule.to_dict(), stops
+                    run.adaptive, run.stops = at.to_dict(), stops
             # the baseline measures every point its cells do (`grid.with_baseline_repeats`);
             # a cell with fewer repeats takes its turn only at its own points, in order
             # (under the rule's level bisection: depth by depth, `GroupStops.order`)

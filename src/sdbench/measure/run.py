@@ -331,7 +331,7 @@ def prepare(cell: grid.Cell, config: dict, instance: int, plan: list[tuple[dict,
     paths = {pid: points.point_path(cell.cell_id, load, r,
                                     points.point_key(cell, load, r, facts))
              for pid, (load, r) in ordered.items()}
-    rule = adaptive.Rule.from_config(config.get("adaptive"))
+    rule = adaptive.cell_rule(config, cell)
     found = {pid: point for pid, path in paths.items()
              if path.exists() and (point := points.read_point(path)) is not None
              and stopping.valid_cached(point, rule)}

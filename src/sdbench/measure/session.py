@@ -230,7 +230,7 @@ def _alone_under_rule(run: CellRun, config: dict,
     first). Without them (a cell run by hand first) every repeat is measured, as it says."""
     if not adaptive.reads_baseline(config, run.cell):  # (no rule, or interleaved, ...)
         return
-    rule = adaptive.Rule.from_config(config.get("adaptive"))
+    rule = adaptive.cell_rule(config, run.cell)
     path = (baseline_records or {}).get(run.cell_id) or layout.cell_output(
         run.cell.baseline_cell_id)
     if not Path(path).is_file():  # a cell run by hand before its baseline: all its repeats

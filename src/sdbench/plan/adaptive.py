@@ -15,7 +15,8 @@ GPUs: docs/design-defaults.md) counted as `prior_df` degrees of freedom, pooled 
 of the repeats measured so far at the same level (`pooled_sigma`); the boundary then grows by
 the ratio of Student's t to the normal quantile at those degrees of freedom.
 
-A point stops (`decide`; never before `min_repeats`) when it is beaten (the race: its mean
+A point stops (`decide`; never before `min_repeats`, and above temperature 0 never before two:
+`cell_rule`) when it is beaten (the race: its mean
 lies below the best other setting's at its load by more than their difference's sequential
 half-width, `race_bar`), when its interval is narrower than `precision` (±5 % by default),
 when its verdict against 1 is settled (the interval excludes 1) and no other setting at its
@@ -358,6 +359,20 @@ def recheck(stop: dict, ys) -> str | None:
     if abs(look.half - stop["half_log"]) > 1e-9 or abs(look.mean - stop["mean_log"]) > 1e-9:
         return "the stored interval differs from the one recomputed"
     return None
+
+
+# a sampled point's acceptance differs from repeat to repeat (greedy outputs repeat exactly):
+# an interval on it needs two repeats, so points above temperature 0 measure at least these
+SAMPLED_MIN_REPEATS = 2
+
+
+def cell_rule(config: dict, cell: grid.Cell) -> Rule | None:
+    """The config's rule as it applies to `cell` (None where the rule is off): above
+    temperature 0, never stopping before SAMPLED_MIN_REPEATS repeats."""
+    rule = Rule.from_config(config.get("adaptive"))
+    if rule is None or not cell.workload["loadgen"].get("temperature"):
+        return rule
+    return replace(rule, min_repeats=max(rule.min_repeats, SAMPLED_MIN_REPEATS))
 
 
 def reads_baseline(config: dict, cell: grid.Cell) -> bool:
