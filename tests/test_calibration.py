@@ -159,20 +159,25 @@ def test_the_gpu_calibration_study_plans_the_pair_at_7b_scale():
     config = load_config(Path(__file__).resolve().parents[1] / "config"
                          / "gpu-calibration.yaml")
     cells = grid.all_cells(config)
+    # Spec-Bench greedy and sampled at 1.0 (spec_bench-t1), summarization greedy; the pair
+    # with a probabilistic draft at 1.0 only (the known answer under sampling)
     assert sorted(c.label for c in cells) == sorted(
-        f"{setting} | {workload}" for setting in (
+        [f"{setting} | {workload}" for setting in (
             "calibration k=4 | qwen7b-shape-calib", "vanilla | qwen7b-shape-2l",
             "vanilla | qwen7b-shape-calib")
-        for workload in ("spec_bench", "spec_bench_summarization"))
+         for workload in ("spec_bench", "spec_bench-t1", "spec_bench_summarization")]
+        + ["calibration-probabilistic k=4 | qwen7b-shape-calib | spec_bench-t1"])
     # the pair (and so its baseline) over 2 server instances: one session per configuration
-    # instance serves both workloads
+    # instance serves all its workloads
     from sdbench.plan import sessions
 
     by_id = {c.cell_id: c for c in cells}
-    assert {c.server_config["target"]["name"]: c.instances for c in cells} == {
+    assert {c.server_config["target"]["name"]: c.instances for c in cells
+            if c.speculator != "calibration-probabilistic"} == {
         "qwen7b-shape-2l": 1, "qwen7b-shape-calib": 2}
     planned = sessions.plan_sessions(by_id)
-    assert len(planned) == 5 and all(len(s.cells) == 2 for s in planned.values())
+    assert len(planned) == 6
+    assert sorted(len(s.cells) for s in planned.values()) == [1, 3, 3, 3, 3, 3]
     # the draft is the target's first 2 layers: the same random weights, built once
     models = config["models"]
     assert models["qwen7b-shape-calib"]["source"] == {

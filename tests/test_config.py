@@ -173,7 +173,8 @@ def test_a_temperature_sweep_is_one_workload_per_temperature_and_keeps_the_greed
 
     greedy = copy.deepcopy(demo_config_raw)
     greedy["workloads"].pop("spec_bench-t1", None)  # the demo's own sampled variant
-    greedy["round1"]["workloads"].remove("spec_bench-t1")
+    greedy["round1"]["workloads"] = [w for w in greedy["round1"]["workloads"]
+                                     if w != "spec_bench-t1"]
     for method in greedy["round1"]["methods"]:
         method.pop("temperatures", None)
     demo_config_raw = greedy
@@ -215,7 +216,7 @@ def test_a_temperature_sweep_is_one_workload_per_temperature_and_keeps_the_greed
         validate_config(taken)
 
 
-def test_draft_sample_method_is_a_method_option_like_any_other(demo_config_raw):
+def test_draft_sample_method_is_a_method_option_like_any_other(demo_sampled_raw):
     """vLLM's `draft_sample_method` (greedy | probabilistic) reaches the speculative config of
     the method's cells, and a field vLLM does not have is refused at start."""
     import copy
@@ -224,7 +225,7 @@ def test_draft_sample_method_is_a_method_option_like_any_other(demo_config_raw):
     from sdbench.plan.checks import check_speculator, vllm_features
     from sdbench.plan.settings import settings
 
-    config = validate_config(copy.deepcopy(demo_config_raw))
+    config = validate_config(copy.deepcopy(demo_sampled_raw))
     cells = [c for c in grid.all_cells(config) if c.speculator == "calibration-probabilistic"]
     assert cells and all(c.server_config["method_options"]["draft_sample_method"]
                          == "probabilistic" for c in cells)

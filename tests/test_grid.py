@@ -26,13 +26,18 @@ def test_demo_grid_shape():
     # round 1 (server only): vanilla, ngram and the EAGLE head (k=3) on the target; vanilla and
     # the calibration draft (k=5) on the deeper target; round 2: vanilla + draft k=3 on one
     # bucket, on the target and its W8A8, GPTQ and AWQ copies; round 3: one vanilla, the draft
-    # at the default setting and with the short draft context
-    assert [len(rounds[r]) for r in ROUNDS] == [5, 8, 3]
-    assert len({c.cell_id for c in cells}) == 16
-    assert {c.speculator for c in cells} == {"vanilla", "ngram", "calibration",
-                                             "eagle-untrained-plumbing", "draft-6l-plumbing"}
+    # at the default setting and with the short draft context. Round 1 again sampled at 1.0
+    # (spec_bench-t1, concurrency 1 only): both vanillas, n-gram, the calibration pair and the
+    # pair with a probabilistic draft (not the untrained head)
+    assert [len(rounds[r]) for r in ROUNDS] == [10, 8, 3]
+    assert len({c.cell_id for c in cells}) == 21
+    assert {c.speculator for c in cells} == {
+        "vanilla", "ngram", "calibration", "calibration-probabilistic",
+        "eagle-untrained-plumbing", "draft-6l-plumbing"}
     assert {c.engine for c in cells} == {"serve"}
-    assert all(c.concurrency == (1, 24) for c in rounds["round1"])
+    sampled = [c for c in rounds["round1"] if c.workload["name"] == "spec_bench-t1"]
+    assert len(sampled) == 5 and all(c.concurrency == (1,) for c in sampled)
+    assert all(c.concurrency == (1, 24) for c in rounds["round1"] if c not in sampled)
     assert all(c.concurrency == (4,) for c in rounds["round2"] + rounds["round3"])
     assert {c.server_config["target"]["quantization"] for c in rounds["round2"]} == {
         None, "compressed-tensors", "gptq", "awq"}
@@ -41,12 +46,12 @@ def test_demo_grid_shape():
     # configurations taking turns: one session per (configuration group, instance), one
     # start per configuration
     groups = grid.interleave_groups(cells)
-    assert sorted(len(g) for g in groups.values()) == [2, 2, 2, 2, 2, 3, 3]
+    assert sorted(len(g) for g in groups.values()) == [2, 2, 2, 2, 2, 2, 3, 3, 3]
     assert {i for g in groups.values() for i in g} == {c.cell_id for c in cells}
     planned = sessions.plan_sessions({c.cell_id: c for c in cells})
-    assert sorted(len(s.configs) for s in planned.values()) == [2, 2, 2, 2, 6]
+    assert sorted(len(s.configs) for s in planned.values()) == [2, 2, 2, 3, 6]
     assert sum(sessions.starts(s, {c.cell_id: c for c in cells}) for s in planned.values()) \
-        == len({sessions.config_id(c.server_config) for c in cells}) == 14
+        == len({sessions.config_id(c.server_config) for c in cells}) == 15
     # the calibration draft runs on the deeper target only, paired with its vanilla cell
     by_id = {c.cell_id: c for c in cells}
     pair = next(c for c in cells if c.speculator == "calibration")
@@ -75,7 +80,9 @@ def test_demo_grid_shape():
     assert pair.repeats == base.repeats == 5
     plumbing = {c.cell_id for c in cells if "plumbing" in c.speculator}
     assert {c.repeats for c in cells if c.cell_id in plumbing} == {2}
-    assert {c.repeats for c in cells if c.cell_id not in plumbing | set(pair.group)
+    deep = {c.cell_id for c in cells if c.server_config["target"]["name"] == "smollm2-135m-deep"}
+    assert {c.repeats for c in cells if c.cell_id in deep} == {5}
+    assert {c.repeats for c in cells if c.cell_id not in plumbing | deep
             and c.round == "round1"} == {3}
     assert {c.repeats for c in rounds["round2"] + rounds["round3"]} == {2}
     assert grid.dynamic_k_placeholder(demo_config, grid.dynamic_k_specs(demo_config)[0]

@@ -106,13 +106,13 @@ def test_the_known_answer_table_names_the_pair_and_the_check():
     assert table.iloc[0]["check"].startswith("fails: 1.20 against 5.60")
 
 
-def test_a_method_measured_at_some_temperatures_only(demo_config_raw):
+def test_a_method_measured_at_some_temperatures_only(demo_sampled_raw):
     """`methods[].temperatures`: the probabilistic-draft calibration cell only at 1.0, the
     untrained head only at 0; a temperature none of the round's workloads has is refused."""
     from sdbench.plan import grid
     from sdbench.plan.config import ConfigError, validate_config
 
-    config = validate_config(copy.deepcopy(demo_config_raw))
+    config = validate_config(copy.deepcopy(demo_sampled_raw))
     cells = [c for c in grid.round_cells(config, "round1") if c.engine == grid.SERVE]
     temps = {}
     for cell in cells:
@@ -120,13 +120,13 @@ def test_a_method_measured_at_some_temperatures_only(demo_config_raw):
     assert temps["calibration-probabilistic"] == {1.0}
     assert temps["eagle-untrained-plumbing"] == {0}
     assert temps["calibration"] == temps["ngram"] == temps["vanilla"] == {0, 1.0}
-    wrong = copy.deepcopy(demo_config_raw)
+    wrong = copy.deepcopy(demo_sampled_raw)
     wrong["round1"]["methods"][0]["temperatures"] = [0.5]
     with pytest.raises(ConfigError, match=r"round1.methods\[0\].temperatures\[0\] = 0.5"):
         validate_config(wrong)
 
 
-def test_a_sampled_request_carries_its_repeat_seed_where_asked(demo_config_raw):
+def test_a_sampled_request_carries_its_repeat_seed_where_asked(demo_sampled_raw):
     """`loadgen.request_seed`: every request of a sampled point carries the repeat's seed in
     its body (vLLM's SamplingParams seed, as its load generator parses it); none at
     temperature 0 or without the setting, and greedy cells keep their ids."""
@@ -152,7 +152,7 @@ def test_a_sampled_request_carries_its_repeat_seed_where_asked(demo_config_raw):
         return {c.workload["name"]: c.cell_id for c in grid.all_cells(validate_config(raw))
                 if c.speculator == "ngram" and c.engine == grid.SERVE}
 
-    unseeded = copy.deepcopy(demo_config_raw)
+    unseeded = copy.deepcopy(demo_sampled_raw)
     unseeded["loadgen"].pop("request_seed", None)
     before = ids(unseeded)
     seeded = copy.deepcopy(unseeded)
@@ -162,31 +162,31 @@ def test_a_sampled_request_carries_its_repeat_seed_where_asked(demo_config_raw):
     assert after["spec_bench-t1"] != before["spec_bench-t1"]
 
 
-def test_a_workload_measured_at_some_of_the_rounds_levels(demo_config_raw):
+def test_a_workload_measured_at_some_of_the_rounds_levels(demo_sampled_raw):
     """`workloads.<name>.concurrency`: the demo's sampled variant at concurrency 1 only, its
     baseline too; the greedy workload at every level; a list sharing no level is refused."""
     from sdbench.plan import grid
     from sdbench.plan.config import ConfigError, validate_config
 
-    config = validate_config(copy.deepcopy(demo_config_raw))
+    config = validate_config(copy.deepcopy(demo_sampled_raw))
     levels = {(c.speculator, c.workload["name"]): c.concurrency
               for c in grid.round_cells(config, "round1") if c.engine == grid.SERVE}
     assert levels[("vanilla", "spec_bench-t1")] == levels[("calibration", "spec_bench-t1")] \
         == (1,)
     assert levels[("calibration", "spec_bench")] == (1, 24)
-    wrong = copy.deepcopy(demo_config_raw)
+    wrong = copy.deepcopy(demo_sampled_raw)
     wrong["workloads"]["spec_bench-t1"]["concurrency"] = [7]
     with pytest.raises(ConfigError, match=r"workloads.spec_bench-t1.concurrency = \[7\]"):
         validate_config(wrong)
 
 
-def test_sampled_points_measure_two_repeats_before_the_rule_may_stop_them(demo_config_raw):
+def test_sampled_points_measure_two_repeats_before_the_rule_may_stop_them(demo_sampled_raw):
     """Greedy outputs repeat exactly, so one repeat pins a greedy point's acceptance; a sampled
     point's varies, so the rule keeps it to two repeats at least (an interval on it)."""
     from sdbench.plan import adaptive, grid
     from sdbench.plan.config import validate_config
 
-    config = validate_config(copy.deepcopy(demo_config_raw))
+    config = validate_config(copy.deepcopy(demo_sampled_raw))
     cells = {c.workload["name"]: c for c in grid.round_cells(config, "round1")
              if c.speculator == "calibration"}
     assert adaptive.cell_rule(config, cells["spec_bench"]).min_repeats == 1

@@ -5,7 +5,15 @@ import subprocess
 
 import yaml
 
-from workflow_helpers import REPO, SNAKEMAKE, job_counts, snakemake, with_left_out, write_config
+from workflow_helpers import (
+    REPO,
+    SNAKEMAKE,
+    greedy_only,
+    job_counts,
+    snakemake,
+    with_left_out,
+    write_config,
+)
 
 
 def test_lint_is_clean():
@@ -167,8 +175,8 @@ def test_plan_names_the_cells_this_host_cannot_run_and_keeps_going(tmp_path):
     runs; the workflow's default profile (--keep-going) is in force."""
     import yaml
 
-    configfile = write_config(tmp_path / "left-out.yaml", with_left_out(
-        yaml.safe_load((REPO / "config" / "demo.yaml").read_text())))
+    configfile = write_config(tmp_path / "left-out.yaml", greedy_only(with_left_out(
+        yaml.safe_load((REPO / "config" / "demo.yaml").read_text()))))
     result = snakemake("-n", workdir=tmp_path, configfile=configfile,
                        env={"SDBENCH_CPU_ISA": "avx2"}, timeout=300)
     output = result.stdout + result.stderr
@@ -202,7 +210,8 @@ def test_duration_bounded_speculative_cells_wait_for_their_baseline(tmp_path):
     from sdbench.plan import grid
     from sdbench.plan.config import validate_config
 
-    raw = with_left_out(yaml.safe_load((REPO / "config" / "demo.yaml").read_text()))
+    raw = greedy_only(with_left_out(yaml.safe_load(
+        (REPO / "config" / "demo.yaml").read_text())))
     for method in raw["round1"]["methods"]:
         method.pop("interleave", None)  # a pair measured in turn cannot share counts
     assert raw["adaptive"]  # the demo measures adaptively

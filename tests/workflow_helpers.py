@@ -45,6 +45,21 @@ def job_counts(output: str) -> dict[str, int]:
     return counts
 
 
+def greedy_only(raw: dict) -> dict:
+    """The config without its sampled workloads (temperature above 0) in round 1 and the
+    methods measured only there: the demo as it was before its sampled cells (the tests of
+    grids, sessions and groups count its cells; test_temperature reads the sampled ones)."""
+    config = copy.deepcopy(raw)
+    sampled = {name for name, w in config["workloads"].items() if w.get("temperature")}
+    config["round1"]["workloads"] = [w for w in config["round1"]["workloads"]
+                                     if w not in sampled]
+    config["round1"]["methods"] = [m for m in config["round1"]["methods"]
+                                   if 0 in m.get("temperatures", [0])]
+    for method in config["round1"]["methods"]:
+        method.pop("temperatures", None)
+    return config
+
+
 def with_left_out(raw: dict) -> dict:
     """config/demo.yaml with what the demo leaves out for time added back, so that the tests
     cover every path: a Poisson request rate, vLLM's offline engine and the Transformers
@@ -100,10 +115,7 @@ def e2e_config(raw: dict) -> dict:
     config["round1"]["workloads"] = ["spec_bench"]
     # greedy only: the demo's sampled variant and its probabilistic-draft cell double round 1's
     # server cells (their tables: test_temperature, test_report; the demo runs them)
-    config["round1"]["methods"] = [m for m in config["round1"]["methods"]
-                                   if 0 in m.get("temperatures", [0])]
-    for method in config["round1"]["methods"]:
-        method.pop("temperatures", None)
+    config = greedy_only(config)
     config["round2"]["workloads"] = ["news_0.25k"]
     config["round3"]["settings"] = [s for s in config["round3"]["settings"]
                                     if s["name"] != "default"]
