@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from sdbench.analyze.analysis import PAIR_AGREEMENT
+from sdbench.plan.config import temperature_name
 
 GREEDY, PROBABILISTIC = "greedy", "probabilistic"  # vLLM's draft_sample_method values
 # an exact draft's acceptance length is k + 1 but for each request's last step (which drafts
@@ -39,7 +40,7 @@ def base_workload(name: str, temperature) -> str:
     """The swept workload a temperature variant comes from (`<name>-t<T>` -> `<name>`)."""
     if temperature is None or pd.isna(temperature):
         return name
-    suffix = f"-t{float(temperature):g}"
+    suffix = temperature_name("", float(temperature), None)  # the sweep's own naming
     return name[:-len(suffix)] if name.endswith(suffix) else name
 
 

@@ -308,6 +308,13 @@ def sampled_settings(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[hot]
 
 
+def _sampled_label(rows: pd.DataFrame) -> pd.Series:
+    """'<method> k=<k> (<draft sampling> draft)' of `by_temperature` rows (no draft: none)."""
+    return (method_names(rows) + " k=" + rows["k"].astype("Int64").astype(str)
+            + np.where(rows["draft_sampling"] == "–", "",
+                       " (" + rows["draft_sampling"].astype(str) + " draft)"))
+
+
 def _temperature_label(value) -> str:
     return f"T={float(value):g}"
 
@@ -320,11 +327,7 @@ def temperature_table(points: pd.DataFrame) -> pd.DataFrame:
     rows = sampled_settings(by_temperature(points))
     if rows.empty:
         return pd.DataFrame()
-    rows = rows.assign(
-        label=method_names(rows) + " k=" + rows["k"].astype("Int64").astype(str)
-        + np.where(rows["draft_sampling"] == "–", "",
-                   " (" + rows["draft_sampling"].astype(str) + " draft)")
-        + role_marks(rows))
+    rows = rows.assign(label=_sampled_label(rows) + role_marks(rows))
     out = []
     for (label, workload, level), part in rows.groupby(
             ["label", "base_workload", "concurrency"], sort=False):
@@ -358,10 +361,7 @@ def temperature_plot(points: pd.DataFrame) -> plt.Figure | None:
     rows = sampled_settings(by_temperature(points))
     if rows.empty:
         return None
-    rows = rows.assign(line=method_names(rows) + " k=" + rows["k"].astype("Int64").astype(str)
-                       + np.where(rows["draft_sampling"] == "probabilistic",
-                                  " (probabilistic draft)", "")
-                       + " c=" + rows["concurrency"].astype(str))
+    rows = rows.assign(line=_sampled_label(rows) + " c=" + rows["concurrency"].astype(str))
     workloads = list(dict.fromkeys(rows["base_workload"]))
     metrics = (("spec_decode_acceptance_length", "acceptance length (tokens per step)"),
                ("speedup", METRIC_LABELS["speedup"]))
