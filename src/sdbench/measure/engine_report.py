@@ -20,6 +20,8 @@ After a server is ready, `read_log` reads the part of its log written since it w
 - the model runner (`Using V2 Model Runner`, or a fallback to the V1 runner);
 - `async_scheduling_off` where vLLM says it turned asynchronous scheduling off (it says nothing
   when it is on);
+- `engine_fixes`: the fixes sdbench's vLLM plugin applied to this engine's known faults
+  (`sdbench engine fix: <name> …`, `sdbench.measure.vllm_fixes`), their names comma-joined;
 - every warning that can change performance (overrides, downgrades, fallbacks, "not
   supported", "disabling", "suboptimal", "performance"), as short normalized lines: no process
   id, time or source line, whitespace collapsed, at most `WARNING_CHARS` characters, each once.
@@ -31,6 +33,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+
+from sdbench.measure.vllm_fixes import LOG_MARK
 
 WARNING_CHARS = 240
 _PERFORMANCE = re.compile(
@@ -148,6 +152,10 @@ _FACTS = [
      lambda s, m: s.update(async_scheduling_off=True)),
     (r"Overriding cudagraph_mode (?:from )?(?:\w+ )?to (\w+)",
      lambda s, m: s.update(cudagraph_mode=m.group(1))),
+    # each process of the engine loads the plugin and says it once: names kept once, sorted
+    (re.escape(LOG_MARK) + r" (\w+)",
+     lambda s, m: s.update(engine_fixes=",".join(sorted(
+         {*filter(None, s.get("engine_fixes", "").split(",")), m.group(1)})))),
 ]
 
 

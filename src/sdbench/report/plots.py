@@ -1036,7 +1036,7 @@ ENGINE_COLUMNS = {"cudagraph_mode": "CUDA graphs", "compilation_mode": "compilat
                   "attention_backend": "attention", "dtype": "dtype",
                   "model_runner": "model runner", "chunked_prefill": "chunked prefill",
                   "max_num_batched_tokens": "batched tokens", "kv_cache_tokens": "KV tokens",
-                  "async_scheduling_off": "async scheduling"}
+                  "async_scheduling_off": "async scheduling", "engine_fixes": "engine fixes"}
 
 
 def _engine_value(key: str, value) -> str:

