@@ -92,6 +92,24 @@ def test_points_have_paired_speedups_with_t_intervals():
     assert one["speedup_mean"] == pytest.approx(1.5) and math.isnan(one["speedup_ci_low"])
 
 
+def test_acceptance_intervals_stay_within_what_acceptance_can_be():
+    from sdbench.analyze.aggregate import aggregate_points
+
+    # two repeats far apart (t factor 12.7): the raw interval runs below 1 and above k + 1
+    rows = [record("ng", "ngram", 1, 150.0, k=3, repeat=r,
+                   metrics={"spec_decode_acceptance_length": length,
+                            "spec_decode_acceptance_rate": rate})
+            for r, (length, rate) in enumerate([(1.2, 7.0), (3.9, 97.0)])]
+    point = aggregate_points(add_speedups(records_frame(rows))).iloc[0]
+    half = stats.t.ppf(0.975, 1) * np.std([1.2, 3.9], ddof=1) / np.sqrt(2)
+    assert 2.55 - half < 1 and 2.55 + half > 4  # what the bounds below cut
+    assert point["spec_decode_acceptance_length_mean"] == pytest.approx(2.55)
+    assert point["spec_decode_acceptance_length_ci_low"] == 1.0
+    assert point["spec_decode_acceptance_length_ci_high"] == 4.0  # k + 1
+    assert point["spec_decode_acceptance_rate_ci_low"] == 0.0
+    assert point["spec_decode_acceptance_rate_ci_high"] == 100.0
+
+
 def test_failure_threshold_is_applied_when_summarizing():
     from sdbench.analyze.aggregate import apply_failure_threshold
 

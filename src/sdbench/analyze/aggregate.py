@@ -301,6 +301,9 @@ COUNTS = {"completed": "requests", "total_output_tokens": "output_tokens",
 # columns that may be negative (the others' Student t intervals are cut at 0)
 RATIO_COLUMNS = ("total_speedup", "tpot_speedup", "energy_gain")
 SIGNED_COLUMNS = ("speedup", "output_drift")
+# the values a per-point mean can take, where they are not [0, ∞): its interval is kept inside
+VALUE_RANGE = {"spec_decode_acceptance_length": (1.0, "k+1"),
+               "spec_decode_acceptance_rate": (0.0, 100.0)}
 
 
 def interval_covers(group: pd.DataFrame) -> str:
@@ -393,7 +396,14 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
             if column in RATIO_COLUMNS:  # a ratio: geometric mean, interval on the log scale
                 mean, low, high = ratio_interval(values)
             elif column not in SIGNED_COLUMNS and pd.notna(low):
-                low = max(low, 0.0)  # a throughput, latency or share is never below 0
+                # an interval kept to the values the quantity can take (it covers no less):
+                # a throughput, latency or share is never below 0, an acceptance length never
+                # below 1 nor above k + 1, an acceptance rate (%) never above 100
+                floor, ceiling = VALUE_RANGE.get(column, (0.0, None))
+                low = max(low, floor)
+                ceiling = row.get("k", np.nan) + 1 if ceiling == "k+1" else ceiling
+                if ceiling is not None and pd.notna(ceiling):
+                    high = min(high, float(ceiling))
             row.update({f"{column}_mean": mean, f"{column}_std": std,
                         f"{column}_ci_low": low, f"{column}_ci_high": high})
         if slos:

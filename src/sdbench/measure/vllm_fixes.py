@@ -16,9 +16,10 @@ the environment runs the engine as installed.
   `vllm/v1/sample/rejection_sampler.py`): a float32 or int32 buffer of `new_empty`, left as
   uninitialised memory. The target's logits are then divided by garbage, its probabilities
   come out NaN, flat or one-hot, and sampled speculation accepts almost nothing (an exact
-  probabilistic draft 1-2 % of its tokens at temperature 1.0, where a correct sampler accepts
-  all; docs/validation.md §16). Greedy requests never use it. The fix is the Triton kernel's
-  own definition written in torch; with it the same exact draft is accepted every time.
+  probabilistic draft 1-3 % of its tokens at temperature 1.0, where a correct sampler accepts
+  all; docs/validation.md §16). A batch of greedy requests never uses it. The fix is the
+  Triton kernel's own definition written in torch; with it the same exact draft is accepted
+  every time.
 """
 
 from __future__ import annotations
