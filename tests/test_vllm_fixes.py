@@ -9,6 +9,7 @@ from importlib.metadata import entry_points
 import torch
 
 from sdbench.measure import engine_report, vllm_fixes
+from sdbench.plan import hostcaps
 
 
 def int64_only_expand(output, input_val, cu_num_tokens, replace_from, replace_to,
@@ -46,7 +47,7 @@ def test_the_plugin_is_registered_with_vllm():
     assert names.get("sdbench_fixes") == "sdbench.measure.vllm_fixes:apply"
 
 
-def plugin_run(env_value: str) -> subprocess.CompletedProcess:
+def plugin_run(env_value: str, extra_env=None) -> subprocess.CompletedProcess:
     """vLLM's own plugin loading in a fresh process, then the installed CPU kernel checked."""
     code = ("import logging, sys; logging.basicConfig(stream=sys.stdout, level=logging.INFO)\n"
             "from vllm.plugins import load_general_plugins; load_general_plugins()\n"
@@ -54,7 +55,7 @@ def plugin_run(env_value: str) -> subprocess.CompletedProcess:
             "from vllm.utils import cpu_triton_utils as c\n"
             "from sdbench.measure.vllm_fixes import expand_writes\n"
             "print('writes', expand_writes(c._expand_kernel_impl))\n")
-    env = {**os.environ, vllm_fixes.FIXES_ENV: env_value}
+    env = {**os.environ, vllm_fixes.FIXES_ENV: env_value, **(extra_env or {})}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=300, check=True)
 
@@ -68,6 +69,18 @@ def test_vllm_loads_the_plugin_and_its_cpu_expand_kernel_then_fills_every_dtype(
         assert f"{vllm_fixes.LOG_MARK} cpu_expand_kernel" in fixed.stdout
     else:  # a vLLM without it: nothing changed, nothing said
         assert vllm_fixes.LOG_MARK not in fixed.stdout
+
+
+def test_the_fix_holds_on_a_cpu_without_avx512():
+    """vLLM's AVX2 extension (`_C_AVX2`, loaded under the project's AVX2 emulation) is the one
+    a CPU without AVX-512 runs: the plugin fixes its kernel there too."""
+    avx2 = hostcaps.isa_env({hostcaps.ISA_ENV: "avx2"})
+    fixed = plugin_run("1", avx2)
+    assert "writes True" in fixed.stdout, fixed.stdout + fixed.stderr
+    probe = subprocess.run(
+        [sys.executable, "-c", "import torch.cpu as c; print('avx512', c._is_avx512_supported())"],
+        capture_output=True, text=True, env={**os.environ, **avx2}, timeout=120, check=True)
+    assert "avx512 False" in probe.stdout  # the emulation held in that process
 
 
 def test_the_log_report_records_each_fix_once():
