@@ -375,6 +375,19 @@ def cell_rule(config: dict, cell: grid.Cell) -> Rule | None:
     return replace(rule, min_repeats=max(rule.min_repeats, SAMPLED_MIN_REPEATS))
 
 
+# an acceptance sweep's break-even line weighs each swept point by its own spread over repeats
+# (`analyze.acceptance.break_even`): a point measured once would be left out of it
+SWEEP_MIN_REPEATS = 2
+
+
+def for_cell(rule: Rule, cell: grid.Cell) -> Rule:
+    """The rule as it stops `cell`'s points: an acceptance sweep's cell (drafts accepted at a
+    set rate) never before SWEEP_MIN_REPEATS repeats."""
+    if grid.swept_method(cell.speculator) is None:
+        return rule
+    return replace(rule, min_repeats=max(rule.min_repeats, SWEEP_MIN_REPEATS))
+
+
 def reads_baseline(config: dict, cell: grid.Cell) -> bool:
     """Whether a cell's session needs its baseline cell's records before it measures: a
     speculative server cell measured on its own (not interleaved) under the adaptive rule."""

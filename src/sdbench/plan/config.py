@@ -318,6 +318,11 @@ def _check_round(source: str, round_name: str, spec: dict, config: dict) -> None
                   "names where a set acceptance comes from: give `options` "
                   "rejection_sample_method: synthetic with synthetic_acceptance_length (or "
                   "rates), or remove it")
+        if method_spec.get("sweep_repeats") is not None and not method_spec.get(
+                "acceptance_sweep"):
+            _fail(source, f"{key}.sweep_repeats", method_spec["sweep_repeats"],
+                  "sets the repeats of an acceptance sweep's cells: give `acceptance_sweep`, "
+                  "or remove it")
         reserved = (RESERVED_OPTIONS | {"num_speculative_tokens_per_batch_size"}) \
             & set(method_spec["options"])
         if reserved:

@@ -426,8 +426,12 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
                     if (target not in spec.method_targets(method)
                             or not spec.measures(method, temperature)):
                         continue
+                    # an acceptance sweep at the study's temperature only: its acceptance is
+                    # set, so a sampled variant would measure the same line again
+                    swept = (method.acceptance_sweep
+                             if temperature == config["loadgen"]["temperature"] else ())
                     for k, length in ((k, length) for k in method.k
-                                      for length in (None, *method.acceptance_sweep)
+                                      for length in (None, *swept)
                                       if length is None or length <= k + 1):
                         options = {**thawed(method.options), **extra,
                                    **({} if length is None else synthetic_options(length))}
@@ -436,7 +440,8 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
                         add(Cell(cell_id_of(server, workload), round_name,
                                  method.name if length is None else sweep_name(method.name,
                                                                                length),
-                                 server, workload, base_id, levels, method.repeats,
+                                 server, workload, base_id, levels,
+                                 method.repeats if length is None else method.sweep_repeats,
                                  name, **rates, profile=method.profile,
                                  interleave=method.interleave,
                                  instances=method.server_instances),

@@ -129,6 +129,8 @@ class Speculator:
     acceptance_source: str | None = None
     # the sampling temperatures of the round's workloads it is measured at (None: every one)
     temperatures: tuple[float, ...] | None = None
+    # the repeats of its acceptance-sweep cells (its own `sweep_repeats`, else `repeats`)
+    sweep_repeats: int | None = None
 
     @classmethod
     def of(cls, spec: Mapping, loadgen: Loadgen) -> Speculator:
@@ -139,7 +141,8 @@ class Speculator:
                    tuple(float(x) for x in spec.get("acceptance_sweep") or ()),
                    spec.get("acceptance_source"),
                    None if spec.get("temperatures") is None
-                   else tuple(float(t) for t in spec["temperatures"]))
+                   else tuple(float(t) for t in spec["temperatures"]),
+                   int(spec.get("sweep_repeats") or spec.get("repeats") or loadgen.repeats))
 
 
 @dataclass(frozen=True)
