@@ -135,6 +135,23 @@ def test_a_stopped_group_keeps_its_points_and_measures_again_only_what_is_missin
                          layout.cell_output(cell.cell_id))
 
 
+def test_a_point_only_a_partner_misses_is_measured_again_with_its_cached_baseline(
+        group, demo_config, monkeypatch):
+    """Every point of the baseline cached, one of its partner's gone (a point measured under
+    another rule, a cache cleared): the session measures that point again for both sides, in
+    turn, not only the partner's (and never leaves the partner undone)."""
+    (base, pair), cells, planned = group
+    run(group, demo_config, Stand(), monkeypatch)
+    gone = sorted(layout.point_cache(pair.cell_id).iterdir())[0]
+    gone.unlink()
+    stand = Stand()
+    manifest = run(group, demo_config, stand, monkeypatch)
+    assert manifest["not_done"] == {}
+    assert len(measured(stand)) == 2  # that point, both sides
+    assert len(list(layout.point_cache(pair.cell_id).iterdir())) == len(
+        list(layout.point_cache(base.cell_id).iterdir()))
+
+
 def test_a_group_stopped_again_keeps_one_record_per_point(group, demo_config, monkeypatch):
     """A point cached for one cell only is measured again with its partner: the records so far
     (`.partial`, read when the run is salvaged) hold it once."""
@@ -209,6 +226,7 @@ def test_adaptive_stopping_ends_a_settled_pair_and_its_baseline(group, demo_conf
 
     (base, pair), cells, planned = group
     demo_config["adaptive"] = dict(ADAPTIVE)
+    del demo_config["dynamic_k"]  # the baseline paired with nothing but the pair
     stand = Stand(throughput={"calibration": 20.0})
     manifest = run(group, demo_config, stand, monkeypatch)
     assert manifest["not_done"] == {}
@@ -260,6 +278,62 @@ def test_adaptive_stopping_ends_a_settled_pair_and_its_baseline(group, demo_conf
     frame.to_parquet(tmp / "frame.parquet")
 
 
+def test_a_baseline_a_later_cell_pairs_with_keeps_the_repeats_that_cell_needs(
+        group, demo_config, monkeypatch):
+    """The demo's dynamic-K cell is measured later, on its own, against the calibration pair's
+    baseline records, every one of its 3 repeats: when the pair settles at its first look, the
+    baseline still measures its first 3 repeats at every level (then stops with the pair),
+    so that every repeat of the dynamic-K cell has its baseline repeat."""
+    (base, pair), cells, planned = group
+    demo_config["adaptive"] = dict(ADAPTIVE)
+    later = grid.dynamic_k_repeats(demo_config)[base.cell_id]
+    assert 1 < later < base.repeats
+    stand = Stand(throughput={"calibration": 20.0})
+    assert run(group, demo_config, stand, monkeypatch)["not_done"] == {}
+    levels = len(pair.load_points())
+    assert len(measured(stand)) == levels * (1 + later)  # the pair once, its baseline 3 times
+    cellmod.assemble(base, [layout.session_output(planned.session_id)],
+                     layout.cell_output(base.cell_id))
+    statuses = {}
+    for r in read_jsonl(layout.cell_output(base.cell_id)):
+        statuses.setdefault(r["repeat"], set()).add(r["status"])
+    assert statuses == {**{r: {"ok"} for r in range(later)},
+                        **{r: {"stopped"} for r in range(later, base.repeats)}}
+
+
+def test_an_acceptance_sweep_cell_is_measured_twice_before_it_stops(demo_config_raw, served_dir,
+                                                                      monkeypatch):
+    """A swept point (drafts accepted at a set rate) settles no earlier than its second
+    repeat, where the real cell beside it settles at its first: the break-even line weighs
+    each swept point by its own spread. The report's check recomputes both stops."""
+    from sdbench.analyze import aggregate, stops
+
+    raw = demo_config_raw
+    raw["round1"]["request_rates"] = []
+    raw["adaptive"] = dict(ADAPTIVE)
+    del raw["dynamic_k"]
+    calibration = next(m for m in raw["round1"]["methods"] if m.get("name") == "calibration")
+    calibration["acceptance_sweep"] = [4.0]
+    config = validate_config(raw)
+    cells = grid.cells_by_id(config)
+    members = [cells[i] for i in next(c.group for c in cells.values()
+                                      if c.group and c.speculator == "calibration")]
+    swept = next(c for c in members if grid.swept_method(c.speculator))
+    (sid,) = sessions.cell_sessions(swept, cells)
+    stand = Stand(throughput={"calibration": 20.0, swept.speculator: 20.0})
+    use(stand, monkeypatch)
+    manifest = session.run_session(sessions.plan_sessions(cells)[sid], cells, config,
+                                   layout.session_output(sid))
+    assert manifest["not_done"] == {}
+    for cell in members:
+        cellmod.assemble(cell, [layout.session_output(sid)], layout.cell_output(cell.cell_id))
+    frame = aggregate.summarize([layout.cell_output(c.cell_id) for c in members])
+    measured_ok = frame[frame["status"] == "ok"].groupby("speculator")["repeat"].nunique()
+    assert measured_ok["calibration"] == 1 and measured_ok[swept.speculator] == 2
+    checks = stops.recheck_frame(frame)
+    assert len(checks) == 2 * len(swept.load_points()) and checks["holds"].all()
+
+
 def test_a_repeat_split_into_blocks_of_prompts_stops_after_a_block(
         demo_config_raw, served_dir, monkeypatch):
     """`adaptive.blocks`: at concurrency 1 (24 prompts a repeat: 6 waves) each of the
@@ -272,6 +346,7 @@ def test_a_repeat_split_into_blocks_of_prompts_stops_after_a_block(
     raw["round1"]["request_rates"] = []
     raw["loadgen"]["prompts_per_concurrency"] = 24
     raw["adaptive"] = {**ADAPTIVE, "blocks": 4}
+    del raw["dynamic_k"]  # the baseline paired with nothing but the pair
     config = validate_config(raw)
     cells = grid.cells_by_id(config)
     members = [cells[i] for i in next(c.group for c in cells.values() if c.group)]

@@ -23,6 +23,7 @@ from sdbench.measure.server import Clock, SessionServer, checked, fail
 from sdbench.measure.serving import ServerError
 from sdbench.plan import adaptive, grid
 from sdbench.plan.sessions import Session, config_id
+from sdbench.records import LoadPoint
 
 
 def interleaved_order(cell_ids: list[str], points: list[tuple]) -> list[tuple[str, tuple]]:
@@ -62,6 +63,21 @@ def turns(session: Session, cells: dict[str, grid.Cell], runs: list[CellRun]
     return out
 
 
+def paired_elsewhere(lead: CellRun, members: list[CellRun], cells: dict[str, grid.Cell],
+                     config: dict) -> frozenset[tuple]:
+    """The baseline's points (point ids) that a cell outside the group measures with it: one
+    measured on its own (not interleaved), or a derived dynamic-K cell (its placeholder,
+    `grid.dynamic_k_placeholder`). Such a cell reads the baseline's records later and needs a
+    baseline repeat for each of its own, so these may not stop with the group's cells."""
+    inside = {r.cell_id for r in members}
+    outside = [c for c in cells.values()
+               if c.baseline_cell_id == lead.cell_id and c.cell_id not in inside]
+    outside += [grid.dynamic_k_placeholder(config, spec) for spec in grid.dynamic_k_specs(config)
+                if grid.dynamic_k_baseline(config, spec) == lead.cell_id]
+    return frozenset(LoadPoint.of_load(load, r).order for cell in outside
+                     for load in cell.load_points() for r in cell.load_repeats(load))
+
+
 def measure_group(session: Session, cells: dict[str, grid.Cell], runs: list[CellRun],
                   held: slots.Slots, clock: Clock, failed: dict, config: dict) -> None:
     """Measure every workload's turns, the servers of its cells up side by side: those a
@@ -99,7 +115,9 @@ def measure_group(session: Session, cells: dict[str, grid.Cell], runs: list[Cell
             members = [r for r in members if r.cell_id not in failed]
             if rule is not None:
                 at = adaptive.cell_rule(config, lead.cell)  # (one workload per group)
-                stops = stopping.GroupStops(at, lead, [r for r in members if r is not lead])
+                stops = stopping.GroupStops(at, lead, [r for r in members if r is not lead],
+                                            keep=paired_elsewhere(lead, members, cells,
+                                                                  config))
                 for run in members:
                     run.adaptive, run.stops = at.to_dict(), stops
             # the baseline measures every point its cells do (`grid.with_baseline_repeats`);

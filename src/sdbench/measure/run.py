@@ -332,6 +332,7 @@ def prepare(cell: grid.Cell, config: dict, instance: int, plan: list[tuple[dict,
                                     points.point_key(cell, load, r, facts))
              for pid, (load, r) in ordered.items()}
     rule = adaptive.cell_rule(config, cell)
+    rule = None if rule is None else adaptive.for_cell(rule, cell)  # as its stops were made
     found = {pid: point for pid, path in paths.items()
              if path.exists() and (point := points.read_point(path)) is not None
              and stopping.valid_cached(point, rule)}

@@ -179,7 +179,11 @@ def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
                         if session.engine != grid.SERVE:
                             engine_cells.measure_engine(session, due, held, clock, failed)
                         elif session.interleaved:
-                            groups.measure_group(session, cells, due, held, clock, failed, config)
+                            # every run of the session: a group measures again, for all its
+                            # cells, the points any of them misses (its baseline too)
+                            groups.measure_group(session, cells,
+                                                 [r for r in runs if r.cell_id not in failed],
+                                                 held, clock, failed, config)
                         elif session.fresh_per_point:
                             measure_fresh(session, due, held, clock,
                                           layout.session_server_log(session.session_id,

@@ -3,7 +3,9 @@
 repeats that level already has, paired with the baseline's, and the point either goes on or
 stops: its later repeats there are recorded as "stopped" (with why, and the numbers the rule
 decided on) instead of being measured. The baseline's repeat at a level is measured while any
-cell paired with it there still needs it.
+cell paired with it there still needs it, and always at the points a cell outside the group
+measures with it (`keep`: a cell measured on its own, a derived dynamic-K cell), which reads
+its records later and needs a baseline repeat for every repeat it measures.
 
 The rule reads the output-token throughput, so it stops closed-loop (concurrency) points only:
 at an open-loop request rate the throughput is the offered load's, and every repeat is measured.
@@ -58,8 +60,9 @@ class RecordedBaseline:
 class GroupStops:
     """The rule applied to one workload's turns: the baseline's run and its partners' runs."""
 
-    def __init__(self, rule: adaptive.Rule, lead, partners: list):
-        self.rule, self.lead = rule, lead
+    def __init__(self, rule: adaptive.Rule, lead, partners: list,
+                 keep: frozenset[tuple] = frozenset()):
+        self.rule, self.lead, self.keep = rule, lead, keep
         self.partners = [p for p in partners if not p.unsupported]
         self.decided: dict[tuple[str, tuple], dict | None] = {}
         levels = sorted({_level(pid) for p in self.partners for pid in p.plan if pid[0] == "c"})
@@ -123,7 +126,8 @@ class GroupStops:
             return None
         return {**{k: v for k, v in gate.items() if k != "cells"}, "contenders": gate["cells"],
                 "reason": adaptive.LEVEL, "before_repeat": 0, "repeats": 0,
-                "looks": len(self._repeats(run, _level(pid))), "rule": self.rule.to_dict(),
+                "looks": len(self._repeats(run, _level(pid))),
+                "rule": adaptive.for_cell(self.rule, run.cell).to_dict(),
                 "pooled_cells": sorted(p.cell_id for p in self.partners)}
 
     def _repeats(self, run, level: tuple) -> list[tuple]:
@@ -142,7 +146,7 @@ class GroupStops:
         if not ys:
             return None
         ss, df = adaptive.spread(self._ys(other, level, repeat) for other in self.partners)
-        rule = self.rule_at(level)
+        rule = adaptive.for_cell(self.rule_at(level), run.cell)
         sigma, pooled_df = adaptive.pooled_sigma(rule, ss, df)
         looks = len(self._repeats(run, level))
         bar, racing = adaptive.race(
@@ -152,7 +156,8 @@ class GroupStops:
         look = adaptive.decide(ys, looks, rule, sigma, pooled_df, bar, racing)
         if look.reason == adaptive.CONTINUE or look.n >= looks:
             return None
-        return {**look.to_dict(), "before_repeat": repeat, "rule": self.rule.to_dict(),
+        return {**look.to_dict(), "before_repeat": repeat,
+                "rule": adaptive.for_cell(self.rule, run.cell).to_dict(),
                 "blocks": self.blocks.get(level, 1),
                 "bar": bar, "rivals": racing, "pooled_ss": ss, "pooled_df": df,
                 "pooled_cells": sorted(p.cell_id for p in self.partners),
@@ -176,7 +181,7 @@ class GroupStops:
                     if (look := self._look(run, _level(pid), earlier[-1])) is not None:
                         self.decided[key] = look
                         break
-            elif self.partners:
+            elif self.partners and pid not in self.keep:
                 needing = [p for p in self.partners if pid in p.plan]
                 if needing and all(self.stop(p, pid) is not None for p in needing):
                     self.decided[key] = {"reason": "baseline", "before_repeat": pid[-1],
