@@ -13,16 +13,23 @@ from sdbench.analyze.acceptance import (
     acceptance_check,
     accepted_variance,
     break_even,
+    draft_interval,
     simulated_label,
     synthetic_setting,
 )
 from sdbench.analyze.aggregate import apply_index
-from sdbench.analyze.analysis import best_settings
-from sdbench.analyze.stats import mean_interval
-from sdbench.plan import grid
+from sdbench.analyze.analysis import best_settings, predicted_break_even
+from sdbench.analyze.stats import mean_interval, ratio_interval
+from sdbench.plan import adaptive, grid
 from sdbench.plan.config import ConfigError, validate_config
 from sdbench.plan.settings import settings
-from sdbench.report.plots import break_even_plot, break_even_table, method_names, synthetic_table
+from sdbench.report.plots import (
+    break_even_plot,
+    break_even_prediction_table,
+    break_even_table,
+    method_names,
+    synthetic_table,
+)
 
 
 def _accepted(rates, drafts, rng):
@@ -187,6 +194,48 @@ def test_the_break_even_acceptance_is_found_and_its_interval_covers():
         assert 0 < np.median(widths) < 0.2  # informative, not the whole sweep
 
 
+def _predictable_sweep(scale: float, rng) -> pd.DataFrame:
+    """A draft-model sweep (k = 4 at concurrency 1) whose TPOT speedups are `scale` × the
+    step-time model's (target 30 ms a step at 1 and 40 at 8, so 37.5 over 5 sequences in
+    log-log; draft 6 ms: break-even (4 · 6 + 37.5) / 30 = 2.05 predicted), with the vanilla
+    cells of its target and draft."""
+    verify = 30.0 * (40 / 30) ** (np.log(5) / np.log(8))
+    base = {"round": "round1", "workload": "w", "setting": "default", "engine": "serve",
+            "load": "concurrency", "target": "big"}
+    rows = [{**base, "method": "vanilla", "speculator": "vanilla", "concurrency": c,
+             "mean_tpot_ms_mean": t, "draft": None} for c, t in ((1, 30.0), (8, 40.0))]
+    rows += [{**base, "target": "small", "method": "vanilla", "speculator": "vanilla",
+              "concurrency": 1, "mean_tpot_ms_mean": 6.0, "draft": None}]
+    for length in (1.5, 2.5, 3.5):
+        values = scale * length * 30.0 / (4 * 6.0 + verify) * np.exp(rng.normal(0, 0.01, 3))
+        mean, low, high = ratio_interval(values)
+        rows.append({**base, "method": "draft_model", "draft": "small", "k": 4,
+                     "concurrency": 1, "speculator": grid.sweep_name("draft", length),
+                     "simulated_acceptance": length, "tpot_speedup_mean": mean,
+                     "tpot_speedup_ci_low": low, "tpot_speedup_ci_high": high,
+                     "speedup_mean": mean * 0.8, "repeats_ok": 3})
+    return pd.DataFrame(rows)
+
+
+def test_the_sweep_s_break_even_is_set_beside_the_step_time_model_s():
+    """Known answer: TPOT speedups that follow the step-time model cross 1 where it predicts
+    (2.05, from the target's step at concurrency 1 and at 1 × 5 sequences, interpolated
+    between its measured levels, and the draft's); 30 % faster ones cross earlier, and the
+    prediction is then outside the measured interval."""
+    rng = np.random.default_rng(0)  # (the interval covers in 93.5 % of 200 seeds)
+    row = predicted_break_even(_predictable_sweep(1.0, rng)).iloc[0]
+    assert row["predicted"] == pytest.approx((4 * 6.0 + 30.0 * 5 ** (
+        np.log(40 / 30) / np.log(8))) / 30.0)
+    assert row["measured"] == pytest.approx(row["predicted"], rel=0.03) and row["agrees"]
+    assert row["verify_from"] == "target at c=5 (interpolated)"
+    off = predicted_break_even(_predictable_sweep(1.3, rng)).iloc[0]
+    assert off["measured"] == pytest.approx(off["predicted"] / 1.3, rel=0.03)
+    assert not off["agrees"]
+    table = break_even_prediction_table(_predictable_sweep(1.0, rng))
+    assert table["step-time model"].iloc[0].startswith("2.05 = (4 × 6.0 + 37.5) ÷ 30.0 ms")
+    assert table["reading"].iloc[0].startswith("agrees")
+
+
 def test_the_sweep_is_drawn_and_tabled_for_the_report():
     rng = np.random.default_rng(4)
     points = pd.concat([_sweep(1 / 1.8, [1, 1.5, 2, 3], rng, level=1, real=2.9),
@@ -200,10 +249,12 @@ def test_the_sweep_is_drawn_and_tabled_for_the_report():
     assert break_even_plot(points[points["speculator"] == "draft"]) is None
 
 
-def test_an_acceptance_sweep_makes_simulated_cells_that_no_decision_picks(demo_config_raw):
+def test_an_acceptance_sweep_makes_simulated_cells_that_no_decision_picks(demo_sampled_raw):
     """Each swept length up to k + 1 is a cell of its own (synthetic acceptance in its
-    speculative options, the method's baseline); the best-setting analysis leaves them out."""
-    raw = copy.deepcopy(demo_config_raw)
+    speculative options, the method's baseline), on the method's workloads at the study's
+    temperature only, never stopped before two repeats; the best-setting analysis leaves them
+    out."""
+    raw = copy.deepcopy(demo_sampled_raw)
     method = raw["round1"]["methods"][0]
     method["acceptance_sweep"] = [1.0, 2.0, 99.0]
     config = validate_config(raw)
@@ -211,13 +262,26 @@ def test_an_acceptance_sweep_makes_simulated_cells_that_no_decision_picks(demo_c
     name = settings(config).rounds["round1"].methods[0].name
     plain = [c for c in cells if c.speculator == name]
     swept = [c for c in cells if grid.swept_method(c.speculator) == name]
-    assert plain and len(swept) == 2 * len(plain)  # 99 exceeds every k + 1
+    study = [c for c in plain if c.workload["loadgen"]["temperature"] == 0]
+    assert len(study) < len(plain)  # the demo's n-gram samples at 1.0 too
+    assert len(swept) == 2 * len(study)  # 99 exceeds every k + 1; none at 1.0
+    assert {c.workload["name"] for c in swept} == {c.workload["name"] for c in study}
+    assert {c.repeats for c in swept} == {c.repeats for c in plain}  # the method's by default
+    raw["round1"]["methods"][0]["sweep_repeats"] = 2
+    assert {c.repeats for c in grid.round_cells(validate_config(copy.deepcopy(raw)), "round1")
+            if grid.swept_method(c.speculator) == name} == {2}
+    del raw["round1"]["methods"][0]["acceptance_sweep"]
+    with pytest.raises(ConfigError, match=r"round1\.methods\[0\]\.sweep_repeats = 2"):
+        validate_config(copy.deepcopy(raw))
+    rule = adaptive.Rule(min_repeats=1)
+    assert adaptive.for_cell(rule, swept[0]).min_repeats == adaptive.SWEEP_MIN_REPEATS == 2
+    assert adaptive.for_cell(rule, plain[0]) == rule
     assert {c.speculator for c in swept} == {f"{name} at acceptance 1", f"{name} at acceptance 2"}
     for cell in swept:
         options = cell.server_config["method_options"]
         assert options["rejection_sample_method"] == "synthetic"
         assert synthetic_setting(options) in (1.0, 2.0)
-    assert {c.baseline_cell_id for c in swept} == {c.baseline_cell_id for c in plain}
+    assert {c.baseline_cell_id for c in swept} == {c.baseline_cell_id for c in study}
     frame = pd.DataFrame([
         {"speculator": s, "k": 2, "concurrency": c, "repeat": r, "speedup": v, "target": "t",
          "workload": "w", "method": "ngram", "paired": True, "spec_options": o}
@@ -226,3 +290,24 @@ def test_an_acceptance_sweep_makes_simulated_cells_that_no_decision_picks(demo_c
         for c in (1, 8) for r in range(3)])
     best = best_settings(frame)
     assert set(best["speculator"]) == {"ngram"}  # 1.9x at acceptance 3: simulated
+
+
+@pytest.mark.parametrize("rates", [[1.0] * 5, [0.99, 0.97, 0.95, 0.93, 0.9],
+                                   [0.8, 0.6, 0.45, 0.3, 0.2], [0.3, 0.1, 0.03, 0.01, 0.0],
+                                   [0.02, 0.0, 0.0, 0.0, 0.0]])
+@pytest.mark.parametrize("drafts", [8, 26, 200])
+def test_the_interval_over_one_runs_drafts_covers_its_acceptance(rates, drafts):
+    """A point measured once: the Wilson interval over its drafts covers the true accepted
+    share in at least 93 % of simulated runs (drafts accepted position by position as vLLM's
+    sampler does), and holds the measured share."""
+    rng = np.random.default_rng(11)
+    truth = float(np.mean(rates))
+    runs, covered = 2000, 0
+    for _ in range(runs):
+        counts, _ = _accepted(rates, drafts, rng)
+        low, high = draft_interval(counts.sum(), drafts, 5 * drafts)
+        share = counts.sum() / (5 * drafts)
+        assert low <= share <= high
+        covered += low <= truth <= high
+    assert covered / runs >= 0.93
+    assert np.isnan(draft_interval(0, 0, 0)[0])

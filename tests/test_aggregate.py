@@ -177,3 +177,32 @@ def test_points_carry_the_prompt_and_the_combined_interval():
     text = _prompt_text(row)
     assert " of 100 prompts · both [" in text and text.startswith(
         f"[{row['speedup_prompts_ci_low']:.2f}, ")
+
+
+def test_a_point_measured_once_has_an_acceptance_interval_over_its_drafts():
+    from sdbench.analyze.acceptance import FROM_DRAFTS, FROM_REPEATS
+    from sdbench.analyze.aggregate import aggregate_points
+
+    def one(accepted, drafts, repeats=1):
+        rows = [record("cal", "draft_model", 1, 150.0, k=5, repeat=r,
+                       metrics={"spec_decode_acceptance_length": 1 + accepted / drafts,
+                                "spec_decode_acceptance_rate": 100 * accepted / (5 * drafts),
+                                "spec_decode_num_drafts": drafts,
+                                "spec_decode_draft_tokens": 5 * drafts,
+                                "spec_decode_accepted_tokens": accepted})
+                for r in range(repeats)]
+        return aggregate_points(add_speedups(records_frame(rows))).iloc[0]
+
+    every = one(130, 26)  # an exact draft: every token of its 26 drafts accepted
+    assert every["spec_decode_acceptance_length_mean"] == pytest.approx(6.0)
+    assert every["acceptance_interval_from"] == FROM_DRAFTS
+    # Wilson at p̂ = 1 over 26 drafts: n / (n + z²) of the 5 tokens a draft can add
+    z2 = stats.norm.ppf(0.975) ** 2
+    assert every["spec_decode_acceptance_length_ci_low"] == pytest.approx(1 + 5 * 26 / (26 + z2))
+    assert every["spec_decode_acceptance_length_ci_high"] == pytest.approx(6.0)
+    assert every["spec_decode_acceptance_rate_ci_low"] == pytest.approx(100 * 26 / (26 + z2))
+    half = one(65, 26)
+    assert (half["spec_decode_acceptance_length_ci_low"] < 3.5
+            < half["spec_decode_acceptance_length_ci_high"] < 6.0)
+    # with two repeats the interval is over them, and says so
+    assert one(65, 26, repeats=2)["acceptance_interval_from"] == FROM_REPEATS

@@ -98,6 +98,24 @@ def test_the_report_sets_temperatures_side_by_side_and_flags_drifted_lengths():
     assert round_plots.temperature_plot(points) is not None
 
 
+def test_a_probabilistic_draft_not_measured_at_0_shows_the_greedy_draft_s_acceptance():
+    """At temperature 0 vLLM drafts the argmax whatever the draft sampling, so the pair's
+    probabilistic twin, measured at 1.0 only, shows the greedy draft's acceptance at 0, said
+    so; a probabilistic draft of another pair shows none."""
+    points = frame(vanilla_point(0), vanilla_point(1.0), spec_point("cal", 0, 6.0),
+                   spec_point("cal", 1.0, 1.9),
+                   spec_point("cal-p", 1.0, 5.6, sampling="probabilistic"),
+                   spec_point("other-p", 1.0, 2.0, sampling="probabilistic", draft="other"))
+    table = round_plots.temperature_table(points).set_index("method")
+    twin = table.loc[next(m for m in table.index if m.startswith("cal-p"))]
+    assert twin["acceptance length at T=0"].startswith("6.00 [5.90, 6.10]")
+    assert twin["acceptance length at T=0"].endswith(
+        ": the greedy draft's (at 0 both draft argmax)")
+    assert twin["speedup at T=0"] == "–"  # not measured
+    other = table.loc[next(m for m in table.index if m.startswith("other-p"))]
+    assert other["acceptance length at T=0"] == "–"
+
+
 def test_the_known_answer_table_names_the_pair_and_the_check():
     points = frame(vanilla_point(0), vanilla_point(1.0), spec_point("cal", 0, 5.6),
                    spec_point("cal-p", 1.0, 1.2, sampling="probabilistic"))

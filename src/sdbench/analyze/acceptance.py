@@ -18,6 +18,13 @@ with unconditional rates p_1 >= ... >= p_k
 
 and the mean over n independent drafts has standard error sqrt(Var[A] / n); the rates are
 the ones the point measured (vLLM's per-position acceptance counters).
+
+A point measured once has no spread over repeats to give its acceptance an interval; it has
+its drafts. `draft_interval` gives one over them: a Wilson score interval for the mean of each
+draft's accepted share A / k (a value in [0, 1]), taken with the largest variance a share of
+that mean can have, p (1 - p), so that it needs nothing estimated and stays sound where every
+token was accepted or none was. It covers the variation between the drafts of that one run,
+taken as independent (tested for coverage in `tests/test_acceptance.py`), not between runs.
 """
 
 from __future__ import annotations
@@ -31,6 +38,10 @@ from scipy import stats
 
 from sdbench.plan import grid
 from sdbench.plan.settings import synthetic_setting
+
+# what a point's acceptance interval covers, where the repeats do not give one
+FROM_DRAFTS = "its drafts (one repeat)"
+FROM_REPEATS = "its repeats"
 
 # the check's two-sided level: one false alarm in a thousand correct cells (every synthetic
 # cell of a study is checked), beyond which a difference is the engine's or the accounting's
@@ -60,6 +71,22 @@ def simulated_lengths(frame: pd.DataFrame) -> pd.Series:
     if "spec_options" in frame:
         return frame["spec_options"].map(synthetic_setting).astype(float)
     return pd.Series(np.nan, index=frame.index)
+
+
+def draft_interval(accepted: float, drafts: float, draft_tokens: float,
+                   confidence: float = 0.95) -> tuple[float, float]:
+    """(low, high) of the accepted share of drafted tokens (0–1) over a point's `drafts`
+    (the Wilson score interval, see the module's docstring); NaN without drafts."""
+    if not drafts or not draft_tokens or drafts <= 0 or draft_tokens <= 0:
+        return np.nan, np.nan
+    share = min(max(accepted / draft_tokens, 0.0), 1.0)
+    z2 = float(stats.norm.ppf(0.5 + confidence / 2)) ** 2
+    centre = (share + z2 / (2 * drafts)) / (1 + z2 / drafts)
+    half = (math.sqrt(z2 * share * (1 - share) / drafts + z2 * z2 / (4 * drafts * drafts))
+            / (1 + z2 / drafts))
+    # the ends exact where every token or none was accepted (no rounding past the share)
+    return (0.0 if share == 0 else max(centre - half, 0.0),
+            1.0 if share == 1 else min(centre + half, 1.0))
 
 
 def real_point(points: pd.DataFrame, method: str, k, target: str, workload: str,
@@ -129,15 +156,16 @@ def _pooled_rates(part: pd.DataFrame) -> list[float] | None:
     return None if weighted is None else list(weighted / total)
 
 
-def sweep_points(points: pd.DataFrame) -> pd.DataFrame:
+def sweep_points(points: pd.DataFrame, metric: str = "speedup") -> pd.DataFrame:
     """The acceptance sweeps' points (`methods[].acceptance_sweep`): the method each belongs
-    to (`swept`) and the acceptance length it was set to (`set`), with its speedup."""
-    need = {"simulated_acceptance", "speculator", "speedup_mean"}
+    to (`swept`) and the acceptance length it was set to (`set`), with its `metric` (the
+    headline speedup, or e.g. the TPOT speedup)."""
+    need = {"simulated_acceptance", "speculator", f"{metric}_mean"}
     if points.empty or not need <= set(points):
         return pd.DataFrame()
     swept = points["speculator"].map(grid.swept_method)
     part = points[(swept.notna() & points["simulated_acceptance"].notna()
-                   & points["speedup_mean"].notna()).to_numpy()]
+                   & points[f"{metric}_mean"].notna()).to_numpy()]
     if "load" in part:
         part = part[(part["load"] == "concurrency").to_numpy()]
     return part.assign(swept=part["speculator"].map(grid.swept_method).to_numpy(),
@@ -176,7 +204,7 @@ def _fieller(lengths: np.ndarray, speedups: np.ndarray, variances: np.ndarray,
     return estimate, float((-big_b - root) / big_a), float((-big_b + root) / big_a)
 
 
-def break_even(points: pd.DataFrame) -> pd.DataFrame:
+def break_even(points: pd.DataFrame, metric: str = "speedup") -> pd.DataFrame:
     """Per target, workload, swept method, k and concurrency: the acceptance length at which
     speculation starts to pay (speedup 1). Speedup is linear in the acceptance length at fixed
     step times (tokens per step over the step's cost: the step-time model), so a line is fitted
@@ -186,8 +214,10 @@ def break_even(points: pd.DataFrame) -> pd.DataFrame:
     on the pooled degrees of freedom); ends beyond the swept
     lengths are said so ("≤" the lowest, ">" the highest). Beside it the acceptance length the
     method's real cell measured there (same k), and what follows: it pays (real acceptance
-    above the interval), it loses (below), or no clear answer."""
-    sweep = sweep_points(points)
+    above the interval), it loses (below), or no clear answer. `metric`: the headline
+    output-token speedup, or another speedup column (the TPOT speedup, which the step-time
+    model predicts)."""
+    sweep = sweep_points(points, metric)
     if sweep.empty:
         return pd.DataFrame()
     rows = []
@@ -196,8 +226,8 @@ def break_even(points: pd.DataFrame) -> pd.DataFrame:
         part = part.sort_values("set")
         n = (part["repeats_ok"].to_numpy(float) if "repeats_ok" in part
              else np.full(len(part), 3.0))
-        mean = part["speedup_mean"].to_numpy(float)
-        half = (part["speedup_ci_high"] - part["speedup_ci_low"]).to_numpy(float) / 2
+        mean = part[f"{metric}_mean"].to_numpy(float)
+        half = (part[f"{metric}_ci_high"] - part[f"{metric}_ci_low"]).to_numpy(float) / 2
         # each point's standard deviation over its repeats (from its Student-t interval),
         # pooled as one coefficient of variation: the noise is a share of the speedup, alike
         # at every swept length of one cell's server settings, and n = 2 or 3 repeats give

@@ -34,7 +34,7 @@ import pandas as pd
 from scipy import stats
 
 from sdbench.analyze import engine
-from sdbench.analyze.acceptance import synthetic_setting
+from sdbench.analyze.acceptance import FROM_DRAFTS, FROM_REPEATS, draft_interval, synthetic_setting
 from sdbench.analyze.lossless import lossless_columns, read_all_details, sampling_columns
 from sdbench.analyze.noise import WITHIN, minimum_detectable, point_key, point_noise
 from sdbench.analyze.prompts import with_prompt_intervals
@@ -406,6 +406,7 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
                     high = min(high, float(ceiling))
             row.update({f"{column}_mean": mean, f"{column}_std": std,
                         f"{column}_ci_low": low, f"{column}_ci_high": high})
+        _acceptance_from_drafts(row)
         if slos:
             row.update(point_stats(group, slos), slos=group["slos"].iloc[0])
         rows.append(row)
@@ -426,6 +427,29 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
     return points.sort_values(["round", "target", "workload", "engine", "method", "k", "load",
                                "concurrency", "request_rate"],
                               na_position="first").reset_index(drop=True)
+
+
+def _acceptance_from_drafts(row: dict) -> None:
+    """A point measured once: its acceptance length's and rate's intervals over its drafts
+    (`acceptance.draft_interval`) instead of none; `acceptance_interval_from` says which."""
+    mean = row.get("spec_decode_acceptance_length_mean", np.nan)
+    if pd.isna(mean):
+        return
+    if pd.notna(row.get("spec_decode_acceptance_length_ci_low", np.nan)):
+        row["acceptance_interval_from"] = FROM_REPEATS
+        return
+    drafts, tokens = row.get("drafts", np.nan), row.get("draft_tokens", np.nan)
+    low, high = draft_interval(row.get("accepted_tokens", np.nan), drafts, tokens)
+    if pd.isna(low):
+        return
+    per_draft = tokens / drafts  # k (a dynamic-K cell: the mean of its steps' k)
+    row.update(spec_decode_acceptance_length_ci_low=min(1 + per_draft * low, mean),
+               spec_decode_acceptance_length_ci_high=max(1 + per_draft * high, mean),
+               acceptance_interval_from=FROM_DRAFTS)
+    rate = row.get("spec_decode_acceptance_rate_mean", np.nan)
+    if pd.notna(rate):
+        row.update(spec_decode_acceptance_rate_ci_low=min(100 * low, rate),
+                   spec_decode_acceptance_rate_ci_high=max(100 * high, rate))
 
 
 def _stop_reason(stopped: pd.DataFrame) -> str | None:

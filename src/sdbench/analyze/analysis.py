@@ -17,7 +17,7 @@ import pandas as pd
 from scipy import optimize, special, stats
 
 from sdbench.analyze import engine
-from sdbench.analyze.acceptance import simulated_lengths
+from sdbench.analyze.acceptance import break_even, simulated_lengths, sweep_points
 from sdbench.analyze.noise import correlations, covariance, dof_text, point_noise
 from sdbench.analyze.stats import level_text, mean_interval, ratio_interval, verdict
 from sdbench.plan import grid
@@ -561,6 +561,69 @@ def _step_time(levels: np.ndarray, times: np.ndarray, batch: float) -> tuple[flo
     return float(np.exp(np.interp(math.log(batch), x, y))), "interpolated"
 
 
+def step_times(points: pd.DataFrame, row) -> tuple[float, float, float, str] | None:
+    """(t_T, t_D, t_V, how t_V was found) of a draft-model point (`row`: its round, workload,
+    setting, target, draft, k and concurrency): the target's and the draft's mean TPOT without
+    speculation at its concurrency (their own vanilla cells, same round, workload and setting)
+    and the verification pass as one target step over c·(k+1) sequences (`_step_time`); None
+    where either vanilla cell was not measured there."""
+    closed = points[(points["engine"] == "serve") & (points["load"] == "concurrency")]
+    vanilla = closed[closed["method"] == "vanilla"]
+    keys = ["round", "workload", "setting"]
+    same = vanilla[(vanilla[keys] == pd.Series({key: row[key] for key in keys})).all(axis=1)]
+    target, draft = (same[same["target"] == name] for name in (row["target"], row["draft"]))
+    if target.empty or draft.empty:
+        return None
+    c, k = int(row["concurrency"]), int(row["k"])
+    t_target, t_draft = (part.set_index("concurrency")["mean_tpot_ms_mean"].get(c)
+                         for part in (target, draft))
+    if t_target is None or t_draft is None or pd.isna(t_target) or pd.isna(t_draft):
+        return None
+    t_verify, how = _step_time(target["concurrency"].to_numpy(dtype=float),
+                               target["mean_tpot_ms_mean"].to_numpy(dtype=float), c * (k + 1))
+    return float(t_target), float(t_draft), t_verify, how
+
+
+def predicted_break_even(points: pd.DataFrame) -> pd.DataFrame:
+    """Per acceptance sweep of a draft model (target, workload, k, concurrency): the
+    break-even acceptance length the step-time model predicts, where its predicted TPOT
+    speedup τ · t_T ÷ (k · t_D + t_V) reaches 1, τ* = (k · t_D + t_V) ÷ t_T (see
+    `predicted_speedups`), beside the one the sweep measured on the same quantity (the TPOT
+    speedup's line, `acceptance.break_even`, with its 95 % interval), and whether the
+    prediction lies in that interval."""
+    measured = break_even(points, "tpot_speedup")
+    sweep = sweep_points(points, "tpot_speedup")
+    if measured.empty or sweep.empty:
+        return pd.DataFrame()
+    rows = []
+    for _, found in measured.iterrows():
+        part = sweep[(sweep["target"] == found["target"]) & (sweep["workload"] == found["workload"])
+                     & (sweep["swept"] == found["method"]) & (sweep["k"] == found["k"])
+                     & (sweep["concurrency"] == found["concurrency"])
+                     & (sweep["method"] == "draft_model")]
+        if part.empty or pd.isna(part["draft"].iloc[0]):
+            continue
+        times = step_times(points, part.iloc[0])
+        if times is None:
+            continue
+        t_target, t_draft, t_verify, how = times
+        k = int(found["k"])
+        predicted = (k * t_draft + t_verify) / t_target
+        low = -np.inf if found["ci_low_side"] == "≤" else found["ci_low"]
+        high = np.inf if found["ci_high_side"] == ">" else found["ci_high"]
+        rows.append({**{key: found[key] for key in ("target", "workload", "method", "k",
+                                                    "concurrency", "lengths")},
+                     "draft": part["draft"].iloc[0], "target_step_ms": t_target,
+                     "draft_step_ms": t_draft, "verify_ms": t_verify,
+                     "verify_from": f"target at c={int(found['concurrency']) * (k + 1)} ({how})",
+                     "predicted": predicted, "measured": found["break_even"],
+                     "measured_side": found["break_even_side"],
+                     "ci_low": found["ci_low"], "ci_low_side": found["ci_low_side"],
+                     "ci_high": found["ci_high"], "ci_high_side": found["ci_high_side"],
+                     "agrees": bool(low <= predicted <= high)})
+    return pd.DataFrame(rows)
+
+
 def predicted_speedups(points: pd.DataFrame) -> pd.DataFrame:
     """Draft-model speedups predicted from measured quantities, against the measured ones: for
     each draft-model point whose draft was also measured as a target without speculation (same
@@ -581,30 +644,27 @@ def predicted_speedups(points: pd.DataFrame) -> pd.DataFrame:
     if points.empty or not need <= set(points):
         return pd.DataFrame()
     closed = points[(points["engine"] == "serve") & (points["load"] == "concurrency")]
-    vanilla = closed[closed["method"] == "vanilla"]
-    keys = ["round", "workload", "setting"]
     rows = []
     for _, row in closed[(closed["method"] == "draft_model")
                          & closed["tpot_speedup_mean"].notna()].iterrows():
-        same = vanilla[(vanilla[keys] == row[keys]).all(axis=1)]
-        target, draft = (same[same["target"] == name] for name in (row["target"], row["draft"]))
-        if target.empty or draft.empty:
+        times = step_times(points, row)
+        if times is None:
             continue
+        t_target, t_draft, t_verify, how = times
         c, k = int(row["concurrency"]), int(row["k"])
-        t_target, t_draft = (part.set_index("concurrency")["mean_tpot_ms_mean"].get(c)
-                             for part in (target, draft))
-        if t_target is None or t_draft is None:
-            continue
-        t_verify, how = _step_time(target["concurrency"].to_numpy(dtype=float),
-                                   target["mean_tpot_ms_mean"].to_numpy(dtype=float), c * (k + 1))
         tau = float(row["spec_decode_acceptance_length_mean"])
         predicted = tau * t_target / (k * t_draft + t_verify)
         measured = float(row["tpot_speedup_mean"])
         ratio = measured / predicted
         accepted = float(row.get("spec_decode_acceptance_rate_mean", np.nan))
-        reading = ("as predicted" if abs(ratio - 1) <= PREDICTION_TOLERANCE else
-                   f"measured {abs(ratio - 1):.0%} {'above' if ratio > 1 else 'below'} "
-                   "the prediction")
+        if not np.isfinite(predicted):  # the verification pass has no step time to read
+            reading = (f"no prediction: the verification pass at c={c * (k + 1)} needs the "
+                       f"target without speculation at two levels ({how})")
+        elif abs(ratio - 1) <= PREDICTION_TOLERANCE:
+            reading = "as predicted"
+        else:
+            reading = (f"measured {abs(ratio - 1):.0%} {'above' if ratio > 1 else 'below'} "
+                       "the prediction")
         simulated = row.get("simulated_acceptance")
         temperature = row.get("temperature")
         if simulated is not None and pd.notna(simulated):

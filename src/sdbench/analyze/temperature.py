@@ -78,7 +78,8 @@ def by_temperature(points: pd.DataFrame) -> pd.DataFrame:
         "acceptance_pooled", pd.Series(np.nan, index=spec.index)).astype(float)
     keep = [*SAME_SETTING, "temperature", "draft_sampling", "role", "workload",
             "spec_decode_acceptance_length_mean", "spec_decode_acceptance_length_ci_low",
-            "spec_decode_acceptance_length_ci_high", "acceptance_rate_pooled", "drafts",
+            "spec_decode_acceptance_length_ci_high", "acceptance_interval_from",
+            "acceptance_rate_pooled", "drafts",
             "repeats_ok", "speedup_mean", "speedup_ci_low", "speedup_ci_high", "verdict",
             "output_drift_mean", "drift_flag"]
     spec = spec[[c for c in keep if c in spec]]
