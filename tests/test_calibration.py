@@ -3,11 +3,13 @@ and the speedup predicted from measured step times."""
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from sdbench.analyze.analysis import _step_time, predicted_speedups
 from sdbench.models import checkpoints as models
+from sdbench.report.plots import calibration_table
 
 
 def test_deepened_weights_put_zeroed_copies_after_each_layer():
@@ -117,6 +119,14 @@ def test_predicted_speedup_uses_each_side_s_own_step_times_and_flags_a_gap():
     simulated = predicted_speedups(pd.DataFrame(rows).assign(simulated_acceptance=3.5))
     assert simulated["reading"].str.endswith(
         "simulated: drafts accepted at a set length 3.5").all()
+    # a workload measured at one level only (a sampled variant at concurrency 1): the
+    # verification pass has no step time, and the row says so instead of "nan %"
+    one = [r for r in rows if r["concurrency"] == 1]
+    alone = predicted_speedups(pd.DataFrame(one)).iloc[0]
+    assert np.isnan(alone["predicted"])
+    assert alone["reading"].startswith("no prediction: the verification pass at c=4 needs")
+    shown = calibration_table(pd.DataFrame(one)).iloc[0]
+    assert shown["predicted TPOT speedup"] == "–" and "nan" not in " ".join(map(str, shown))
 
 
 def test_a_start_of_turn_eos_becomes_the_end_of_turn_token(demo_tokenizer_dir):

@@ -29,6 +29,7 @@ from sdbench.analyze.analysis import (
     best_settings,
     crossover,
     dynamic_k_comparison,
+    predicted_break_even,
     predicted_speedups,
     speculative,
     switch_gain,
@@ -299,29 +300,62 @@ def setting_label(frame: pd.DataFrame) -> pd.Series:
     return np.where(frame["method"] == "vanilla", "vanilla", method_names(frame, " k=" + k))
 
 
+def _break_even_texts(table: pd.DataFrame, column: str) -> list[str]:
+    """'3.24 [3.05, 3.49]' per row of a break-even table (`column` the estimate, with its
+    `<column>_side` or `break_even_side`, `ci_low`, `ci_high` and their sides): an end
+    beyond the lengths swept as "≤" the lowest or "> " the highest."""
+    def length(value, side) -> str:
+        return f"{side}{value:.2f}" if side != ">" else f"> {value:.2f}"
+
+    side = f"{column}_side" if f"{column}_side" in table else "break_even_side"
+    return [f"{length(m, ms)} [{length(lo, ls)}, {length(hi, hs)}]"
+            for m, ms, lo, ls, hi, hs in zip(table[column], table[side], table["ci_low"],
+                                             table["ci_low_side"], table["ci_high"],
+                                             table["ci_high_side"], strict=True)]
+
+
+def _sweep_keys(table: pd.DataFrame) -> dict[str, pd.Series]:
+    """The columns that name a sweep's row in the break-even tables."""
+    return {"target": table["target"], "workload": table["workload"],
+            "method": table["method"], "k": table["k"],
+            "concurrency": table["concurrency"].astype("Int64")}
+
+
 def break_even_table(points: pd.DataFrame) -> pd.DataFrame:
     """Per swept method, k and concurrency: the break-even acceptance length with its 95 %
     interval, the method's real acceptance there and what follows (`acceptance.break_even`)."""
     table = break_even(points)
     if table.empty:
         return table
-
-    def length(value, side) -> str:
-        return f"{side}{value:.2f}" if side != ">" else f"> {value:.2f}"
-
     return pd.DataFrame({
-        "target": table["target"], "workload": table["workload"],
-        "method": table["method"], "k": table["k"],
-        "concurrency": table["concurrency"].astype("Int64"),
-        "lengths swept": table["lengths"],
-        "break-even acceptance length (95 %)": [
-            f"{length(m, ms)} [{length(lo, ls)}, {length(hi, hs)}]" for m, ms, lo, ls, hi, hs
-            in zip(table["break_even"], table["break_even_side"], table["ci_low"],
-                   table["ci_low_side"], table["ci_high"], table["ci_high_side"],
-                   strict=True)],
+        **_sweep_keys(table), "lengths swept": table["lengths"],
+        "break-even acceptance length (95 %)": _break_even_texts(table, "break_even"),
         "real acceptance length": table["real_acceptance"].map(
             lambda v: "–" if pd.isna(v) else f"{v:.2f}"),
         "reading": table["reading"]})
+
+
+def break_even_prediction_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Per draft-model sweep and concurrency: the break-even acceptance length the step-time
+    model predicts from the draft's and target's step times and the verification cost, beside
+    the one the sweep measured on the same quantity, the TPOT speedup
+    (`analysis.predicted_break_even`)."""
+    table = predicted_break_even(points)
+    if table.empty:
+        return table
+    return pd.DataFrame({
+        **_sweep_keys(table),
+        "step-time model": [
+            f"{p:.2f} = ({k} × {d:.1f} + {v:.1f}) ÷ {t:.1f} ms (verify: {how})"
+            for p, k, d, v, t, how in zip(table["predicted"], table["k"], table["draft_step_ms"],
+                                          table["verify_ms"], table["target_step_ms"],
+                                          table["verify_from"], strict=True)],
+        "measured on TPOT speedup (95 %)": [
+            f"{text} ({n} lengths)" for text, n in zip(
+                _break_even_texts(table, "measured"), table["lengths"], strict=True)],
+        "reading": np.where(table["agrees"], "agrees: the prediction lies in the interval",
+                            "differs: the prediction lies outside the interval"),
+    })
 
 
 def break_even_plot(points: pd.DataFrame) -> plt.Figure | None:
@@ -598,9 +632,11 @@ def calibration_table(points: pd.DataFrame) -> pd.DataFrame:
             table["acceptance_length"], table["acceptance_rate"], strict=True)],
         "target step (ms)": table["target_step_ms"].map("{:.1f}".format),
         "draft step (ms)": table["draft_step_ms"].map("{:.1f}".format),
-        "verification pass (ms)": [f"{v:.1f} ({how})" for v, how in zip(
-            table["verify_ms"], table["verify_from"], strict=True)],
-        "predicted TPOT speedup": table["predicted"].map("{:.2f}×".format),
+        "verification pass (ms)": [f"{v:.1f} ({how})" if np.isfinite(v) else f"– ({how})"
+                                   for v, how in zip(table["verify_ms"], table["verify_from"],
+                                                     strict=True)],
+        "predicted TPOT speedup": table["predicted"].map(
+            lambda v: f"{v:.2f}×" if np.isfinite(v) else "–"),
         "measured TPOT speedup": [with_interval(m, lo, hi) for m, lo, hi in zip(
             table["measured"], table["measured_ci_low"], table["measured_ci_high"],
             strict=True)],

@@ -12,10 +12,16 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from sdbench.analyze.acceptance import FROM_DRAFTS
 from sdbench.analyze.aggregate import DYNAMIC_K_SETTINGS
 from sdbench.analyze.analysis import speculative
 from sdbench.analyze.stats import ratio_interval, verdict
-from sdbench.analyze.temperature import by_temperature, exact_draft_check
+from sdbench.analyze.temperature import (
+    GREEDY,
+    PROBABILISTIC,
+    by_temperature,
+    exact_draft_check,
+)
 from sdbench.report.plots import (
     METRIC_LABELS,
     interval_dots,
@@ -319,6 +325,11 @@ def _temperature_label(value) -> str:
     return f"T={float(value):g}"
 
 
+# what a greedy and a probabilistic draft of the same pair share (all but the draft sampling)
+DRAFT_TWINS = ["round", "setting", "engine", "target", "method", "k", "draft", "base_workload",
+               "concurrency"]
+
+
 def temperature_table(points: pd.DataFrame) -> pd.DataFrame:
     """Per setting, workload and concurrency of a workload measured at several temperatures:
     acceptance length and speedup at each temperature side by side (mean over repeats,
@@ -328,25 +339,39 @@ def temperature_table(points: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame()
     rows = rows.assign(label=_sampled_label(rows) + role_marks(rows))
-    out = []
+    out, greedy_at_zero, probabilistic = [], {}, {}
     for (label, workload, level), part in rows.groupby(
             ["label", "base_workload", "concurrency"], sort=False):
         row = {"method": label, "workload": workload, "concurrency": int(level)}
+        same = tuple(part[DRAFT_TWINS].iloc[0])
+        if (part["draft_sampling"] == PROBABILISTIC).all():
+            probabilistic[len(out)] = same
         for _, point in part.iterrows():
             t = _temperature_label(point["temperature"])
             length = with_interval(point["spec_decode_acceptance_length_mean"],
                                    point["spec_decode_acceptance_length_ci_low"],
                                    point["spec_decode_acceptance_length_ci_high"], "")
             rate = point["acceptance_rate_pooled"]
+            over = ("; interval over its drafts"
+                    if point.get("acceptance_interval_from") == FROM_DRAFTS else "")
             row[f"acceptance length at {t}"] = (
                 f"{length} ({percent_text(rate)}, {int(point['drafts'])} drafts, "
-                f"{int(point['repeats_ok'])} rep.)" if pd.notna(point.get("drafts"))
+                f"{int(point['repeats_ok'])} rep.{over})" if pd.notna(point.get("drafts"))
                 and pd.notna(rate) else length)
+            if point["temperature"] == 0 and point["draft_sampling"] == GREEDY:
+                greedy_at_zero[same] = row[f"acceptance length at {t}"]
             drift = point.get("output_drift_mean")
             row[f"speedup at {t}"] = speedup_text(point) + (
                 f" ⚠ outputs {drift:+.0%} long" if point.get("drift_flag") and pd.notna(drift)
                 else "")
         out.append(row)
+    zero = f"acceptance length at {_temperature_label(0)}"
+    for i, same in probabilistic.items():
+        # a probabilistic draft not measured at 0 drafts what the greedy one does there: for
+        # greedy requests vLLM takes the draft's argmax whatever its draft_sample_method
+        # (vllm/v1/spec_decode/llm_base_proposer.py, `_sample_from_logits`)
+        if zero not in out[i] and same in greedy_at_zero:
+            out[i][zero] = f"{greedy_at_zero[same]}: the greedy draft's (at 0 both draft argmax)"
     table = pd.DataFrame(out)
     temps = [_temperature_label(t) for t in sorted(rows["temperature"].unique())]
     columns = ["method", "workload", "concurrency",
