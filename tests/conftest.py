@@ -31,21 +31,23 @@ def repo() -> Path:
 def demo_config_raw() -> dict:
     """config/demo.yaml as written (before validation fills in defaults), with what the demo
     leaves out for time added back (workflow_helpers.with_left_out): every path the tests
-    check, greedy only (`greedy_only`: the sampled cells are `demo_sampled_raw`'s). test_grid
-    checks the demo's own grid."""
-    from workflow_helpers import greedy_only, with_left_out
+    check, greedy only (`greedy_only`: the sampled cells are `demo_sampled_raw`'s), without
+    the calibration pair's acceptance sweep (`without_sweeps`). test_grid checks the demo's
+    own grid."""
+    from workflow_helpers import greedy_only, with_left_out, without_sweeps
 
-    return greedy_only(with_left_out(yaml.safe_load(
-        (REPO / "config" / "demo.yaml").read_text())))
+    return without_sweeps(greedy_only(with_left_out(yaml.safe_load(
+        (REPO / "config" / "demo.yaml").read_text()))))
 
 
 @pytest.fixture
 def demo_sampled_raw() -> dict:
     """config/demo.yaml with its sampled variant (spec_bench-t1) and the methods measured
     there, and what the demo leaves out for time added back."""
-    from workflow_helpers import with_left_out
+    from workflow_helpers import with_left_out, without_sweeps
 
-    return with_left_out(yaml.safe_load((REPO / "config" / "demo.yaml").read_text()))
+    return without_sweeps(with_left_out(yaml.safe_load(
+        (REPO / "config" / "demo.yaml").read_text())))
 
 
 @pytest.fixture

@@ -28,12 +28,16 @@ def test_demo_grid_shape():
     # bucket, on the target and its W8A8, GPTQ and AWQ copies; round 3: one vanilla, the draft
     # at the default setting and with the short draft context. Round 1 again sampled at 1.0
     # (spec_bench-t1, concurrency 1 only): both vanillas, n-gram, the calibration pair and the
-    # pair with a probabilistic draft (not the untrained head)
-    assert [len(rounds[r]) for r in ROUNDS] == [10, 8, 3]
-    assert len({c.cell_id for c in cells}) == 21
+    # pair with a probabilistic draft (not the untrained head); and the calibration pair's
+    # acceptance sweep at 2 and 4, at temperature 0 only
+    assert [len(rounds[r]) for r in ROUNDS] == [12, 8, 3]
+    assert len({c.cell_id for c in cells}) == 23
     assert {c.speculator for c in cells} == {
         "vanilla", "ngram", "calibration", "calibration-probabilistic",
-        "eagle-untrained-plumbing", "draft-6l-plumbing"}
+        "eagle-untrained-plumbing", "draft-6l-plumbing", "calibration at acceptance 2",
+        "calibration at acceptance 4"}
+    assert {c.workload["name"] for c in cells if grid.swept_method(c.speculator)} == {
+        "spec_bench"}
     assert {c.engine for c in cells} == {"serve"}
     sampled = [c for c in rounds["round1"] if c.workload["name"] == "spec_bench-t1"]
     assert len(sampled) == 5 and all(c.concurrency == (1,) for c in sampled)
@@ -46,12 +50,13 @@ def test_demo_grid_shape():
     # configurations taking turns: one session per (configuration group, instance), one
     # start per configuration
     groups = grid.interleave_groups(cells)
-    assert sorted(len(g) for g in groups.values()) == [2, 2, 2, 2, 2, 2, 3, 3, 3]
+    assert sorted(len(g) for g in groups.values()) == [2, 2, 2, 2, 2, 3, 3, 3, 4]
     assert {i for g in groups.values() for i in g} == {c.cell_id for c in cells}
     planned = sessions.plan_sessions({c.cell_id: c for c in cells})
-    assert sorted(len(s.configs) for s in planned.values()) == [2, 2, 2, 3, 6]
+    # (round 3's default setting is round 2's draft configuration: the same k)
+    assert sorted(len(s.configs) for s in planned.values()) == [2, 2, 2, 5, 5]
     assert sum(sessions.starts(s, {c.cell_id: c for c in cells}) for s in planned.values()) \
-        == len({sessions.config_id(c.server_config) for c in cells}) == 15
+        == len({sessions.config_id(c.server_config) for c in cells}) == 16
     # the calibration draft runs on the deeper target only, paired with its vanilla cell
     by_id = {c.cell_id: c for c in cells}
     pair = next(c for c in cells if c.speculator == "calibration")
@@ -80,8 +85,11 @@ def test_demo_grid_shape():
     assert pair.repeats == base.repeats == 5
     plumbing = {c.cell_id for c in cells if "plumbing" in c.speculator}
     assert {c.repeats for c in cells if c.cell_id in plumbing} == {2}
-    deep = {c.cell_id for c in cells if c.server_config["target"]["name"] == "smollm2-135m-deep"}
+    deep = {c.cell_id for c in cells if c.server_config["target"]["name"] == "smollm2-135m-deep"
+            and not grid.swept_method(c.speculator)}
     assert {c.repeats for c in cells if c.cell_id in deep} == {5}
+    # its acceptance sweep: at most 3 a point (`sweep_repeats`)
+    assert {c.repeats for c in cells if grid.swept_method(c.speculator)} == {3}
     assert {c.repeats for c in cells if c.cell_id not in plumbing | deep
             and c.round == "round1"} == {3}
     assert {c.repeats for c in rounds["round2"] + rounds["round3"]} == {2}
@@ -216,7 +224,9 @@ def test_a_cell_two_rounds_share_is_measured_once(demo_config_raw):
     cells = grid.all_cells(config)
     rounds = grid.cell_rounds(config)
     shared = [c for c in cells if rounds[c.cell_id] == ["round2", "round3"]]
-    assert [c.speculator for c in shared] == ["vanilla"]  # round 3's k=2 is its own cell
+    # round 3's default setting is round 2's draft cell too (the same k); its other setting
+    # is its own
+    assert [c.speculator for c in shared] == ["vanilla", "draft-6l-plumbing"]
     assert len(cells) == len(set(rounds))
     index = grid.summary_index(config)
     assert index["cells"][shared[0].cell_id]["rounds"] == ["round2", "round3"]
@@ -286,7 +296,8 @@ def test_a_bucket_change_only_touches_that_bucket(demo_config_raw):
         grid.subset_definition(after, "cnn_dm_news_summary", "0.5k")
     ids = {c.cell_id: c.workload["name"] for c in grid.all_cells(before)}
     kept = {c.cell_id for c in grid.all_cells(after)} & set(ids)
-    # per workload: 5 server, 2 offline and 4 Transformers cells
+    # per workload: 5 server, 2 offline and 4 Transformers cells (the fixture's demo has no
+    # acceptance sweep)
     assert {ids[i] for i in kept} == {"news_0.25k"} and len(kept) == 11
 
 

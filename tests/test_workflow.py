@@ -12,6 +12,7 @@ from workflow_helpers import (
     job_counts,
     snakemake,
     with_left_out,
+    without_sweeps,
     write_config,
 )
 
@@ -175,8 +176,8 @@ def test_plan_names_the_cells_this_host_cannot_run_and_keeps_going(tmp_path):
     runs; the workflow's default profile (--keep-going) is in force."""
     import yaml
 
-    configfile = write_config(tmp_path / "left-out.yaml", greedy_only(with_left_out(
-        yaml.safe_load((REPO / "config" / "demo.yaml").read_text()))))
+    configfile = write_config(tmp_path / "left-out.yaml", without_sweeps(greedy_only(
+        with_left_out(yaml.safe_load((REPO / "config" / "demo.yaml").read_text())))))
     result = snakemake("-n", workdir=tmp_path, configfile=configfile,
                        env={"SDBENCH_CPU_ISA": "avx2"}, timeout=300)
     output = result.stdout + result.stderr

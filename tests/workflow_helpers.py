@@ -60,6 +60,20 @@ def greedy_only(raw: dict) -> dict:
     return config
 
 
+def without_sweeps(raw: dict) -> dict:
+    """The config without its acceptance sweeps (`acceptance_sweep`, `sweep_repeats`): the demo
+    as it was before its calibration pair's sweep (the tests of sessions, groups and the
+    end-to-end run count the calibration group's cells; the sweep's own tests add one:
+    test_acceptance, test_groups, and test_grid checks the demo's own grid; the demo runs it
+    on real vLLM)."""
+    config = copy.deepcopy(raw)
+    for round_name in ("round1", "round2", "round3"):
+        for method in (config.get(round_name) or {}).get("methods", []):
+            method.pop("acceptance_sweep", None)
+            method.pop("sweep_repeats", None)
+    return config
+
+
 def with_left_out(raw: dict) -> dict:
     """config/demo.yaml with what the demo leaves out for time added back, so that the tests
     cover every path: a Poisson request rate, vLLM's offline engine and the Transformers
@@ -93,7 +107,7 @@ def e2e_config(raw: dict) -> dict:
     start is mostly one core importing vLLM). What the demo leaves out for time is added back:
     a Poisson request rate, vLLM's offline engine and the Transformers reference in round 1
     (`with_left_out`)."""
-    config = with_left_out(raw)
+    config = without_sweeps(with_left_out(raw))
     config["study"] = "e2e test"
     config["datasets"]["spec_bench"]["max_output_tokens"] = E2E_OUTPUT_TOKENS
     for dataset in ("cnn_dm_news_summary", "mixed_length"):
