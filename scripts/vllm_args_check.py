@@ -55,8 +55,11 @@ def dump(config_path: str) -> list[dict]:
         # `dtype: host` as a GPU resolves it (the checkpoint's: vLLM's "auto")
         args = {k: v for k, v in cell.server_config["args"].items()
                 if not (k == "dtype" and v == "host")}
+        spec = server.speculative_config(cell, config)
+        # per-request acceptance as this (0.32+) vLLM's servers report it
+        args = server.reporting_args(args, spec, checks.vllm_features())
         argv = server_command(grid.model_dir(config, target), target, srv.host, 8000, args,
-                              server.speculative_config(cell, config), python="python")
+                              spec, python="python")
         level = cell.concurrency[0] if cell.concurrency else 1
         load = server.point_argv(cell, config, fake, {"concurrency": level}, None)
         cells.append({"cell_id": cell.cell_id, "label": cell.label,

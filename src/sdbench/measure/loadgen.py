@@ -4,6 +4,13 @@ The CPU build's `vllm` console script does not work, so the load generator is ca
 Python: `add_cli_args` builds its parser and `main` runs it and returns its result dict. The
 result is split into scalar metrics (what the summary tables use) and per-request detail
 (generated texts, latencies), kept separately.
+
+Per-request acceptance: a vLLM server started with `--per-request-spec-decode-metrics` (0.32+)
+puts each request's speculative-decoding counts in its response's last chunk, under
+`metrics.speculative_decoding`, which the load generator's request functions read past.
+`run_point` wraps them (`capturing_acceptance`): the stream they read is teed, the chunk that
+carries those metrics kept, and the detail gets `spec_decode`, one entry per request (None
+where the server reported none).
 """
 
 from __future__ import annotations
@@ -19,7 +26,10 @@ from sdbench.records import with_latencies
 
 # Per-request lists in the load generator's result (kept as detail, not in the summary)
 DETAIL_FIELDS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times",
-                 "queue_times", "generated_texts", "errors")
+                 "queue_times", "generated_texts", "errors", "spec_decode")
+# the load generator's request functions whose responses may carry per-request acceptance
+SPEC_DECODE_BACKENDS = ("openai", "openai-chat")
+SPEC_DECODE_FIELD = b'"speculative_decoding"'
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
 # lines of the load generator's console output logged when it raises
 CONSOLE_TAIL = 20
@@ -117,14 +127,111 @@ def run_point(argv: list[str], log: io.TextIOBase | None = None,
     args = parser.parse_args(argv)
     sink = log if debug and log is not None else io.StringIO()
     try:
-        with contextlib.redirect_stdout(sink):
-            return serve.main(args)
+        with contextlib.redirect_stdout(sink), capturing_acceptance() as reported:
+            result = serve.main(args)
+        return with_acceptance(result, reported)
     except BaseException:
         if log is not None and sink is not log:
             tail = sink.getvalue().splitlines()[-CONSOLE_TAIL:]
             print("\n".join(["load generator output (last lines):", *tail]), file=log,
                   flush=True)
         raise
+
+
+class _SseTail:
+    """Reads a response's server-sent events as they stream past and keeps the payload of the
+    last one that carries per-request acceptance."""
+
+    def __init__(self) -> None:
+        self.pending, self.found = b"", None
+
+    def feed(self, chunk: bytes) -> None:
+        events = (self.pending + chunk).split(b"\n\n")
+        self.pending = events.pop()  # (an event ends with a blank line)
+        for event in events:
+            if SPEC_DECODE_FIELD in event:
+                self._read(event)
+
+    def close(self) -> dict | None:
+        if SPEC_DECODE_FIELD in self.pending:
+            self._read(self.pending)
+        return self.found
+
+    def _read(self, event: bytes) -> None:
+        for line in event.splitlines():
+            if line.startswith(b"data:") and SPEC_DECODE_FIELD in line:
+                with contextlib.suppress(ValueError, AttributeError):
+                    found = (json.loads(line[5:]).get("metrics") or {}).get(
+                        "speculative_decoding")
+                    if found is not None:
+                        self.found = found
+
+
+class _Teed:
+    """A stand-in for what a request function touches (the session's `post`, the response,
+    its `content.iter_any`) that feeds every chunk it reads to an `_SseTail`; everything
+    else is the real object's."""
+
+    def __init__(self, real, tail: _SseTail) -> None:
+        self._real, self._tail = real, tail
+
+    def __getattr__(self, name: str):
+        return getattr(self._real, name)
+
+    def post(self, *args, **kwargs) -> _Teed:
+        return _Teed(self._real.post(*args, **kwargs), self._tail)
+
+    async def __aenter__(self) -> _Teed:
+        return _Teed(await self._real.__aenter__(), self._tail)
+
+    async def __aexit__(self, *exc):
+        return await self._real.__aexit__(*exc)
+
+    @property
+    def content(self) -> _Teed:
+        return _Teed(self._real.content, self._tail)
+
+    async def iter_any(self):
+        async for chunk in self._real.iter_any():
+            self._tail.feed(chunk)
+            yield chunk
+
+
+@contextlib.contextmanager
+def capturing_acceptance():
+    """While open, the load generator's OpenAI request functions also keep each response's
+    per-request acceptance: yields {request start time: metrics} (the start time the load
+    generator records for the request, `start_times` in its result)."""
+    from vllm.benchmarks.lib import endpoint_request_func as functions
+
+    reported: dict[float, dict] = {}
+    originals = {name: functions.ASYNC_REQUEST_FUNCS[name] for name in SPEC_DECODE_BACKENDS
+                 if name in functions.ASYNC_REQUEST_FUNCS}
+
+    def wrap(inner):
+        async def request(request_func_input, session, pbar=None):
+            tail = _SseTail()
+            output = await inner(request_func_input=request_func_input,
+                                 session=_Teed(session, tail), pbar=pbar)
+            if (found := tail.close()) is not None:
+                reported[output.start_time] = found
+            return output
+        return request
+
+    functions.ASYNC_REQUEST_FUNCS.update({name: wrap(f) for name, f in originals.items()})
+    try:
+        yield reported
+    finally:
+        functions.ASYNC_REQUEST_FUNCS.update(originals)
+
+
+def with_acceptance(result: dict[str, Any], reported: dict[float, dict]) -> dict[str, Any]:
+    """The load generator's result with `spec_decode` (each request's acceptance, in its
+    order; None for a request the server reported none for) where the server reported any."""
+    starts = result.get("start_times")
+    if not reported or not starts:
+        return result
+    return {**result, "spec_decode": [reported.get(start) for start in starts]}
 
 
 def split_result(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list]]:

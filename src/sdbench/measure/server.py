@@ -44,6 +44,22 @@ def speculative_config(cell: grid.Cell, config: dict) -> dict | None:
     return spec
 
 
+# vLLM 0.32+: each response carries its request's acceptance (`loadgen.capturing_acceptance`)
+PER_REQUEST_ACCEPTANCE = "per_request_spec_decode_metrics"
+
+
+def reporting_args(args: dict, spec: dict | None,
+                   features: checks.VllmFeatures | None) -> dict:
+    """A speculative server's engine arguments with per-request acceptance reported where the
+    installed vLLM can (`detailed`: the accepted count of every verification step too), unless
+    they set it themselves. It costs the scheduler a counter and a list append per request and
+    step; the baseline cannot take it (vLLM refuses it without speculation)."""
+    if spec is None or PER_REQUEST_ACCEPTANCE in args or features is None \
+            or PER_REQUEST_ACCEPTANCE not in features.server_args:
+        return args
+    return {**args, PER_REQUEST_ACCEPTANCE: "detailed"}
+
+
 def cell_server(cell: grid.Cell, config: dict, server_log: str | Path,
                 env: dict | None = None, verdict: dict | None = None) -> VllmServer:
     """The server of the cell's configuration (not started: use it as a context manager).
@@ -52,7 +68,7 @@ def cell_server(cell: grid.Cell, config: dict, server_log: str | Path,
     target = server_cfg["target"]["name"]
     target_dir = grid.model_dir(config, target)
     spec = speculative_config(cell, config)
-    args = run_args(cell, config, verdict)
+    args = reporting_args(run_args(cell, config, verdict), spec, checks.vllm_features())
 
     def build(port: int) -> list[str]:
         argv = server_command(target_dir, target, srv.host, port, args, spec)
