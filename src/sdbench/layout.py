@@ -161,6 +161,7 @@ class SummaryTables:
     summary: str = "results/summary.parquet"
     points: str = "results/summary_points.parquet"
     buckets: str = "results/summary_buckets.parquet"
+    acceptance: str = "results/summary_acceptance.parquet"
     schedules: str = "results/summary_schedules.json"
     cards: str = "results/summary_cards.json"
 

@@ -22,6 +22,7 @@ rule summary:
             labels={"table": "one row per load point"},
         ),
         buckets=SUMMARY.buckets,
+        acceptance=SUMMARY.acceptance,
         schedules=SUMMARY.schedules,
         cards=SUMMARY.cards,
     params:

@@ -8,6 +8,8 @@ and Snakemake knows when a report is stale:
   points        one row per point: means and 95 % intervals over repeats
   buckets       per-bucket TPOT speedups of prompt sets sent in order (task group of
                 Spec-Bench, length bucket of the mixed set), from the per-request detail
+  acceptance    per-request acceptance where the engine reported it, by output position
+                (`analyze.request_acceptance`)
   schedules     the derived dynamic-K schedules, by the cell that measured them
   cards         the data cards of the prompt sets the cells sent
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sdbench.analyze import request_acceptance
 from sdbench.analyze.aggregate import build_summary, write_summary
 from sdbench.analyze.lossless import read_all_details
 from sdbench.files import atomic_path, atomic_write_json
@@ -62,6 +65,9 @@ def write_frames(tables: SummaryTables, frame: pd.DataFrame, points: pd.DataFram
     buckets = bucket_speedups(frame, details or {}, cards, root)
     with atomic_path(tables.buckets) as tmp:
         buckets.to_parquet(tmp, index=False)
+    acceptance = acceptance_table(frame, details or {}, cards, root)
+    with atomic_path(tables.acceptance) as tmp:
+        acceptance.to_parquet(tmp, index=False)
     atomic_write_json(tables.schedules, read_schedules(schedule_files))
     atomic_write_json(tables.cards, cards)
 
@@ -100,6 +106,28 @@ def _buckets(dataset: str, subset: str, card: dict | None, root: Path) -> list[s
         return []
     return [(row.get("bucket") or row.get("task")) for row in
             (json.loads(line) for line in path.read_text().splitlines() if line)]
+
+
+def acceptance_table(frame: pd.DataFrame, details: dict[str, dict],
+                     cards: dict[str, dict | None], root: str | Path = ".") -> pd.DataFrame:
+    """Per-request acceptance of every speculative server measurement whose detail has it
+    (`request_acceptance.acceptance_rows`), each request with its bucket where its prompt set
+    was sent in order."""
+    root = Path(root)
+    spec = frame[(frame["method"] != "vanilla") & (frame["status"] == "ok")
+                 & (frame["engine"] == "serve")]
+    rows: list[dict] = []
+    sets: dict[tuple, list] = {}
+    for _, row in spec.iterrows():
+        point = LoadPoint.of(row["concurrency"], row.get("request_rate"), row["repeat"]).key
+        detail = details.get(row["cell_id"], {}).get(point)
+        if not detail or not detail.get("spec_decode"):
+            continue
+        key = (row["dataset"], row["subset"])
+        if key not in sets:
+            sets[key] = _buckets(*key, cards.get("/".join(key)), root)
+        rows += request_acceptance.acceptance_rows(row.to_dict(), detail, sets[key])
+    return request_acceptance.as_frame(rows)
 
 
 def _tpot_by_bucket(detail: dict, buckets: list) -> dict[str, list[float]]:

@@ -6,7 +6,7 @@ Metric definitions live here once; every report notebook calls these functions.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -190,6 +190,8 @@ class RoundData:
     buckets: pd.DataFrame
     schedules: dict[str, list]
     cards: dict[str, dict | None]
+    # per-request acceptance of `frame`'s speculative servers (`analyze.request_acceptance`)
+    acceptance: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def in_round(table: pd.DataFrame, round_name: str) -> pd.DataFrame:
@@ -205,7 +207,7 @@ def in_round(table: pd.DataFrame, round_name: str) -> pd.DataFrame:
 
 
 def load_round(round_name: str, summary: str, points: str, buckets: str, schedules: str,
-               cards: str) -> RoundData:
+               cards: str, acceptance: str | None = None) -> RoundData:
     """One round's tables (the arguments: the summary stage's files, as the report rule and
     the notebooks' parameters name them)."""
     measurements = pd.read_parquet(summary)
@@ -222,7 +224,9 @@ def load_round(round_name: str, summary: str, points: str, buckets: str, schedul
                      frame=frame, points=select(all_points, load="concurrency"),
                      buckets=per_bucket,
                      schedules={cell: entry["schedule"] for cell, entry in derived.items()},
-                     cards=data_cards(all_frame, sets))
+                     cards=data_cards(all_frame, sets),
+                     acceptance=(pd.DataFrame() if acceptance is None else in_round(
+                         pd.read_parquet(acceptance), round_name)))
 
 
 def round_header(data: RoundData, study: str) -> str:
