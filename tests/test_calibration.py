@@ -160,6 +160,35 @@ def test_a_random_model_has_the_shape_asked_for_and_the_donor_s_tokenizer(tmp_pa
                             demo_tokenizer_dir, tmp_path / "r2")
 
 
+def test_a_random_model_with_mtp_layers_is_one_vllm_serves_with_method_mtp(
+        tmp_path, demo_tokenizer_dir):
+    """`random_init` with `mtp_layers`: a Qwen2 model with untrained MTP layers in MiMo-7B's
+    layout, which vLLM's speculative config reads as MiMo's MTP draft (its own override), the
+    tensors in the shapes it loads; a Llama config is refused by name."""
+    from safetensors.torch import load_file
+    from vllm.config.speculative import SpeculativeConfig
+    from vllm.transformers_utils.config import get_config
+
+    source = {"kind": "random_init", "model": "demo", "seed": 0, "mtp_layers": 1, "config": {
+        "model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 49152, "tie_word_embeddings": False}}
+    card = models.build_random("m", source, demo_tokenizer_dir, tmp_path / "m")
+    weights = load_file(tmp_path / "m" / models.MTP_FILE)
+    shapes = models.mtp_layout(source["config"], 1)
+    assert {k: tuple(v.shape) for k, v in weights.items()} == shapes
+    assert shapes["model.mtp_layers.0.input_proj.weight"] == (64, 128)
+    assert "UNTRAINED MTP" in card["note"]
+    read = get_config(str(tmp_path / "m"), trust_remote_code=False)
+    assert read.architectures == ["MiMoForCausalLM"] and read.num_nextn_predict_layers == 1
+    draft = SpeculativeConfig.hf_config_override(read)
+    assert draft.architectures == ["MiMoMTPModel"] and draft.n_predict == 1
+    with pytest.raises(models.ModelError, match="mtp_layers = 1: .* qwen2"):
+        models.build_random("l", {**source, "config": {**source["config"],
+                                                       "model_type": "llama"}},
+                            demo_tokenizer_dir, tmp_path / "l")
+
+
 def test_the_gpu_calibration_study_plans_the_pair_at_7b_scale():
     from pathlib import Path
 

@@ -157,13 +157,91 @@ def build_random(name: str, source: dict, base_dir: str | Path, out_dir: str | P
     torch.manual_seed(source.get("seed", 0))
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    mtp = int(source.get("mtp_layers") or 0)
+    if mtp and config.model_type != "qwen2":
+        raise ModelError(f"models.{name}.source.mtp_layers = {mtp}: MTP layers are built in "
+                         f"MiMo's layout, a Qwen2 model's (config.model_type qwen2, not "
+                         f"{config.model_type!r})")
     with _atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        extra = {}
+        if mtp:
+            extra = _add_mtp_layers(tmp, config.to_dict(), mtp, source.get("seed", 0))
         card = _write_card(tmp, name, source, {
-            "dtype": "bfloat16", "parameters": sum(p.numel() for p in model.parameters()),
-            "note": "random weights in a real model's shape: for cost, not for quality"})
+            "dtype": "bfloat16",
+            "parameters": sum(p.numel() for p in model.parameters()) + sum(extra.values()),
+            "note": "random weights in a real model's shape: for cost, not for quality"
+                    + (f"; {mtp} UNTRAINED MTP layer(s) in MiMo's layout (served with method "
+                       "mtp: measure it with synthetic acceptance)" if mtp else "")})
     return card
+
+
+def mtp_layout(config: dict, layers: int) -> dict[str, tuple[int, ...]]:
+    """{tensor name: shape} of `layers` multi-token-prediction layers in MiMo-7B's checkpoint
+    layout (vllm/model_executor/models/mimo_mtp.py: `model.mtp_layers.<i>.`, a Qwen2 decoder
+    layer whose input is input_proj([norm(token embedding), norm(hidden state)]))."""
+    hidden, inter = config["hidden_size"], config["intermediate_size"]
+    heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim = config.get("head_dim") or hidden // heads
+    shapes = {}
+    for i in range(layers):
+        at = f"model.mtp_layers.{i}."
+        shapes.update({
+            f"{at}token_layernorm.weight": (hidden,), f"{at}hidden_layernorm.weight": (hidden,),
+            f"{at}input_proj.weight": (hidden, 2 * hidden),
+            f"{at}final_layernorm.weight": (hidden,),
+            f"{at}input_layernorm.weight": (hidden,),
+            f"{at}post_attention_layernorm.weight": (hidden,),
+            f"{at}self_attn.q_proj.weight": (heads * head_dim, hidden),
+            f"{at}self_attn.q_proj.bias": (heads * head_dim,),
+            f"{at}self_attn.k_proj.weight": (kv * head_dim, hidden),
+            f"{at}self_attn.k_proj.bias": (kv * head_dim,),
+            f"{at}self_attn.v_proj.weight": (kv * head_dim, hidden),
+            f"{at}self_attn.v_proj.bias": (kv * head_dim,),
+            f"{at}self_attn.o_proj.weight": (hidden, heads * head_dim),
+            f"{at}mlp.gate_proj.weight": (inter, hidden),
+            f"{at}mlp.up_proj.weight": (inter, hidden),
+            f"{at}mlp.down_proj.weight": (hidden, inter)})
+    return shapes
+
+
+def random_tensors(shapes: dict[str, tuple[int, ...]], seed: int) -> dict:
+    """Normal weights (std 0.02, seeded), norms 1, biases 0, in bfloat16."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    weights = {}
+    for key, shape in shapes.items():
+        if len(shape) == 1:
+            weights[key] = (torch.zeros if key.endswith(".bias") else torch.ones)(
+                shape, dtype=torch.bfloat16)
+        else:
+            weights[key] = (torch.randn(shape, generator=generator) * 0.02).to(torch.bfloat16)
+    return weights
+
+
+MTP_FILE = "mtp.safetensors"
+
+
+def _add_mtp_layers(model_dir: Path, config: dict, layers: int, seed: int) -> dict[str, int]:
+    """Write random MTP layers beside a saved Qwen2 model (`mtp_layout`, a file of their own,
+    in the shard index where there is one) and make its config MiMo's, which vLLM serves with
+    method mtp; returns {tensor: element count}."""
+    from safetensors.torch import save_file
+
+    weights = random_tensors(mtp_layout(config, layers), seed + 1)
+    save_file(weights, model_dir / MTP_FILE, metadata={"format": "pt"})
+    index = model_dir / "model.safetensors.index.json"
+    if index.exists():
+        data = json.loads(index.read_text())
+        data["weight_map"].update({key: MTP_FILE for key in weights})
+        index.write_text(json.dumps(data, indent=2))
+    path = model_dir / "config.json"
+    saved = json.loads(path.read_text())
+    saved.update(architectures=["MiMoForCausalLM"], num_nextn_predict_layers=layers)
+    path.write_text(json.dumps(saved, indent=2))
+    return {key: w.numel() for key, w in weights.items()}
 
 
 def build_truncated(name: str, source: dict, base_dir: str | Path, out_dir: str | Path) -> dict:
@@ -392,16 +470,10 @@ def build_random_head(name: str, source: dict, base_dir: str | Path, out_dir: st
 
     target = with_text_config(json.loads((Path(base_dir) / "config.json").read_text()))
     config, shapes = head_layout(source["method"], target, source.get("config"))
-    generator = torch.Generator().manual_seed(source.get("seed", 0))
-    weights = {}
-    for key, shape in shapes.items():
-        if key == "d2t":
-            weights[key] = torch.zeros(shape, dtype=torch.long)
-        elif len(shape) == 1:
-            weights[key] = (torch.zeros if key.endswith(".bias") else torch.ones)(
-                shape, dtype=torch.bfloat16)
-        else:
-            weights[key] = (torch.randn(shape, generator=generator) * 0.02).to(torch.bfloat16)
+    weights = random_tensors({k: v for k, v in shapes.items() if k != "d2t"},
+                             source.get("seed", 0))
+    if "d2t" in shapes:
+        weights["d2t"] = torch.zeros(shapes["d2t"], dtype=torch.long)
     with _atomic_dir(out_dir) as tmp:
         save_file(weights, tmp / "model.safetensors", metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps({**config, "torch_dtype": "bfloat16"},
