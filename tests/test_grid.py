@@ -29,13 +29,13 @@ def test_demo_grid_shape():
     # at the default setting and with the short draft context. Round 1 again sampled at 1.0
     # (spec_bench-t1, concurrency 1 only): both vanillas, n-gram, the calibration pair and the
     # pair with a probabilistic draft (not the untrained head); and the calibration pair's
-    # acceptance sweep at 2 and 4, at temperature 0 only
+    # acceptance sweep at 3 and 5, at temperature 0 only
     assert [len(rounds[r]) for r in ROUNDS] == [12, 8, 3]
     assert len({c.cell_id for c in cells}) == 23
     assert {c.speculator for c in cells} == {
         "vanilla", "ngram", "calibration", "calibration-probabilistic",
-        "eagle-untrained-plumbing", "draft-6l-plumbing", "calibration at acceptance 2",
-        "calibration at acceptance 4"}
+        "eagle-untrained-plumbing", "draft-6l-plumbing", "calibration at acceptance 3",
+        "calibration at acceptance 5"}
     assert {c.workload["name"] for c in cells if grid.swept_method(c.speculator)} == {
         "spec_bench"}
     assert {c.engine for c in cells} == {"serve"}
@@ -88,13 +88,15 @@ def test_demo_grid_shape():
     deep = {c.cell_id for c in cells if c.server_config["target"]["name"] == "smollm2-135m-deep"
             and not grid.swept_method(c.speculator)}
     assert {c.repeats for c in cells if c.cell_id in deep} == {5}
-    # its acceptance sweep: at most 3 a point (`sweep_repeats`)
-    assert {c.repeats for c in cells if grid.swept_method(c.speculator)} == {3}
-    assert {c.repeats for c in cells if c.cell_id not in plumbing | deep
+    # its acceptance sweep: 2 a point (`sweep_repeats`)
+    assert {c.repeats for c in cells if grid.swept_method(c.speculator)} == {2}
+    swept = {c.cell_id for c in cells if grid.swept_method(c.speculator)}
+    assert {c.repeats for c in cells if c.cell_id not in plumbing | deep | swept
             and c.round == "round1"} == {3}
     assert {c.repeats for c in rounds["round2"] + rounds["round3"]} == {2}
+    # the derived dynamic-K cell: its entry's own 2
     assert grid.dynamic_k_placeholder(demo_config, grid.dynamic_k_specs(demo_config)[0]
-                                      ).repeats == 3
+                                      ).repeats == 2
 
 
 def test_a_derived_schedule_is_measured_with_its_static_k_and_that_k_as_constant(demo_config):
