@@ -270,8 +270,25 @@ def test_an_acceptance_sweep_makes_simulated_cells_that_no_decision_picks(demo_s
     raw["round1"]["methods"][0]["sweep_repeats"] = 2
     assert {c.repeats for c in grid.round_cells(validate_config(copy.deepcopy(raw)), "round1")
             if grid.swept_method(c.speculator) == name} == {2}
+    # at its own levels (the round's other levels: the method's own cells only)
+    before = {c.cell_id: c.concurrency
+              for c in grid.round_cells(validate_config(copy.deepcopy(raw)), "round1")}
+    raw["round1"]["methods"][0]["sweep_concurrency"] = [1]
+    at = grid.round_cells(validate_config(copy.deepcopy(raw)), "round1")
+    assert {c.concurrency for c in at if grid.swept_method(c.speculator)} == {(1,)}
+    assert max(len(before[c.cell_id]) for c in at if grid.swept_method(c.speculator)) > 1
+    assert all(c.concurrency == before[c.cell_id] for c in at
+               if not grid.swept_method(c.speculator))
+    raw["round1"]["methods"][0]["sweep_concurrency"] = [3]
+    with pytest.raises(ConfigError, match=r"sweep_concurrency = \[3\] is not allowed: names "
+                                          r"levels the round does not measure"):
+        validate_config(copy.deepcopy(raw))
+    raw["round1"]["methods"][0]["sweep_concurrency"] = [1]
     del raw["round1"]["methods"][0]["acceptance_sweep"]
     with pytest.raises(ConfigError, match=r"round1\.methods\[0\]\.sweep_repeats = 2"):
+        validate_config(copy.deepcopy(raw))
+    del raw["round1"]["methods"][0]["sweep_repeats"]
+    with pytest.raises(ConfigError, match=r"round1\.methods\[0\]\.sweep_concurrency = "):
         validate_config(copy.deepcopy(raw))
     rule = adaptive.Rule(min_repeats=1)
     assert adaptive.for_cell(rule, swept[0]).min_repeats == adaptive.SWEEP_MIN_REPEATS == 2

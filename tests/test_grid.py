@@ -38,10 +38,13 @@ def test_demo_grid_shape():
         "calibration at acceptance 5"}
     assert {c.workload["name"] for c in cells if grid.swept_method(c.speculator)} == {
         "spec_bench"}
+    # at concurrency 1 only (`sweep_concurrency`)
+    assert {c.concurrency for c in cells if grid.swept_method(c.speculator)} == {(1,)}
     assert {c.engine for c in cells} == {"serve"}
     sampled = [c for c in rounds["round1"] if c.workload["name"] == "spec_bench-t1"]
     assert len(sampled) == 5 and all(c.concurrency == (1,) for c in sampled)
-    assert all(c.concurrency == (1, 24) for c in rounds["round1"] if c not in sampled)
+    assert all(c.concurrency == (1, 24) for c in rounds["round1"]
+               if c not in sampled and not grid.swept_method(c.speculator))
     assert all(c.concurrency == (4,) for c in rounds["round2"] + rounds["round3"])
     assert {c.server_config["target"]["quantization"] for c in rounds["round2"]} == {
         None, "compressed-tensors", "gptq", "awq"}

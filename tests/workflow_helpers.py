@@ -61,16 +61,17 @@ def greedy_only(raw: dict) -> dict:
 
 
 def without_sweeps(raw: dict) -> dict:
-    """The config without its acceptance sweeps (`acceptance_sweep`, `sweep_repeats`): the demo
-    as it was before its calibration pair's sweep (the tests of sessions, groups and the
-    end-to-end run count the calibration group's cells; the sweep's own tests add one:
-    test_acceptance, test_groups, and test_grid checks the demo's own grid; the demo runs it
-    on real vLLM)."""
+    """The config without its acceptance sweeps (`acceptance_sweep`, `sweep_repeats`,
+    `sweep_concurrency`): the demo as it was before its calibration pair's sweep (the tests of
+    sessions, groups and the end-to-end run count the calibration group's cells; the sweep's
+    own tests add one: test_acceptance, test_groups, and test_grid checks the demo's own grid;
+    the demo runs it on real vLLM)."""
     config = copy.deepcopy(raw)
     for round_name in ("round1", "round2", "round3"):
         for method in (config.get(round_name) or {}).get("methods", []):
             method.pop("acceptance_sweep", None)
             method.pop("sweep_repeats", None)
+            method.pop("sweep_concurrency", None)
     return config
 
 

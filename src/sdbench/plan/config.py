@@ -318,11 +318,18 @@ def _check_round(source: str, round_name: str, spec: dict, config: dict) -> None
                   "names where a set acceptance comes from: give `options` "
                   "rejection_sample_method: synthetic with synthetic_acceptance_length (or "
                   "rates), or remove it")
-        if method_spec.get("sweep_repeats") is not None and not method_spec.get(
-                "acceptance_sweep"):
-            _fail(source, f"{key}.sweep_repeats", method_spec["sweep_repeats"],
-                  "sets the repeats of an acceptance sweep's cells: give `acceptance_sweep`, "
-                  "or remove it")
+        for option, what in (("sweep_repeats", "the repeats"),
+                             ("sweep_concurrency", "the concurrency levels")):
+            if method_spec.get(option) is not None and not method_spec.get("acceptance_sweep"):
+                _fail(source, f"{key}.{option}", method_spec[option],
+                      f"sets {what} of an acceptance sweep's cells: give `acceptance_sweep`, "
+                      "or remove it")
+        levels = spec.get("concurrency") or []
+        unknown = sorted(set(method_spec.get("sweep_concurrency") or ()) - set(levels))
+        if unknown:
+            _fail(source, f"{key}.sweep_concurrency", method_spec["sweep_concurrency"],
+                  f"names levels the round does not measure ({unknown}; its concurrency: "
+                  f"{levels})")
         reserved = (RESERVED_OPTIONS | {"num_speculative_tokens_per_batch_size"}) \
             & set(method_spec["options"])
         if reserved:

@@ -430,9 +430,14 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
                     # set, so a sampled variant would measure the same line again
                     swept = (method.acceptance_sweep
                              if temperature == config["loadgen"]["temperature"] else ())
+                    # (at its own `sweep_concurrency` levels where it names them)
+                    swept_levels = tuple(c for c in levels if method.sweep_concurrency is None
+                                         or c in method.sweep_concurrency)
                     for k, length in ((k, length) for k in method.k
                                       for length in (None, *swept)
                                       if length is None or length <= k + 1):
+                        if length is not None and not swept_levels:
+                            continue
                         options = {**thawed(method.options), **extra,
                                    **({} if length is None else synthetic_options(length))}
                         server = server_config(config, target, method.method, k, method.draft,
@@ -440,7 +445,8 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
                         add(Cell(cell_id_of(server, workload), round_name,
                                  method.name if length is None else sweep_name(method.name,
                                                                                length),
-                                 server, workload, base_id, levels,
+                                 server, workload, base_id,
+                                 levels if length is None else swept_levels,
                                  method.repeats if length is None else method.sweep_repeats,
                                  name, **rates, profile=method.profile,
                                  interleave=method.interleave,

@@ -131,6 +131,8 @@ class Speculator:
     temperatures: tuple[float, ...] | None = None
     # the repeats of its acceptance-sweep cells (its own `sweep_repeats`, else `repeats`)
     sweep_repeats: int | None = None
+    # the concurrency levels its acceptance-sweep cells are measured at (None: the round's)
+    sweep_concurrency: tuple[int, ...] | None = None
 
     @classmethod
     def of(cls, spec: Mapping, loadgen: Loadgen) -> Speculator:
@@ -142,7 +144,9 @@ class Speculator:
                    spec.get("acceptance_source"),
                    None if spec.get("temperatures") is None
                    else tuple(float(t) for t in spec["temperatures"]),
-                   int(spec.get("sweep_repeats") or spec.get("repeats") or loadgen.repeats))
+                   int(spec.get("sweep_repeats") or spec.get("repeats") or loadgen.repeats),
+                   None if spec.get("sweep_concurrency") is None
+                   else tuple(int(c) for c in spec["sweep_concurrency"]))
 
 
 @dataclass(frozen=True)
