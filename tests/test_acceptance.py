@@ -194,7 +194,7 @@ def test_the_break_even_acceptance_is_found_and_its_interval_covers():
         assert 0 < np.median(widths) < 0.2  # informative, not the whole sweep
 
 
-def _predictable_sweep(scale: float, rng) -> pd.DataFrame:
+def _predictable_sweep(scale: float, rng, noise: float = 0.01) -> pd.DataFrame:
     """A draft-model sweep (k = 4 at concurrency 1) whose TPOT speedups are `scale` × the
     step-time model's (target 30 ms a step at 1 and 40 at 8, so 37.5 over 5 sequences in
     log-log; draft 6 ms: break-even (4 · 6 + 37.5) / 30 = 2.05 predicted), with the vanilla
@@ -207,7 +207,7 @@ def _predictable_sweep(scale: float, rng) -> pd.DataFrame:
     rows += [{**base, "target": "small", "method": "vanilla", "speculator": "vanilla",
               "concurrency": 1, "mean_tpot_ms_mean": 6.0, "draft": None}]
     for length in (1.5, 2.5, 3.5):
-        values = scale * length * 30.0 / (4 * 6.0 + verify) * np.exp(rng.normal(0, 0.01, 3))
+        values = scale * length * 30.0 / (4 * 6.0 + verify) * np.exp(rng.normal(0, noise, 3))
         mean, low, high = ratio_interval(values)
         rows.append({**base, "method": "draft_model", "draft": "small", "k": 4,
                      "concurrency": 1, "speculator": grid.sweep_name("draft", length),
@@ -234,6 +234,12 @@ def test_the_sweep_s_break_even_is_set_beside_the_step_time_model_s():
     table = break_even_prediction_table(_predictable_sweep(1.0, rng))
     assert table["step-time model"].iloc[0].startswith("2.05 = (4 × 6.0 + 37.5) ÷ 30.0 ms")
     assert table["reading"].iloc[0].startswith("agrees")
+    # a sweep too noisy to bound the break-even on either side tests nothing: never "agrees"
+    wide = predicted_break_even(_predictable_sweep(1.0, np.random.default_rng(1), 0.8))
+    assert (wide["ci_low_side"] == "≤").all() and (wide["ci_high_side"] == ">").all()
+    assert not wide["tested"].any() and not wide["agrees"].any()
+    shown = break_even_prediction_table(_predictable_sweep(1.0, np.random.default_rng(1), 0.8))
+    assert shown["reading"].iloc[0].startswith("untested: the interval runs beyond")
 
 
 def test_the_sweep_is_drawn_and_tabled_for_the_report():

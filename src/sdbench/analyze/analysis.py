@@ -590,7 +590,8 @@ def predicted_break_even(points: pd.DataFrame) -> pd.DataFrame:
     speedup τ · t_T ÷ (k · t_D + t_V) reaches 1, τ* = (k · t_D + t_V) ÷ t_T (see
     `predicted_speedups`), beside the one the sweep measured on the same quantity (the TPOT
     speedup's line, `acceptance.break_even`, with its 95 % interval), and whether the
-    prediction lies in that interval."""
+    prediction lies in that interval (`tested`: False where the interval is open at both ends,
+    which rules nothing out)."""
     measured = break_even(points, "tpot_speedup")
     sweep = sweep_points(points, "tpot_speedup")
     if measured.empty or sweep.empty:
@@ -620,7 +621,11 @@ def predicted_break_even(points: pd.DataFrame) -> pd.DataFrame:
                      "measured_side": found["break_even_side"],
                      "ci_low": found["ci_low"], "ci_low_side": found["ci_low_side"],
                      "ci_high": found["ci_high"], "ci_high_side": found["ci_high_side"],
-                     "agrees": bool(low <= predicted <= high)})
+                     # an interval open at both ends (beyond the lengths swept on either
+                     # side) rules nothing out: no test of the prediction
+                     "tested": bool(np.isfinite(low) or np.isfinite(high)),
+                     "agrees": bool((np.isfinite(low) or np.isfinite(high))
+                                    and low <= predicted <= high)})
     return pd.DataFrame(rows)
 
 

@@ -357,8 +357,11 @@ def break_even_prediction_table(points: pd.DataFrame) -> pd.DataFrame:
         "measured on TPOT speedup (95 %)": [
             f"{text} ({n} lengths)" for text, n in zip(
                 _break_even_texts(table, "measured"), table["lengths"], strict=True)],
-        "reading": np.where(table["agrees"], "agrees: the prediction lies in the interval",
-                            "differs: the prediction lies outside the interval"),
+        "reading": np.select(
+            [~table["tested"], table["agrees"]],
+            ["untested: the interval runs beyond the lengths swept on both sides (more "
+             "repeats or lengths would test it)", "agrees: the prediction lies in the interval"],
+            "differs: the prediction lies outside the interval"),
     })
 
 
