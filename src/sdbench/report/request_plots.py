@@ -7,6 +7,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
+from matplotlib.lines import Line2D
 
 from sdbench.analyze import request_acceptance as ra
 from sdbench.report.plots import method_names, role_marks, show_empty, show_figure, show_table
@@ -81,6 +82,9 @@ def acceptance_plot(acceptance: pd.DataFrame) -> plt.Figure | None:
     if not positions.empty:
         positions = positions.assign(setting=_labels(positions))
     workloads = sorted(requests["workload"].unique())[:MAX_WORKLOADS]
+    # one colour per setting in every panel, named once in the figure's legend
+    names = sorted(requests["setting"].unique())
+    palette = dict(zip(names, sns.color_palette(n_colors=len(names)), strict=True))
     fig, axes = plt.subplots(len(workloads), 2, figsize=(11, 3.4 * len(workloads)),
                              squeeze=False)
     for row, workload in zip(axes, workloads, strict=True):
@@ -88,7 +92,7 @@ def acceptance_plot(acceptance: pd.DataFrame) -> plt.Figure | None:
         order = sorted(part["prompt_bin"].dropna().unique(),
                        key=lambda label: float(label.split("–")[0].split()[0]))
         sns.pointplot(data=part, x="prompt_bin", y="acceptance_length", hue="setting",
-                      order=order, errorbar=("ci", 95),
+                      order=order, errorbar=("ci", 95), palette=palette, legend=False,
                       dodge=0.3 if part["setting"].nunique() > 1 else False, ax=row[0],
                       markersize=4, linewidth=1.2)
         row[0].set_xlabel("prompt length (quartile of the workload's requests)")
@@ -102,21 +106,19 @@ def acceptance_plot(acceptance: pd.DataFrame) -> plt.Figure | None:
             row[1].set_axis_off()
         else:
             sns.lineplot(data=at, x="position_from", y="acceptance_length", hue="setting",
-                         marker="o", errorbar=None, ax=row[1], legend=False)
+                         palette=palette, marker="o", errorbar=None, ax=row[1], legend=False)
             row[1].set_xscale("symlog", base=2, linthresh=16)
             ticks = sorted(at["position_from"].unique())
             row[1].set_xticks(ticks, [f"{int(t)}" for t in ticks])
             row[1].set_xlabel("output position (first token of the bin)")
             row[1].set_ylabel("acceptance length (pooled)")
             row[1].set_title(f"{workload}: along the output", fontsize=10)
-        legend = row[0].get_legend()
-        if legend is not None:
-            legend.set_title("")
-            for text in legend.get_texts():
-                text.set_fontsize(8)
     fig.suptitle("Per-request acceptance (every request of every run; 95 % intervals of the "
                  "mean over requests)", fontsize=11)
     fig.tight_layout()
+    fig.legend(handles=[Line2D([], [], color=palette[name], marker="o", label=name)
+                        for name in names], loc="upper center", bbox_to_anchor=(0.5, 0),
+               ncol=2, fontsize=8, frameon=False)
     return fig
 
 
