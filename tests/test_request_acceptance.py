@@ -159,6 +159,10 @@ def test_per_request_rows_add_up_to_each_request_and_to_the_engine_s_counters():
     frame.loc[0, "spec_decode_accepted_tokens"] += 100
     assert list(ra.counter_check(table, frame)["agrees"]) == [False, True]
     assert "Off in 1" in request_plots.counter_note(table, frame)
+    # a run that drafted nothing (a dynamic-K schedule at k = 0): no counters, nothing to add up
+    none = table.assign(drafted=0, accepted=0)
+    empty = frame.assign(spec_decode_draft_tokens=np.nan, spec_decode_accepted_tokens=np.nan)
+    assert ra.counter_check(none, empty)["agrees"].all()
     positions = ra.position_table(table)
     assert positions["steps"].sum() == requests["steps"].sum()
     assert positions["position_from"].is_monotonic_increasing

@@ -204,5 +204,5 @@ def counter_check(table: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
 
 def _same(ours: pd.Series, share: pd.Series, counter: pd.Series) -> pd.Series:
     """Within COUNTER_TOLERANCE of the counter, or none where it counted none (a dynamic-K
-    schedule that drafts nothing at a level)."""
-    return ((share - 1).abs() <= COUNTER_TOLERANCE) | ((ours == 0) & (counter == 0))
+    schedule that drafts nothing at a level: vLLM's load generator then reports no counters)."""
+    return ((share - 1).abs() <= COUNTER_TOLERANCE) | ((ours == 0) & (counter.fillna(0) == 0))
