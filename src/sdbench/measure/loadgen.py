@@ -29,7 +29,7 @@ DETAIL_FIELDS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "sta
                  "queue_times", "generated_texts", "errors", "spec_decode")
 # the load generator's request functions whose responses may carry per-request acceptance
 SPEC_DECODE_BACKENDS = ("openai", "openai-chat")
-SPEC_DECODE_FIELD = b'"speculative_decoding"'
+SPEC_DECODE_FIELD = '"speculative_decoding"'
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
 # lines of the load generator's console output logged when it raises
 CONSOLE_TAIL = 20
@@ -139,27 +139,26 @@ def run_point(argv: list[str], log: io.TextIOBase | None = None,
 
 
 class _SseTail:
-    """Reads a response's server-sent events as they stream past and keeps the payload of the
-    last one that carries per-request acceptance."""
+    """Reads a response's server-sent events as they stream past (with the load generator's
+    own `StreamedResponseHandler`) and keeps the payload of the last one that carries
+    per-request acceptance."""
 
     def __init__(self) -> None:
-        self.pending, self.found = b"", None
+        from vllm.benchmarks.lib.endpoint_request_func import StreamedResponseHandler
+
+        self.handler, self.found = StreamedResponseHandler(), None
 
     def feed(self, chunk: bytes) -> None:
-        events = (self.pending + chunk).split(b"\n\n")
-        self.pending = events.pop()  # (an event ends with a blank line)
-        for event in events:
-            if SPEC_DECODE_FIELD in event:
-                self._read(event)
+        for message in self.handler.add_chunk(chunk):
+            self._read(message)
 
     def close(self) -> dict | None:
-        if SPEC_DECODE_FIELD in self.pending:
-            self._read(self.pending)
+        self._read(self.handler.buffer)
         return self.found
 
-    def _read(self, event: bytes) -> None:
-        for line in event.splitlines():
-            if line.startswith(b"data:") and SPEC_DECODE_FIELD in line:
+    def _read(self, message: str) -> None:
+        for line in message.splitlines():
+            if line.startswith("data:") and SPEC_DECODE_FIELD in line:
                 with contextlib.suppress(ValueError, AttributeError):
                     found = (json.loads(line[5:]).get("metrics") or {}).get(
                         "speculative_decoding")
