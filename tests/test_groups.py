@@ -397,6 +397,62 @@ def test_a_repeat_split_into_blocks_of_prompts_stops_after_a_block(
     assert not stops.recheck_frame(frame)["holds"].all()
 
 
+def test_a_level_with_its_own_prior_stops_where_the_general_prior_goes_on(
+        demo_config_raw, served_dir, monkeypatch):
+    """`adaptive.level_noise`: a 1.15x gain is settled after one repeat at concurrency 1 under
+    a prior of σ 0.02 there, while at 24 (the general σ 0.05) it needs more; without the level
+    prior concurrency 1 needs more too. The stop stores the rule with its level priors and the
+    check recomputes it on the level's prior (and catches it recomputed on the general one)."""
+    from sdbench.analyze import aggregate, stops
+
+    def measured_at(level_noise: dict, root: Path) -> tuple[dict, object]:
+        raw = json.loads(json.dumps(demo_config_raw))
+        raw["round1"]["request_rates"] = []
+        raw["adaptive"] = {**ADAPTIVE, "level_noise": level_noise}
+        del raw["dynamic_k"]
+        config = validate_config(raw)
+        cells = grid.cells_by_id(config)
+        members = [cells[i] for i in next(c.group for c in cells.values() if c.group)]
+        (sid,) = sessions.cell_sessions(members[1], cells)
+        stand = Stand(throughput={"calibration": 11.5})
+        use(stand, monkeypatch)
+        monkeypatch.chdir(root)
+        manifest = session.run_session(sessions.plan_sessions(cells)[sid], cells, config,
+                                       layout.session_output(sid))
+        assert manifest["not_done"] == {}
+        counts: dict = {}
+        for event in stand.point_events():
+            counts[event[5]] = counts.get(event[5], 0) + 1
+        for cell in members:
+            cellmod.assemble(cell, [layout.session_output(sid)],
+                             layout.cell_output(cell.cell_id))
+        return counts, aggregate.summarize([layout.cell_output(c.cell_id) for c in members])
+
+    assert adaptive_rule({"level_noise": {"1": 0.02}}).noise_at(1) == 0.02
+    other = served_dir / "general"  # the same prompt sets and models, no results
+    other.mkdir()
+    for path in served_dir.iterdir():
+        if path != other:
+            (other / path.name).symlink_to(path)
+    own, frame = measured_at({1: 0.02}, served_dir)
+    general, _ = measured_at({}, other)
+    # both sides once at concurrency 1 under its own prior; more often without it, and at 24
+    assert own[1] == 2 and general[1] > 2 and own[24] > 2
+    spec = frame[(frame["status"] == "stopped") & (frame["concurrency"] == 1)
+                 & frame["stop"].str.contains('"settled"')]
+    stop = json.loads(spec["stop"].iloc[0])
+    assert stop["rule"]["level_noise"] == [[1, 0.02]] and stop["sigma"] < 0.03
+    checks = stops.recheck_frame(frame)
+    assert len(checks) and checks["holds"].all()
+    frame["stop"] = frame["stop"].str.replace("[[1, 0.02]]", "[]", regex=False)
+    assert not stops.recheck_frame(frame)["holds"].all()
+
+
+def adaptive_rule(section: dict):
+    from sdbench.plan import adaptive
+    return adaptive.Rule.from_config({**ADAPTIVE, **section})
+
+
 def test_a_stopped_cell_beside_one_still_measuring_keeps_its_baseline_and_no_pair_issue(
         demo_config_raw, served_dir, monkeypatch):
     """n-gram settles at once, the EAGLE cell does not (futility off): the baseline goes on

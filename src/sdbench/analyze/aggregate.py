@@ -529,7 +529,9 @@ def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataF
         factor = points.at[at, "sequential_factor"]
         if factor != 1.0:
             rule = adaptive.Rule(**json.loads(points.at[at, "adaptive"]))
-            row = _with_prior(row, rule.at(int(points.at[at, "blocks"])))
+            level = points.at[at, "concurrency"]
+            row = _with_prior(row, rule.at(int(points.at[at, "blocks"]),
+                                           None if pd.isna(level) else int(level)))
         low, high = row["low"], row["high"]
         if factor != 1.0:
             center = row["center"]

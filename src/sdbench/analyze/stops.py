@@ -51,13 +51,18 @@ def recheck_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def _closed(concurrency) -> int | None:
+    """A record's closed-loop level (None at an open-loop rate)."""
+    return None if concurrency is None or pd.isna(concurrency) else int(concurrency)
+
+
 def _recheck(level: pd.DataFrame, row, stop: dict) -> str | None:
     """A sequential stop recomputed from its level's records (None: it holds)."""
     before = stop["before_repeat"]
     ys = _log_speedups(level[level["cell_id"] == row.cell_id], before)
     pooled = level[level["cell_id"].isin(stop.get("pooled_cells") or [row.cell_id])]
     ss, df = adaptive.spread(_log_speedups(cell, before) for _, cell in pooled.groupby("cell_id"))
-    rule = adaptive.Rule(**stop["rule"]).at(stop.get("blocks", 1))
+    rule = adaptive.Rule(**stop["rule"]).at(stop.get("blocks", 1), _closed(row.concurrency))
     sigma, _ = adaptive.pooled_sigma(rule, ss, df)
     if not math.isclose(sigma, stop["sigma"], rel_tol=1e-9):
         return f"σ recomputed {sigma:.4g}, stored {stop['sigma']:.4g}"
@@ -81,7 +86,7 @@ def _level_recheck(frame: pd.DataFrame, cell_id: str, stop: dict) -> str | None:
     rule = adaptive.Rule(**stop["rule"])
     blocks = stop.get("blocks") or {}
     found = {str(c): _level_decisions(frame, c, stop["pooled_cells"],
-                                      rule.at(blocks.get(str(c), 1)))
+                                      rule.at(blocks.get(str(c), 1), c))
              for c in (stop["lower"], stop["upper"])}
     if any(d is None for d in found.values()):
         return None if "decisions" not in stop else "a neighbour has no measured repeats"

@@ -78,8 +78,9 @@ class GroupStops:
                        for p in self.partners for pid in p.plan}
 
     def rule_at(self, level: tuple) -> adaptive.Rule:
-        """The rule at a level: its prior σ a block's where repeats are split (`Rule.at`)."""
-        return self.rule.at(self.blocks.get(level, 1))
+        """The rule at a level: its prior σ the level's own, a block's where repeats are split
+        (`Rule.at`)."""
+        return self.rule.at(self.blocks.get(level, 1), level[1] if level[0] == "c" else None)
 
     def order(self, pids: list[tuple]) -> list[tuple]:
         """`pids` in the order the rule needs them measured: depth by depth of the level tree

@@ -13,7 +13,9 @@ least that often, however the stop was chosen. σ is the noise model's standard 
 repeat's log speedup: the configured prior (`adaptive.noise`, from the variance measured on
 GPUs: docs/design-defaults.md) counted as `prior_df` degrees of freedom, pooled with the spread
 of the repeats measured so far at the same level (`pooled_sigma`); the boundary then grows by
-the ratio of Student's t to the normal quantile at those degrees of freedom.
+the ratio of Student's t to the normal quantile at those degrees of freedom. The prior may
+differ by concurrency (`adaptive.level_noise`, `Rule.noise_at`): one request at a time runs the
+same batches in every repeat, and an H100 measured far less spread there than under load.
 
 A point stops (`decide`; never before `min_repeats`, and above temperature 0 never before two:
 `cell_rule`) when it is beaten (the race: its mean
@@ -74,23 +76,41 @@ class Rule:
     bisect: bool = True  # measure `coarse` load levels first, add others where decisions differ
     coarse: int = 3  # how many levels the coarse grid has (the lowest and highest among them)
     blocks: int = 1  # the most blocks of prompts a repeat splits into at a low concurrency
+    # (concurrency, prior σ of one repeat's log speedup there) where it is not `noise`
+    level_noise: tuple[tuple[int, float], ...] = ()
+
+    def __post_init__(self):
+        # from the config (a mapping) or a stored stop (JSON lists): sorted pairs, hashable
+        pairs = self.level_noise.items() if isinstance(self.level_noise, dict) else (
+            self.level_noise or ())
+        object.__setattr__(self, "level_noise", tuple(sorted(
+            (int(level), float(sigma)) for level, sigma in pairs)))
 
     @classmethod
     def from_config(cls, section: dict | None) -> Rule | None:
         """The config's `adaptive:` section as a rule; None where it is off or absent."""
         if not section or not section.get("enabled", True):
             return None
-        return cls(**{f.name: type(f.default)(section[f.name]) for f in fields(cls)
+        return cls(**{f.name: section[f.name] if f.name == "level_noise"
+                      else type(f.default)(section[f.name]) for f in fields(cls)
                       if f.name in section})
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """As stored with a stop and a point (JSON: the level priors as [level, σ] lists)."""
+        return {**asdict(self), "level_noise": [list(p) for p in self.level_noise]}
 
-    def at(self, blocks: int) -> Rule:
-        """The rule at a level whose repeats are split into `blocks` blocks of prompts
-        (`grid.point_blocks`): the prior σ of one block's log speedup √blocks times a whole
-        repeat's, as it would be were a repeat's noise all its prompts' own."""
-        return self if blocks <= 1 else replace(self, noise=self.noise * math.sqrt(blocks))
+    def noise_at(self, concurrency: int | None = None) -> float:
+        """The prior σ of one whole repeat's log speedup at a closed-loop `concurrency` (its
+        own where `level_noise` names it, else `noise`; open-loop rates: `noise`)."""
+        return dict(self.level_noise).get(concurrency, self.noise)
+
+    def at(self, blocks: int = 1, concurrency: int | None = None) -> Rule:
+        """The rule at one level: its prior σ the level's own (`noise_at`) and, where its
+        repeats are split into `blocks` blocks of prompts (`grid.point_blocks`), one block's,
+        √blocks times a whole repeat's, as it would be were a repeat's noise all its prompts'
+        own."""
+        noise = self.noise_at(concurrency) * math.sqrt(max(blocks, 1))
+        return replace(self, noise=noise, level_noise=())
 
 
 def staying_inside(bound, step: float = 0.05) -> float:
