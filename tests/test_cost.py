@@ -159,3 +159,21 @@ def test_the_adaptive_projection_and_a_short_budget_name_what_is_left_out(demo_c
     config = validate_config(demo_config_raw)
     lines = cost.adaptive_projection(config, cost.plan_cost(config, "h100", tmp_path)["parts"])
     assert lines[-1].endswith("it fits")
+
+
+def test_the_plan_says_which_prompt_sets_it_read_at_their_longest(demo_config, tmp_path):
+    """Before a prompt set is built the plan counts its requests at their longest: it says for
+    how many sets, and a built set's data card (its mean lengths) lowers the projection."""
+    before = cost.plan_cost(demo_config, "h100", tmp_path)
+    found, sets = before["cards"]
+    assert found == 0 and sets >= 2
+    text = cost.format_plan(before, "demo")
+    assert f"the data cards' means for 0 of {sets} prompt sets" in text
+    assert "an upper bound" in text
+    cell = next(c for c in grid.cells_by_id(demo_config).values() if c.engine == grid.SERVE)
+    card = tmp_path / layout.card_path(cell.workload["dataset"], cell.workload["subset"])
+    card.parent.mkdir(parents=True, exist_ok=True)
+    card.write_text(json.dumps({"prompt_tokens": {"mean": 8.0}, "output_tokens": {"mean": 4.0}}))
+    after = cost.plan_cost(demo_config, "h100", tmp_path)
+    assert after["cards"] == (1, sets)
+    assert after["total"].measuring_h < before["total"].measuring_h

@@ -27,7 +27,7 @@ from sdbench import layout
 from sdbench.plan import adaptive, grid, hostcaps, rates, sessions, sweeps
 from sdbench.plan.config import ConfigError, load_config
 from sdbench.plan.settings import settings
-from sdbench.plan.work import SessionWork, session_work
+from sdbench.plan.work import SessionWork, read_card, session_work
 
 PARTS = ("round1", "round2", "round3", "dynamic-K")
 
@@ -172,7 +172,15 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
         total.exceptions += tally.exceptions
     return {"device": rates.DEVICES[device], "parts": tallies, "total": total,
             "unsupported": unsupported, "measured_starts": len(measured),
-            "sessions": planned, "work": works, "cells": measuring}
+            "sessions": planned, "work": works, "cells": measuring,
+            "cards": prompt_cards(measuring, root)}
+
+
+def prompt_cards(cells: dict[str, grid.Cell], root: str | Path = ".") -> tuple[int, int]:
+    """(prompt sets of `cells` whose data card is built under `root`, prompt sets): the
+    projection reads the others' requests at their longest (`work.request_tokens`)."""
+    sets = {(c.workload["dataset"], c.workload["subset"]): c for c in cells.values()}
+    return sum(read_card(c, root) is not None for c in sets.values()), len(sets)
 
 
 def format_sessions(result: dict) -> str:
@@ -253,10 +261,12 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
             continue
         ks = max((len(m.k or (1,)) for m in spec.methods), default=1)
         ks *= max(len(getattr(spec, "settings", ()) or ()), 1)
+        levels = tuple(spec.concurrency)
         if len(blocks) < 2:  # (one level: simulated as two alike)
-            blocks, weights = blocks * 2, weights * 2
+            blocks, weights, levels = blocks * 2, weights * 2, levels * 2
         spent = [fixed + (tally.measuring_h - fixed) * sweeps.expected_share(
-            rule, ks, len(blocks), repeats, bisect, blocks=blocks, weights=weights)
+            rule, ks, len(blocks), repeats, bisect, blocks=blocks, weights=weights,
+            concurrency=levels)
             for bisect in (rule.bisect, not rule.bisect)]
         live += spent[0]
         needs[name] = tally.startup_h + tally.rest_h + spent[0]
@@ -269,8 +279,9 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
     lines.append(f"  total measuring: full {full:.1f} h, adaptive {live:.1f} h "
                  f"({live / full if full else 0:.0%}; {ways[0]}); {ways[1]} {other:.1f} h")
     lines.append("  assumptions: every speedup surface of the simulation's family "
-                 "(docs/adaptive-simulation.md), the prior σ as the true noise of a repeat (a "
-                 "block of 1/b of its prompts √b times it), no instance offsets; a level's "
+                 "(docs/adaptive-simulation.md), the prior σ as the true noise of a repeat at "
+                 "each level (level_noise where it names one; a block of 1/b of its prompts √b "
+                 "times it), no instance offsets; a level's "
                  "share of the measuring as this plan projects it; open-loop rates and the "
                  "dynamic-K cells measured in full; a baseline's repeats stop with its pairs "
                  "where they are interleaved (interleave: true); a cell measured on its own "
@@ -328,6 +339,10 @@ def format_plan(result: dict, source: str, config: dict | None = None) -> str:
                          result["unsupported"].values()))))
     if config is not None:
         lines += adaptive_projection(config, parts)
+    found, sets = result["cards"]
+    lines.append(f"request lengths: the data cards' means for {found} of {sets} prompt sets"
+                 + ("" if found == sets else "; the others (not built here yet) at their "
+                    "longest request, so the measuring projected is an upper bound"))
     if result["measured_starts"]:
         lines.append(f"start-ups: the median of {result['measured_starts']} measured on this "
                      "host where a configuration has one")

@@ -49,6 +49,10 @@ REPO = Path(__file__).resolve().parents[3]
 # waves), and the blocks `adaptive.blocks: 4` splits 128 prompts into (4 waves a block)
 WEIGHTS = tuple(0.5 ** i for i in range(10))
 BLOCKED = (4, 4, 4, 4, 2, 1, 1, 1, 1, 1)
+# concurrency 1 quieter than the load levels (config/config.yaml's level_noise {1: 0.02} against
+# 0.05), and a truth there twice as noisy as that prior says
+QUIET = (0.4,) + (1.0,) * 9
+MISJUDGED = (0.8,) + (1.0,) * 9
 # a simulated sweep is one method's k values
 METHOD = "method"
 
@@ -65,9 +69,30 @@ class Sweep:
     # one whole repeat there costs (empty: the same everywhere)
     blocks: tuple[int, ...] = ()
     weights: tuple[float, ...] = ()
+    # per level: its true σ of one repeat's log speedup ÷ `sigma` (empty: 1 everywhere); the
+    # rule's prior there scales with it (`adaptive.Rule.level_noise`)
+    scales: tuple[float, ...] = ()
+    # per level: the rule's prior σ there ÷ `sigma` × `prior_scale` where it is not `scales`
+    # (a level whose true noise the prior misjudges)
+    prior_levels: tuple[float, ...] = ()
 
     def block(self, i: int) -> int:
         return self.blocks[i] if self.blocks else 1
+
+    def scale(self, i: int) -> float:
+        return self.scales[i] if self.scales else 1.0
+
+    @staticmethod
+    def concurrency(i: int) -> int:
+        """Level i's concurrency (1, 2, 4, …)."""
+        return 2 ** i
+
+    def prior(self, rule: adaptive.Rule) -> adaptive.Rule:
+        """`rule` with the sweep's prior: its true σ × `prior_scale`, level by level."""
+        unit = self.sigma * self.prior_scale
+        levels = self.prior_levels or tuple(self.scale(i) for i in range(self.levels))
+        return adaptive.Rule(**{**rule.to_dict(), "noise": unit, "level_noise": [
+            (self.concurrency(i), unit * x) for i, x in enumerate(levels) if x != 1.0]})
 
     def looks(self, i: int) -> int:
         """The looks of a point at level i: its repeats, each split into its blocks."""
@@ -87,6 +112,10 @@ class Sweep:
                  if self.weights == WEIGHTS else f", repeat costs {self.weights}")
         if self.blocks:
             shape += f", blocks {'/'.join(map(str, self.blocks))}"
+        if self.scales:
+            shape += f", σ at concurrency 1 × {self.scales[0]:g}"
+        if self.prior_levels:
+            shape += f" (its prior × {self.prior_levels[0]:g})"
         return (f"instance noise {self.instance_noise:.0%}, measurement noise "
                 f"{self.measurement_noise:.0%}, prior σ × {self.prior_scale:g}{shape}")
 
@@ -101,16 +130,18 @@ def truth(sweep: Sweep, shift: float) -> np.ndarray:
 def draws(sweep: Sweep, mu: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Every look's log speedup the full design would measure: ks × levels × the most looks
     of a level (a level uses its first `looks(i)`). A block of 1/b of a repeat's prompts has
-    √b times its run noise; look j runs on instance j mod repeats."""
+    √b times its run noise; look j runs on instance j mod repeats; level i's noise (instance
+    and run) is `scale(i)` times the sweep's."""
     most = max(sweep.looks(i) for i in range(sweep.levels))
     shape = (sweep.ks, sweep.levels, most)
     on = np.arange(most) % sweep.repeats
     spec = rng.normal(0, sweep.instance_noise, (sweep.ks, 1, sweep.repeats))[:, :, on]
     base = rng.normal(0, sweep.instance_noise, (1, 1, sweep.repeats))[:, :, on]
-    scale = np.sqrt([sweep.block(i) for i in range(sweep.levels)])[None, :, None]
+    block = np.sqrt([sweep.block(i) for i in range(sweep.levels)])[None, :, None]
+    level = np.array([sweep.scale(i) for i in range(sweep.levels)])[None, :, None]
     runs = (rng.normal(0, sweep.measurement_noise, shape) - rng.normal(
-        0, sweep.measurement_noise, shape)) * scale
-    return mu[:, :, None] + spec - base + runs
+        0, sweep.measurement_noise, shape)) * block
+    return mu[:, :, None] + (spec - base + runs) * level
 
 
 def _verdict(low: float, high: float) -> int:
@@ -119,16 +150,19 @@ def _verdict(low: float, high: float) -> int:
 
 def full_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule) -> dict:
     """Every look of every point; σ of a whole repeat pooled over the sweep (a block's spread
-    scaled down by its √b), so a point's interval is t · σ / √repeats at any blocks."""
+    scaled down by its √b, a level's by its own prior's share of the rule's), so a point's
+    interval is t · σ / √repeats at any blocks."""
     mean = np.zeros((sweep.ks, sweep.levels))
     ss = df = 0.0
+    scale = np.array([rule.noise_at(sweep.concurrency(i)) / rule.noise
+                      for i in range(sweep.levels)])
     for i in range(sweep.levels):
         at = y[:, i, :sweep.looks(i)]
         mean[:, i] = at.mean(1)
-        ss += float(np.sum((at - at.mean(1, keepdims=True)) ** 2)) / sweep.block(i)
+        ss += float(np.sum((at - at.mean(1, keepdims=True)) ** 2)) / sweep.block(i) / scale[i] ** 2
         df += sweep.ks * (sweep.looks(i) - 1)
     sigma, df = adaptive.pooled_sigma(rule, ss, df)
-    half = stats.t.ppf(1 - rule.alpha / 2, df) * sigma / math.sqrt(sweep.repeats)
+    half = stats.t.ppf(1 - rule.alpha / 2, df) * sigma * scale[None, :] / math.sqrt(sweep.repeats)
     return {"mean": mean, "low": mean - half, "high": mean + half,
             "best": mean.argmax(0),
             "cost": sum(sweep.weight(i) * sweep.ks * sweep.repeats
@@ -146,7 +180,7 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
     def level_sigma(i: int) -> tuple[adaptive.Rule, float, float]:
         """Level i's rule (its prior σ a block's) and σ pooled over the level's points (the
         workflow's group at a level) with that prior."""
-        at = rule.at(sweep.block(i))
+        at = rule.at(sweep.block(i), sweep.concurrency(i))
         return (at, *adaptive.pooled_sigma(at, *adaptive.spread(
             v for (_, j), v in ys.items() if j == i)))
 
@@ -171,7 +205,7 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
     def decisions(i: int) -> dict:
         return adaptive.level_decisions(
             {k: (METHOD, ys[(k, i)], sweep.looks(i)) for k in range(sweep.ks)
-             if (k, i) in ys}, rule.at(sweep.block(i)))
+             if (k, i) in ys}, rule.at(sweep.block(i), sweep.concurrency(i)))
 
     if not bisect:
         for i in range(sweep.levels):
@@ -221,7 +255,7 @@ def one_sweep(sweep: Sweep, rule: adaptive.Rule, rng: np.random.Generator,
               bisect: bool = True) -> dict:
     mu = truth(sweep, rng.uniform(-0.15, 0.3))
     y = draws(sweep, mu, rng)
-    prior = adaptive.Rule(**{**rule.to_dict(), "noise": sweep.sigma * sweep.prior_scale})
+    prior = sweep.prior(rule)
     full = full_design(sweep, y, prior)
     adapt = adaptive_design(sweep, y, prior, bisect)
     looks = adapt["looks"]
@@ -254,7 +288,11 @@ SWEEPS = [Sweep(i, m, prior_scale=p) for i, m in ((0.0, 0.02), (0.0, 0.1), (0.05
     Sweep(0.0, 0.1, prior_scale=0.5), Sweep(0.0, 0.1, prior_scale=2.0)] + [
     # the cost as a study pays it (concurrency 1 about half), whole repeats and in blocks
     Sweep(i, m, weights=WEIGHTS, blocks=b) for i, m in ((0.0, 0.02), (0.05, 0.1))
-    for b in ((), BLOCKED)]
+    for b in ((), BLOCKED)] + [
+    # ... with concurrency 1's own prior (`adaptive.level_noise`), right and misjudged
+    Sweep(i, m, weights=WEIGHTS, blocks=b, scales=QUIET) for i, m in ((0.0, 0.02), (0.05, 0.1))
+    for b in ((), BLOCKED)] + [
+    Sweep(0.0, 0.02, weights=WEIGHTS, scales=MISJUDGED, prior_levels=QUIET)]
 
 
 def table(sweeps: int, rule: adaptive.Rule | None = None) -> pd.DataFrame:
@@ -266,13 +304,16 @@ def table(sweeps: int, rule: adaptive.Rule | None = None) -> pd.DataFrame:
 
 def expected_share(rule: adaptive.Rule, ks: int, levels: int, repeats: int,
                    bisect: bool, sweeps: int = 40, blocks: tuple[int, ...] = (),
-                   weights: tuple[float, ...] = ()) -> float:
+                   weights: tuple[float, ...] = (),
+                   concurrency: tuple[int, ...] = ()) -> float:
     """The expected share of a sweep's measuring the adaptive design spends (point-repeats,
     each level's weighted by `weights`: what a whole repeat costs there), at the rule's prior
-    noise (taken as the truth: all run noise, no instance offsets), with each level's repeats
-    split into its `blocks`."""
+    noise at each level's `concurrency` (taken as the truth: all run noise, no instance
+    offsets), with each level's repeats split into its `blocks`."""
+    scales = tuple(rule.noise_at(c) / rule.noise for c in concurrency)
     sweep = Sweep(0.0, rule.noise / math.sqrt(2), ks=max(ks, 1), levels=max(levels, 2),
-                  repeats=max(repeats, 1), blocks=tuple(blocks), weights=tuple(weights))
+                  repeats=max(repeats, 1), blocks=tuple(blocks), weights=tuple(weights),
+                  scales=scales if set(scales) - {1.0} else ())
     return run(sweep, rule, sweeps, seed=0, bisect=bisect)["cost"]
 
 
@@ -303,7 +344,10 @@ def write_table(frame: pd.DataFrame, path: Path, sweeps: int, rule: adaptive.Rul
         "interpolated) whose picked k has a true speedup within 2 % of the truly best k's;",
         "- **point-repeats**: measured by the adaptive design ÷ the full design's (where a "
         "repeat's cost halves level by level, its cost: a block counts 1/b of a repeat);",
-        "- **stops**: why the adaptive design's points stopped (share of its points).",
+        "- **stops**: why the adaptive design's points stopped (share of its points);",
+        "- **σ at concurrency 1 × x**: a repeat there is x times as noisy as at the other "
+        "levels, and the rule's prior there says so (`adaptive.level_noise`); \"(its prior × "
+        "y)\": the prior there says y, less than the truth.",
         "",
         "| noise | levels | coverage | same verdict | best k within 2 % (adaptive / full) | "
         "point-repeats | points measured | stops: settled / precise / beaten / futile / cap |",
