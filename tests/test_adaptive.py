@@ -144,6 +144,9 @@ def test_a_level_prior_reads_from_the_config_and_survives_a_stored_stop():
     assert rule.at(1, 2).noise == rule.at(1, None).noise == pytest.approx(0.05)
     assert rule.at(1, 4).level_noise == ()
     assert adaptive.Rule(**{**stored, "level_noise": []}) != rule
+    # a rule without level priors stores what it stored before they existed
+    assert "level_noise" not in adaptive.Rule().to_dict()
+    assert adaptive.Rule(**adaptive.Rule(noise=0.1).to_dict()) == adaptive.Rule(noise=0.1)
 
 
 def test_a_quieter_lowest_level_with_its_own_prior_costs_less_and_still_covers():

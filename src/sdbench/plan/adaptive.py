@@ -96,8 +96,15 @@ class Rule:
                       if f.name in section})
 
     def to_dict(self) -> dict:
-        """As stored with a stop and a point (JSON: the level priors as [level, σ] lists)."""
-        return {**asdict(self), "level_noise": [list(p) for p in self.level_noise]}
+        """As stored with a stop and a point (JSON: the level priors as [level, σ] lists; none
+        named, no key: a rule without them reads as it did before they existed, and the stops
+        cached under it stand)."""
+        out = asdict(self)
+        if self.level_noise:
+            out["level_noise"] = [list(p) for p in self.level_noise]
+        else:
+            del out["level_noise"]
+        return out
 
     def noise_at(self, concurrency: int | None = None) -> float:
         """The prior σ of one whole repeat's log speedup at a closed-loop `concurrency` (its
