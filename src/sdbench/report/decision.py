@@ -27,6 +27,7 @@ from sdbench.report.plots import (
     role_marks,
     setting_label,
     with_interval,
+    wrapped,
 )
 
 # sentences about deployable settings in a bottom line (one per workload and load); the
@@ -363,7 +364,7 @@ def front_plot(points: pd.DataFrame, latency: str = "p90_tpot_ms") -> plt.Figure
     names = {"p90_tpot_ms": "TPOT p90 (ms)", "mean_tpot_ms": "mean TPOT (ms)",
              "median_tpot_ms": "TPOT p50 (ms)"}
     for ax, ((target, workload), part) in zip(axes, panels, strict=True):
-        part = part.assign(label=role_label(part))
+        part = part.assign(label=wrapped(role_label(part)))
         for label, line in part.groupby("label", sort=False):
             line = line.sort_values("concurrency")
             ax.plot(line["latency"], line["throughput_per_gpu"], marker="o", label=label)

@@ -6,6 +6,7 @@ Metric definitions live here once; every report notebook calls these functions.
 from __future__ import annotations
 
 import json
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -296,6 +297,17 @@ def role_marks(frame: pd.DataFrame) -> pd.Series:
              else pd.Series(grid.DEPLOYABLE, index=frame.index))
     return pd.Series(np.where(roles == grid.DEPLOYABLE, "", " (" + roles + ")"),
                      index=frame.index)
+
+
+# characters a line of a setting's name may take in a figure's legend or axis
+LEGEND_WIDTH = 48
+
+
+def wrapped(labels) -> list[str]:
+    """Settings' names as a figure shows them: a simulated setting's name carries its
+    acceptance's source, and unwrapped it outgrows the figure (a legend beside the panels
+    wider than the figure fails seaborn: "left cannot be >= right")."""
+    return [textwrap.fill(str(text), LEGEND_WIDTH) for text in labels]
 
 
 def setting_label(frame: pd.DataFrame) -> pd.Series:
@@ -790,7 +802,7 @@ def acceptance_plot(frame: pd.DataFrame) -> plt.Figure | None:
     needed = {"spec_decode_accepted_tokens", "spec_decode_draft_tokens", "spec_decode_num_drafts"}
     if spec.empty or not needed <= set(spec):
         return None
-    spec = spec.assign(setting=setting_label(spec))
+    spec = spec.assign(setting=wrapped(setting_label(spec)))
     sums = spec.groupby(["setting", "workload"])[sorted(needed)].sum().reset_index()
     sums = sums[sums["spec_decode_num_drafts"] >= MIN_DRAFTS]
     if sums.empty:
@@ -816,10 +828,10 @@ def latency_plot(frame: pd.DataFrame, metric: str) -> plt.Figure | None:
     ok = frame[frame["status"] == "ok"]
     if ok.empty or metric not in ok:
         return None
-    setting = setting_label(ok)
+    setting = pd.Series(setting_label(ok), index=ok.index)
     if ok["target"].nunique() > 1:  # each target's own line: two targets' vanilla are not one
         setting = ok["target"] + ": " + setting
-    ok = ok.assign(setting=setting)
+    ok = ok.assign(setting=wrapped(setting))
     grid = sns.relplot(data=ok, x="concurrency", y=metric, hue="setting", col="workload",
                        kind="line", marker="o", height=3.4, aspect=1.2,
                        facet_kws={"sharey": False})
@@ -1215,7 +1227,8 @@ def speedup_lines(points: pd.DataFrame, x: str, metric: str = "speedup") -> plt.
     spec = speculative(points).dropna(subset=[x, f"{metric}_mean"])
     if spec.empty:
         return None
-    spec = spec.assign(setting=setting_label(spec), panel=spec["target"] + " | " + spec["workload"])
+    spec = spec.assign(setting=wrapped(setting_label(spec)),
+                       panel=spec["target"] + " | " + spec["workload"])
     panels = list(dict.fromkeys(spec["panel"]))
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), squeeze=False)
     for ax, panel in zip(axes[0], panels, strict=True):
