@@ -362,13 +362,13 @@ def per_request_requests(workdir: Path):
     """The per-request acceptance of a run, checked: every speculative server measurement has
     a row per completed request, and its counts add up to the engine's counters for the run."""
     from sdbench.analyze import request_acceptance as ra
+    from sdbench.analyze.summary import speculative_server_rows
     from sdbench.layout import SummaryTables
 
     table = pd.read_parquet(workdir / SummaryTables().acceptance)
     summary = pd.read_parquet(workdir / SummaryTables().summary)
     keys = ["cell_id", "concurrency", "request_rate", "repeat"]
-    spec = summary[(summary["method"] != "vanilla") & (summary["status"] == "ok")
-                   & (summary["engine"] == "serve")].drop_duplicates(keys)
+    spec = speculative_server_rows(summary).drop_duplicates(keys)
     assert len(spec)
     requests = ra.per_request(table)
     counts = requests.groupby(keys, dropna=False).size().rename("got").reset_index()

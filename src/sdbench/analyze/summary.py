@@ -108,7 +108,7 @@ def _buckets(dataset: str, subset: str, card: dict | None, root: Path) -> list[s
             (json.loads(line) for line in path.read_text().splitlines() if line)]
 
 
-def _speculative_server_rows(frame: pd.DataFrame) -> pd.DataFrame:
+def speculative_server_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """The measured speculative points of the vLLM server (those with per-request detail)."""
     return frame[(frame["method"] != "vanilla") & (frame["status"] == "ok")
                  & (frame["engine"] == "serve")]
@@ -120,7 +120,7 @@ def acceptance_table(frame: pd.DataFrame, details: dict[str, dict],
     (`request_acceptance.acceptance_rows`), each request with its bucket where its prompt set
     was sent in order."""
     root = Path(root)
-    spec = _speculative_server_rows(frame)
+    spec = speculative_server_rows(frame)
     rows: list[dict] = []
     sets: dict[tuple, list] = {}
     for _, row in spec.iterrows():
@@ -155,7 +155,7 @@ def bucket_speedups(frame: pd.DataFrame, details: dict[str, dict],
     cell id -> point -> detail; `cards`: `read_cards`). vLLM server points only: the offline
     engine and Transformers time no first token."""
     root = Path(root)
-    spec = _speculative_server_rows(frame)
+    spec = speculative_server_rows(frame)
     rows = []
     sets: dict[tuple, list] = {}  # each prompt file read once, not once per row
     for _, row in spec.iterrows():
