@@ -404,6 +404,7 @@ def test_a_level_with_its_own_prior_stops_where_the_general_prior_goes_on(
     prior concurrency 1 needs more too. The stop stores the rule with its level priors and the
     check recomputes it on the level's prior (and catches it recomputed on the general one)."""
     from sdbench.analyze import aggregate, stops
+    from sdbench.plan import adaptive
 
     def measured_at(level_noise: dict, root: Path) -> tuple[dict, object]:
         raw = json.loads(json.dumps(demo_config_raw))
@@ -428,7 +429,7 @@ def test_a_level_with_its_own_prior_stops_where_the_general_prior_goes_on(
                              layout.cell_output(cell.cell_id))
         return counts, aggregate.summarize([layout.cell_output(c.cell_id) for c in members])
 
-    assert adaptive_rule({"level_noise": {"1": 0.02}}).noise_at(1) == 0.02
+    assert adaptive.Rule.from_config({**ADAPTIVE, "level_noise": {"1": 0.02}}).noise_at(1) == 0.02
     other = served_dir / "general"  # the same prompt sets and models, no results
     other.mkdir()
     for path in served_dir.iterdir():
@@ -446,11 +447,6 @@ def test_a_level_with_its_own_prior_stops_where_the_general_prior_goes_on(
     assert len(checks) and checks["holds"].all()
     frame["stop"] = frame["stop"].str.replace("[[1, 0.02]]", "[]", regex=False)
     assert not stops.recheck_frame(frame)["holds"].all()
-
-
-def adaptive_rule(section: dict):
-    from sdbench.plan import adaptive
-    return adaptive.Rule.from_config({**ADAPTIVE, **section})
 
 
 def test_a_stopped_cell_beside_one_still_measuring_keeps_its_baseline_and_no_pair_issue(

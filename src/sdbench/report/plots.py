@@ -828,7 +828,7 @@ def latency_plot(frame: pd.DataFrame, metric: str) -> plt.Figure | None:
     ok = frame[frame["status"] == "ok"]
     if ok.empty or metric not in ok:
         return None
-    setting = pd.Series(setting_label(ok), index=ok.index)
+    setting = setting_label(ok)
     if ok["target"].nunique() > 1:  # each target's own line: two targets' vanilla are not one
         setting = ok["target"] + ": " + setting
     ok = ok.assign(setting=wrapped(setting))
