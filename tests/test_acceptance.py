@@ -147,11 +147,13 @@ def test_a_deterministic_pattern_allows_one_draft_cut_short():
     assert acceptance_check(pd.DataFrame([plain])).empty  # real acceptance: nothing to check
 
 
-def _sweep(slope, lengths, rng, repeats=3, noise=0.05, level=1, real=None):
+def _sweep(slope, lengths, rng, repeats=3, noise=0.05, level=1, real=None,
+           real_repeats=None):
     """Points of an acceptance sweep whose true speedup is slope x acceptance length (the
     step-time model: linear in the length), each the mean of `repeats` measurements with
     multiplicative noise and a 95 % Student-t interval (as the summary computes them); and
-    the method's real cell accepting `real`."""
+    the method's real cell accepting `real`: measured so too where `real_repeats` says how
+    often, else its true speedup without an interval."""
     rows = []
     for length in lengths:
         values = slope * length * np.exp(rng.normal(0, noise, repeats))
@@ -160,9 +162,13 @@ def _sweep(slope, lengths, rng, repeats=3, noise=0.05, level=1, real=None):
                      length, "speedup_mean": mean, "speedup_ci_low": low,
                      "speedup_ci_high": high, "repeats_ok": repeats})
     if real is not None:
+        mean, low, high = slope * real, np.nan, np.nan
+        if real_repeats:
+            mean, _, low, high = mean_interval(slope * real * np.exp(
+                rng.normal(0, noise, real_repeats)))
         rows.append({"speculator": "draft", "simulated_acceptance": None,
-                     "speedup_mean": slope * real, "speedup_ci_low": np.nan,
-                     "speedup_ci_high": np.nan, "spec_decode_acceptance_length_mean": real})
+                     "speedup_mean": mean, "speedup_ci_low": low, "speedup_ci_high": high,
+                     "repeats_ok": real_repeats, "spec_decode_acceptance_length_mean": real})
     return pd.DataFrame(rows).assign(target="t", workload="w", k=4, concurrency=level,
                                      load="concurrency")
 
@@ -192,6 +198,38 @@ def test_the_break_even_acceptance_is_found_and_its_interval_covers():
             widths.append(row["ci_high"] - row["ci_low"])
         assert 0.92 <= covered / 400 <= 0.98
         assert 0 < np.median(widths) < 0.2  # informative, not the whole sweep
+
+
+def test_the_real_cell_anchors_the_line_where_one_length_is_swept():
+    """The method's real cell lies on the sweep's line (same servers but for which drafts are
+    accepted): one swept length and the real cell give the break-even. Known answer without
+    noise; over 400 simulated sweeps (one length, 2 repeats; the real cell at 5.6, 2 repeats;
+    5 % noise) its interval covers the truth 92-98 % of the time. A line that does not rise
+    has no break-even, and says so."""
+    rng = np.random.default_rng(5)
+    row = break_even(_sweep(1 / 1.8, [1.0], rng, noise=1e-9, real=3.5, real_repeats=3)).iloc[0]
+    assert row["break_even"] == pytest.approx(1.8) and row["real_in_fit"]
+    assert row["lengths"] == 1 and (row["fit_low"], row["fit_high"]) == (1.0, 3.5)
+    assert row["reading"].startswith("it pays: accepts 3.50")
+    assert break_even_table(_sweep(1 / 1.8, [1.0], rng, noise=1e-9, real=3.5,
+                                   real_repeats=3))["fitted through"].iloc[0] == (
+        "1 swept + the real cell (3.50)")
+    # without the real cell one length gives no line
+    assert break_even(_sweep(1 / 1.8, [1.0], rng, noise=1e-9)).empty
+    covered = 0
+    for _ in range(400):
+        found = break_even(_sweep(1 / 3.2, [3.0], rng, 2, 0.05, real=5.6,
+                                  real_repeats=2)).iloc[0]
+        low = -np.inf if found["ci_low_side"] == "≤" else found["ci_low"]
+        high = np.inf if found["ci_high_side"] == ">" else found["ci_high"]
+        covered += low <= 3.2 <= high
+    assert 0.92 <= covered / 400 <= 0.98
+    flat = _sweep(1 / 1.8, [1.0], rng, noise=1e-9, real=3.5, real_repeats=3)
+    flat.loc[flat["speculator"] == "draft", "speedup_mean"] = 0.5
+    none = break_even(flat).iloc[0]
+    assert np.isnan(none["break_even"]) and none["reading"].startswith("no break-even")
+    assert break_even_table(flat)["break-even acceptance length (95 %)"].iloc[0].startswith(
+        "none")
 
 
 def _predictable_sweep(scale: float, rng, noise: float = 0.01) -> pd.DataFrame:
@@ -298,7 +336,15 @@ def test_an_acceptance_sweep_makes_simulated_cells_that_no_decision_picks(demo_s
         validate_config(copy.deepcopy(raw))
     rule = adaptive.Rule(min_repeats=1)
     assert adaptive.for_cell(rule, swept[0]).min_repeats == adaptive.SWEEP_MIN_REPEATS == 2
-    assert adaptive.for_cell(rule, plain[0]) == rule
+    # the method's real cells beside a sweep anchor its line: two repeats at least too; its
+    # sampled ones (no sweep at 1.0) and other methods' cells stop as the rule says
+    assert all(c.sweep_anchor and adaptive.for_cell(rule, c).min_repeats == 2 for c in study)
+    sampled = [c for c in plain if c not in study]
+    assert sampled and not any(c.sweep_anchor for c in sampled)
+    assert all(adaptive.for_cell(rule, c) == rule for c in sampled)
+    others = [c for c in cells if not c.is_baseline and c.speculator != name
+              and not grid.swept_method(c.speculator)]
+    assert others and all(adaptive.for_cell(rule, c) == rule for c in others)
     assert {c.speculator for c in swept} == {f"{name} at acceptance 1", f"{name} at acceptance 2"}
     for cell in swept:
         options = cell.server_config["method_options"]

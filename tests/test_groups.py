@@ -17,7 +17,7 @@ from sdbench import layout
 from sdbench.files import read_jsonl
 from sdbench.measure import cell as cellmod
 from sdbench.measure import groups, points, session, slots
-from sdbench.plan import grid, sessions
+from sdbench.plan import adaptive, grid, sessions
 from sdbench.plan.config import ConfigError, validate_config
 
 
@@ -304,8 +304,9 @@ def test_a_baseline_a_later_cell_pairs_with_keeps_the_repeats_that_cell_needs(
 def test_an_acceptance_sweep_cell_is_measured_twice_before_it_stops(demo_config_raw, served_dir,
                                                                       monkeypatch):
     """A swept point (drafts accepted at a set rate) settles no earlier than its second
-    repeat, where the real cell beside it settles at its first: the break-even line weighs
-    each swept point by its own spread. The report's check recomputes both stops."""
+    repeat, and so does the real cell beside it, which anchors the line (where the rule alone
+    settles it at its first): the break-even line pools their spread over repeats. The
+    report's check recomputes both stops."""
     from sdbench.analyze import aggregate, stops
 
     raw = demo_config_raw
@@ -329,7 +330,10 @@ def test_an_acceptance_sweep_cell_is_measured_twice_before_it_stops(demo_config_
         cellmod.assemble(cell, [layout.session_output(sid)], layout.cell_output(cell.cell_id))
     frame = aggregate.summarize([layout.cell_output(c.cell_id) for c in members])
     measured_ok = frame[frame["status"] == "ok"].groupby("speculator")["repeat"].nunique()
-    assert measured_ok["calibration"] == 1 and measured_ok[swept.speculator] == 2
+    assert measured_ok["calibration"] == 2 and measured_ok[swept.speculator] == 2
+    real = next(c for c in members if c.speculator == "calibration")
+    assert real.sweep_anchor and adaptive.for_cell(
+        adaptive.Rule.from_config(config["adaptive"]), real).min_repeats == 2
     checks = stops.recheck_frame(frame)
     assert len(checks) == 2 * len(swept.load_points()) and checks["holds"].all()
 

@@ -182,16 +182,17 @@ def _clipped(x: float, lengths: np.ndarray) -> tuple[float, str]:
 
 
 def _fieller(lengths: np.ndarray, speedups: np.ndarray, variances: np.ndarray,
-             df: int) -> tuple[float, float, float]:
-    """(estimate, low, high) of the length where the weighted least-squares line through the
-    speedups reaches 1, with Fieller's 95 % interval (Student t with `df`); NaN where the line
-    does not rise; low -inf / high inf where the interval is unbounded."""
+             df: int) -> tuple[float, float, float, float, float]:
+    """(estimate, low, high, intercept, slope): the length where the weighted least-squares
+    line through the speedups reaches 1, with Fieller's 95 % interval (Student t with `df`),
+    and the line; the estimate NaN where the line does not rise; low -inf / high inf where the
+    interval is unbounded."""
     x = np.column_stack([np.ones_like(lengths), lengths])
     w = 1 / variances
     cov = np.linalg.inv(x.T @ (x * w[:, None]))
     a, b = cov @ (x.T @ (w * speedups))
     if b <= 0:
-        return np.nan, np.nan, np.nan
+        return np.nan, np.nan, np.nan, float(a), float(b)
     q2 = float(stats.t.ppf(0.975, max(df, 1))) ** 2
     # (a - 1 + b x)^2 <= q2 (Vaa + 2 x Vab + x^2 Vbb): A x^2 + 2 B x + C <= 0
     big_a = b * b - q2 * cov[1, 1]
@@ -199,64 +200,97 @@ def _fieller(lengths: np.ndarray, speedups: np.ndarray, variances: np.ndarray,
     big_c = (a - 1) ** 2 - q2 * cov[0, 0]
     estimate = float((1 - a) / b)
     if big_a <= 0:  # the slope is not told from 0: every length is possible
-        return estimate, -np.inf, np.inf
+        return estimate, -np.inf, np.inf, float(a), float(b)
     root = math.sqrt(max(big_b * big_b - big_a * big_c, 0.0))
-    return estimate, float((-big_b - root) / big_a), float((-big_b + root) / big_a)
+    return (estimate, float((-big_b - root) / big_a), float((-big_b + root) / big_a),
+            float(a), float(b))
+
+
+def _fit_points(part: pd.DataFrame, real: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """A sweep's points at one level as the line is fitted through them: each swept length
+    (x: the length set), and the method's real cell there (x: the acceptance length it
+    measured), which differs from them only in which drafts are accepted, so that it lies on
+    the same line (`real`: True); with each point's mean, repeats and 95 % half-width."""
+    fit = pd.DataFrame({
+        "x": part["set"].to_numpy(float), "mean": part[f"{metric}_mean"].to_numpy(float),
+        "n": (part["repeats_ok"].to_numpy(float) if "repeats_ok" in part
+              else np.full(len(part), 3.0)),
+        "half": (part[f"{metric}_ci_high"] - part[f"{metric}_ci_low"]).to_numpy(float) / 2,
+        "real": False})
+    if (real.empty or "spec_decode_acceptance_length_mean" not in real
+            or f"{metric}_mean" not in real):
+        return fit
+    row = real.iloc[0]
+    x, mean = row["spec_decode_acceptance_length_mean"], row[f"{metric}_mean"]
+    if pd.isna(x) or pd.isna(mean):
+        return fit
+    n = float(row["repeats_ok"]) if "repeats_ok" in real and pd.notna(row["repeats_ok"]) else 1.0
+    half = (float(row[f"{metric}_ci_high"] - row[f"{metric}_ci_low"]) / 2
+            if f"{metric}_ci_low" in real else np.nan)
+    return pd.concat([fit, pd.DataFrame([{"x": float(x), "mean": float(mean), "n": n,
+                                          "half": half, "real": True}])], ignore_index=True)
 
 
 def break_even(points: pd.DataFrame, metric: str = "speedup") -> pd.DataFrame:
     """Per target, workload, swept method, k and concurrency: the acceptance length at which
     speculation starts to pay (speedup 1). Speedup is linear in the acceptance length at fixed
     step times (tokens per step over the step's cost: the step-time model), so a line is fitted
-    through the swept points by weighted least squares (each point's variance its speedup
-    squared times the coefficient of variation pooled over the points' repeats, over its
-    repeats) and the break-even is where it reaches 1, with Fieller's 95 % interval (Student t
-    on the pooled degrees of freedom); ends beyond the swept
-    lengths are said so ("≤" the lowest, ">" the highest). Beside it the acceptance length the
-    method's real cell measured there (same k), and what follows: it pays (real acceptance
-    above the interval), it loses (below), or no clear answer. `metric`: the headline
-    output-token speedup, or another speedup column (the TPOT speedup, which the step-time
-    model predicts)."""
+    by weighted least squares through the swept points and the method's real cell at that
+    level (same server but for which drafts are accepted: at the acceptance length it
+    measured, `_fit_points`), each point's variance its speedup squared times the coefficient
+    of variation pooled over the points' repeats, over its repeats (a point measured once adds
+    no degrees of freedom), and the break-even is where the line reaches 1, with Fieller's
+    95 % interval (Student t on the pooled degrees of freedom); ends beyond the fitted lengths
+    are said so ("≤" the lowest, ">" the highest), and a line that does not rise has no
+    break-even (NaN, said in the reading). Beside it the acceptance length the method's real
+    cell measured there (same k), and what follows: it pays (real acceptance above the
+    interval), it loses (below), or no clear answer. `metric`: the headline output-token
+    speedup, or another speedup column (the TPOT speedup, which the step-time model
+    predicts)."""
     sweep = sweep_points(points, metric)
     if sweep.empty:
         return pd.DataFrame()
     rows = []
     keys = ["target", "workload", "swept", "k", "concurrency"]
     for (target, workload, method, k, level), part in sweep.groupby(keys, sort=True):
-        part = part.sort_values("set")
-        n = (part["repeats_ok"].to_numpy(float) if "repeats_ok" in part
-             else np.full(len(part), 3.0))
-        mean = part[f"{metric}_mean"].to_numpy(float)
-        half = (part[f"{metric}_ci_high"] - part[f"{metric}_ci_low"]).to_numpy(float) / 2
+        real = real_point(points, method, k, target, workload, level)
+        fit = _fit_points(part, real, metric).sort_values("x")
+        n, mean = fit["n"].to_numpy(float), fit["mean"].to_numpy(float)
         # each point's standard deviation over its repeats (from its Student-t interval),
         # pooled as one coefficient of variation: the noise is a share of the speedup, alike
         # at every swept length of one cell's server settings, and n = 2 or 3 repeats give
         # each point's own variance too few degrees of freedom to weigh by
-        sd = half / stats.t.ppf(0.975, np.maximum(n - 1, 1)) * np.sqrt(n)
+        sd = fit["half"].to_numpy(float) / stats.t.ppf(0.975, np.maximum(n - 1, 1)) * np.sqrt(n)
         ok = np.isfinite(sd) & (n >= 2) & (mean > 0)
-        if ok.sum() < 2 or len(part) < 2:
+        if ok.sum() < 1 or len(fit) < 2:
             continue
         df = int(np.sum(n[ok] - 1))
         cv2 = float(np.sum((n[ok] - 1) * (sd[ok] / mean[ok]) ** 2) / df)
         if cv2 <= 0:
             continue
-        lengths = part["set"].to_numpy(float)
-        estimate, low, high = _fieller(lengths, mean, cv2 * mean ** 2 / n, df)
+        lengths = fit["x"].to_numpy(float)
+        estimate, low, high, intercept, slope = _fieller(lengths, mean, cv2 * mean ** 2 / n, df)
+        accepts = (float(real["spec_decode_acceptance_length_mean"].iloc[0])
+                   if not real.empty and "spec_decode_acceptance_length_mean" in real
+                   else np.nan)
+        row = {"target": target, "workload": workload, "method": method, "k": int(k),
+               "concurrency": level, "lengths": len(part), "real_in_fit": bool(fit["real"].any()),
+               "fit_low": float(lengths[0]), "fit_high": float(lengths[-1]),
+               "intercept": intercept, "slope": slope, "df": df, "real_acceptance": accepts}
         if np.isnan(estimate):
+            rows.append({**row, "break_even": np.nan, "break_even_side": "",
+                         "ci_low": np.nan, "ci_low_side": "", "ci_high": np.nan,
+                         "ci_high_side": "",
+                         "reading": (f"no break-even: the speedup does not rise with the "
+                                     f"acceptance length here ({lengths[0]:.2f}-"
+                                     f"{lengths[-1]:.2f})")})
             continue
         estimate, side = _clipped(estimate, lengths)
         low, low_side = _clipped(low, lengths)
         high, high_side = _clipped(high, lengths)
-        real = real_point(points, method, k, target, workload, level)
-        accepts = (float(real["spec_decode_acceptance_length_mean"].iloc[0])
-                   if not real.empty and "spec_decode_acceptance_length_mean" in real
-                   else np.nan)
-        rows.append({"target": target, "workload": workload, "method": method, "k": int(k),
-                     "concurrency": level, "lengths": len(part),
-                     "break_even": estimate, "break_even_side": side,
+        rows.append({**row, "break_even": estimate, "break_even_side": side,
                      "ci_low": low, "ci_low_side": low_side,
                      "ci_high": high, "ci_high_side": high_side,
-                     "real_acceptance": accepts,
                      "reading": _reading(accepts, low, low_side, high, high_side)})
     return pd.DataFrame(rows)
 

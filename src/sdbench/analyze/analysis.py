@@ -613,7 +613,8 @@ def predicted_break_even(points: pd.DataFrame) -> pd.DataFrame:
         low = -np.inf if found["ci_low_side"] == "≤" else found["ci_low"]
         high = np.inf if found["ci_high_side"] == ">" else found["ci_high"]
         rows.append({**{key: found[key] for key in ("target", "workload", "method", "k",
-                                                    "concurrency", "lengths")},
+                                                    "concurrency", "lengths", "real_in_fit",
+                                                    "real_acceptance")},
                      "draft": part["draft"].iloc[0], "target_step_ms": t_target,
                      "draft_step_ms": t_draft, "verify_ms": t_verify,
                      "verify_from": f"target at c={int(found['concurrency']) * (k + 1)} ({how})",

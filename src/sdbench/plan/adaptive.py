@@ -402,15 +402,16 @@ def cell_rule(config: dict, cell: grid.Cell) -> Rule | None:
     return replace(rule, min_repeats=max(rule.min_repeats, SAMPLED_MIN_REPEATS))
 
 
-# an acceptance sweep's break-even line weighs each swept point by its own spread over repeats
-# (`analyze.acceptance.break_even`): a point measured once would be left out of it
+# an acceptance sweep's break-even line pools its points' spread over repeats
+# (`analyze.acceptance.break_even`): a point measured once adds nothing to it
 SWEEP_MIN_REPEATS = 2
 
 
 def for_cell(rule: Rule, cell: grid.Cell) -> Rule:
     """The rule as it stops `cell`'s points: an acceptance sweep's cell (drafts accepted at a
-    set rate) never before SWEEP_MIN_REPEATS repeats."""
-    if grid.swept_method(cell.speculator) is None:
+    set rate), and the method's real cell that anchors its line (`Cell.sweep_anchor`), never
+    before SWEEP_MIN_REPEATS repeats."""
+    if grid.swept_method(cell.speculator) is None and not cell.sweep_anchor:
         return rule
     return replace(rule, min_repeats=max(rule.min_repeats, SWEEP_MIN_REPEATS))
 

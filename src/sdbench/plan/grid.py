@@ -66,6 +66,9 @@ class Cell:
     # the adaptive rule's `blocks`: the most blocks of prompts a repeat is split into at a
     # low closed-loop concurrency (`point_blocks`; 1 without the rule). Not in the identity
     blocks: int = 1
+    # a method's real cell whose acceptance sweep (`acceptance_sweep`) runs beside it: its point
+    # anchors the sweep's break-even line (`analyze.acceptance.break_even`). Not in the identity
+    sweep_anchor: bool = False
 
     @property
     def engine(self) -> str:
@@ -450,7 +453,9 @@ def round_cells(config: dict, round_name: str) -> list[Cell]:
                                  method.repeats if length is None else method.sweep_repeats,
                                  name, **rates, profile=method.profile,
                                  interleave=method.interleave,
-                                 instances=method.server_instances),
+                                 instances=method.server_instances,
+                                 sweep_anchor=length is None and bool(swept)
+                                 and bool(swept_levels)),
                             f"{round_name}.methods[{i}] (k={k}, target {target!r}, "
                             f"workload {workload_name!r}{at}"
                             + ("" if length is None else f", acceptance {length:g}") + ")")

@@ -324,10 +324,18 @@ def _break_even_texts(table: pd.DataFrame, column: str) -> list[str]:
         return f"{side}{value:.2f}" if side != ">" else f"> {value:.2f}"
 
     side = f"{column}_side" if f"{column}_side" in table else "break_even_side"
-    return [f"{length(m, ms)} [{length(lo, ls)}, {length(hi, hs)}]"
+    return ["none (the speedup does not rise with the acceptance length)" if pd.isna(m)
+            else f"{length(m, ms)} [{length(lo, ls)}, {length(hi, hs)}]"
             for m, ms, lo, ls, hi, hs in zip(table[column], table[side], table["ci_low"],
                                              table["ci_low_side"], table["ci_high"],
                                              table["ci_high_side"], strict=True)]
+
+
+def _fitted_texts(table: pd.DataFrame) -> list[str]:
+    """What each break-even's line was fitted through: '2 swept + the real cell (5.62)'."""
+    return [f"{n} swept" + (f" + the real cell ({x:.2f})" if real else "")
+            for n, real, x in zip(table["lengths"], table["real_in_fit"],
+                                  table["real_acceptance"], strict=True)]
 
 
 def _sweep_keys(table: pd.DataFrame) -> dict[str, pd.Series]:
@@ -344,7 +352,7 @@ def break_even_table(points: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return table
     return pd.DataFrame({
-        **_sweep_keys(table), "lengths swept": table["lengths"],
+        **_sweep_keys(table), "fitted through": _fitted_texts(table),
         "break-even acceptance length (95 %)": _break_even_texts(table, "break_even"),
         "real acceptance length": table["real_acceptance"].map(
             lambda v: "–" if pd.isna(v) else f"{v:.2f}"),
@@ -367,8 +375,8 @@ def break_even_prediction_table(points: pd.DataFrame) -> pd.DataFrame:
                                           table["verify_ms"], table["target_step_ms"],
                                           table["verify_from"], strict=True)],
         "measured on TPOT speedup (95 %)": [
-            f"{text} ({n} lengths)" for text, n in zip(
-                _break_even_texts(table, "measured"), table["lengths"], strict=True)],
+            f"{text} ({fitted})" for text, fitted in zip(
+                _break_even_texts(table, "measured"), _fitted_texts(table), strict=True)],
         "reading": np.select(
             [~table["tested"], table["agrees"]],
             ["untested: the interval runs beyond the lengths swept on both sides (more "
@@ -378,12 +386,13 @@ def break_even_prediction_table(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def break_even_plot(points: pd.DataFrame) -> plt.Figure | None:
-    """Speedup against the set acceptance length, a line per concurrency with 95 % intervals,
-    speedup 1 drawn, and the method's real cell at each level (its acceptance dotted, its
-    speedup a star)."""
+    """Speedup against the acceptance length, per concurrency: the swept points with 95 %
+    intervals, the method's real cell (its acceptance dotted, its speedup a star) and the line
+    fitted through them (`acceptance.break_even`), speedup 1 drawn."""
     sweep = sweep_points(points)
     if sweep.empty:
         return None
+    fits = break_even(points)
     panels = list(sweep.groupby(["target", "workload", "swept", "k"], sort=True))
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False)
     for ax, ((target, workload, method, k), part) in zip(axes[0], panels, strict=True):
@@ -394,15 +403,24 @@ def break_even_plot(points: pd.DataFrame) -> plt.Figure | None:
             ax.errorbar(line["set"], line["speedup_mean"],
                         yerr=[line["speedup_mean"] - line["speedup_ci_low"],
                               line["speedup_ci_high"] - line["speedup_mean"]],
-                        marker="o", capsize=3, color=colors[level], label=f"c={int(level)}")
+                        marker="o", capsize=3, color=colors[level], linestyle="none",
+                        label=f"c={int(level)}")
             real = real_point(points, method, k, target, workload, level)
             if not real.empty and pd.notna(real["spec_decode_acceptance_length_mean"].iloc[0]):
                 accepts = real["spec_decode_acceptance_length_mean"].iloc[0]
                 ax.axvline(accepts, color=colors[level], linestyle=":", linewidth=1)
                 ax.plot([accepts], [real["speedup_mean"].iloc[0]], marker="*", markersize=11,
                         color=colors[level], linestyle="none")
+            fit = fits[(fits["target"] == target) & (fits["workload"] == workload)
+                       & (fits["method"] == method) & (fits["k"] == k)
+                       & (fits["concurrency"] == level)] if not fits.empty else fits
+            if not fit.empty:
+                row = fit.iloc[0]
+                x = np.array([row["fit_low"], row["fit_high"]])
+                ax.plot(x, row["intercept"] + row["slope"] * x, color=colors[level],
+                        linewidth=1.2)
         ax.axhline(1, color="black", linewidth=0.8)
-        ax.set_xlabel("acceptance length set (1 + accepted tokens per draft)")
+        ax.set_xlabel("acceptance length (set; the real cell's measured)")
         ax.set_ylabel("output-token speedup")
         ax.set_title(f"{method} k={int(k)} | {target} | {workload}", fontsize=10)
         ax.legend(title="concurrency", fontsize=8)
