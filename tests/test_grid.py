@@ -29,22 +29,22 @@ def test_demo_grid_shape():
     # at the default setting and with the short draft context. Round 1 again sampled at 1.0
     # (spec_bench-t1, concurrency 1 only): both vanillas, n-gram, the calibration pair and the
     # pair with a probabilistic draft (not the untrained head); and the calibration pair's
-    # acceptance sweep at 3 and 5, at temperature 0 only
-    assert [len(rounds[r]) for r in ROUNDS] == [12, 8, 3]
-    assert len({c.cell_id for c in cells}) == 23
+    # acceptance sweep at 3, at temperature 0 only
+    assert [len(rounds[r]) for r in ROUNDS] == [11, 8, 3]
+    assert len({c.cell_id for c in cells}) == 22
     assert {c.speculator for c in cells} == {
         "vanilla", "ngram", "calibration", "calibration-probabilistic",
-        "eagle-untrained-plumbing", "draft-6l-plumbing", "calibration at acceptance 3",
-        "calibration at acceptance 5"}
+        "eagle-untrained-plumbing", "draft-6l-plumbing", "calibration at acceptance 3"}
     assert {c.workload["name"] for c in cells if grid.swept_method(c.speculator)} == {
         "spec_bench"}
-    # at concurrency 1 only (`sweep_concurrency`)
-    assert {c.concurrency for c in cells if grid.swept_method(c.speculator)} == {(1,)}
+    # at both levels, the pair's real cell beside it anchoring its line (greedy only)
+    assert {c.concurrency for c in cells if grid.swept_method(c.speculator)} == {(1, 24)}
+    assert {c.workload["name"] for c in cells if c.sweep_anchor} == {"spec_bench"}
+    assert {c.speculator for c in cells if c.sweep_anchor} == {"calibration"}
     assert {c.engine for c in cells} == {"serve"}
     sampled = [c for c in rounds["round1"] if c.workload["name"] == "spec_bench-t1"]
     assert len(sampled) == 5 and all(c.concurrency == (1,) for c in sampled)
-    assert all(c.concurrency == (1, 24) for c in rounds["round1"]
-               if c not in sampled and not grid.swept_method(c.speculator))
+    assert all(c.concurrency == (1, 24) for c in rounds["round1"] if c not in sampled)
     assert all(c.concurrency == (4,) for c in rounds["round2"] + rounds["round3"])
     assert {c.server_config["target"]["quantization"] for c in rounds["round2"]} == {
         None, "compressed-tensors", "gptq", "awq"}
@@ -53,13 +53,13 @@ def test_demo_grid_shape():
     # configurations taking turns: one session per (configuration group, instance), one
     # start per configuration
     groups = grid.interleave_groups(cells)
-    assert sorted(len(g) for g in groups.values()) == [2, 2, 2, 2, 2, 3, 3, 3, 4]
+    assert sorted(len(g) for g in groups.values()) == [2, 2, 2, 2, 2, 3, 3, 3, 3]
     assert {i for g in groups.values() for i in g} == {c.cell_id for c in cells}
     planned = sessions.plan_sessions({c.cell_id: c for c in cells})
     # (round 3's default setting is round 2's draft configuration: the same k)
-    assert sorted(len(s.configs) for s in planned.values()) == [2, 2, 2, 5, 5]
+    assert sorted(len(s.configs) for s in planned.values()) == [2, 2, 2, 4, 5]
     assert sum(sessions.starts(s, {c.cell_id: c for c in cells}) for s in planned.values()) \
-        == len({sessions.config_id(c.server_config) for c in cells}) == 16
+        == len({sessions.config_id(c.server_config) for c in cells}) == 15
     # the calibration draft runs on the deeper target only, paired with its vanilla cell
     by_id = {c.cell_id: c for c in cells}
     pair = next(c for c in cells if c.speculator == "calibration")
