@@ -224,6 +224,11 @@ def test_the_real_cell_anchors_the_line_where_one_length_is_swept():
         high = np.inf if found["ci_high_side"] == ">" else found["ci_high"]
         covered += low <= 3.2 <= high
     assert 0.92 <= covered / 400 <= 0.98
+    # losing at every acceptance it reaches: the break-even beyond the real cell's, which
+    # therefore loses (not "no clear answer")
+    out = break_even(_sweep(1 / 9, [1.0], rng, noise=1e-9, real=3.5, real_repeats=3)).iloc[0]
+    assert (out["break_even_side"], out["ci_low_side"], out["ci_low"]) == (">", ">", 3.5)
+    assert out["reading"].startswith("it loses: accepts 3.50")
     flat = _sweep(1 / 1.8, [1.0], rng, noise=1e-9, real=3.5, real_repeats=3)
     flat.loc[flat["speculator"] == "draft", "speedup_mean"] = 0.5
     none = break_even(flat).iloc[0]
@@ -278,6 +283,49 @@ def test_the_sweep_s_break_even_is_set_beside_the_step_time_model_s():
     assert not wide["tested"].any() and not wide["agrees"].any()
     shown = break_even_prediction_table(_predictable_sweep(1.0, np.random.default_rng(1), 0.8))
     assert shown["reading"].iloc[0].startswith("untested: the interval runs beyond")
+
+
+def _vanilla_steps(rng, noise: float, repeats: int = 3) -> pd.DataFrame:
+    """The vanilla cells `_predictable_sweep` reads its step times from, each level's mean TPOT
+    measured `repeats` times with multiplicative noise (its mean and 95 % interval as the
+    summary computes them)."""
+    base = {"round": "round1", "workload": "w", "setting": "default", "engine": "serve",
+            "load": "concurrency", "method": "vanilla", "speculator": "vanilla", "draft": None}
+    rows = []
+    for target, c, t in (("big", 1, 30.0), ("big", 8, 40.0), ("small", 1, 6.0)):
+        mean, _, low, high = mean_interval(t * np.exp(rng.normal(0, noise, repeats)))
+        rows.append({**base, "target": target, "concurrency": c, "mean_tpot_ms_mean": mean,
+                     "mean_tpot_ms_ci_low": low, "mean_tpot_ms_ci_high": high,
+                     "repeats_ok": repeats})
+    return pd.DataFrame(rows)
+
+
+def test_the_step_time_model_s_break_even_carries_its_step_times_spread():
+    """The prediction's interval from the spread of the step times it rests on (three vanilla
+    levels, 3 repeats each, 5 % noise) covers the true break-even ((4 · 6 + t_V) / 30) 92-98 %
+    of 400 simulated studies; one repeat gives none. A sweep 30 % faster than the model is
+    told from it when the step times are quiet, and not when they are as noisy as the
+    difference ("agrees within the step times' spread")."""
+    truth = (4 * 6.0 + 30.0 * 5 ** (np.log(40 / 30) / np.log(8))) / 30.0
+    rng = np.random.default_rng(7)
+    covered = 0
+    for _ in range(400):
+        sweep = _predictable_sweep(1.0, rng)
+        points = pd.concat([sweep[sweep["method"] != "vanilla"], _vanilla_steps(rng, 0.05)])
+        row = predicted_break_even(points).iloc[0]
+        covered += row["predicted_low"] <= truth <= row["predicted_high"]
+    assert 0.92 <= covered / 400 <= 0.98
+    sweep = _predictable_sweep(1.3, rng)
+    quiet = predicted_break_even(pd.concat([sweep[sweep["method"] != "vanilla"],
+                                            _vanilla_steps(rng, 0.01)])).iloc[0]
+    assert not quiet["agrees"] and not quiet["overlaps"]
+    noisy = pd.concat([sweep[sweep["method"] != "vanilla"], _vanilla_steps(rng, 0.3)])
+    assert predicted_break_even(noisy).iloc[0]["overlaps"]
+    assert break_even_prediction_table(noisy)["reading"].iloc[0].startswith(
+        "agrees within the step times' spread")
+    once = predicted_break_even(pd.concat([sweep[sweep["method"] != "vanilla"],
+                                           _vanilla_steps(rng, 0.05, repeats=1)])).iloc[0]
+    assert np.isnan(once["predicted_low"]) and not once["overlaps"]
 
 
 def test_the_sweep_is_drawn_and_tabled_for_the_report():

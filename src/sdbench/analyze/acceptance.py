@@ -298,8 +298,10 @@ def break_even(points: pd.DataFrame, metric: str = "speedup") -> pd.DataFrame:
 def _reading(accepts: float, low: float, low_side: str, high: float, high_side: str) -> str:
     if np.isnan(accepts):
         return "no real cell of this method and k measured here"
-    if high_side != ">" and accepts > high:
+    # an end beyond the fitted lengths is a bound: "> x" (the whole interval above the
+    # highest fitted length) lies above a real acceptance of x too, "≤ x" below one of x
+    if (high_side != ">" and accepts > high) or (high_side == "≤" and accepts >= high):
         return f"it pays: accepts {accepts:.2f}, above the break-even's interval"
-    if low_side != "≤" and accepts < low:
+    if (low_side != "≤" and accepts < low) or (low_side == ">" and accepts <= low):
         return f"it loses: accepts {accepts:.2f}, below the break-even's interval"
     return f"no clear answer: accepts {accepts:.2f}, within the break-even's interval"

@@ -542,23 +542,80 @@ PREDICTION_TOLERANCE = 0.2  # a measured speedup further than this share from it
 PAIR_AGREEMENT = 95.0  # % of drafted tokens a calibration pair (exact draft) should accept
 
 
+def _step_weights(levels: np.ndarray, batch: float) -> tuple[dict[float, float], str]:
+    """How `_step_time` weighs the log step times measured at `levels` to get the one at
+    `batch` sequences ({level: weight}, the weights summing to 1) and how ("measured",
+    "interpolated", "extrapolated"; none with "one level measured")."""
+    levels = np.unique(np.asarray(levels, dtype=float))
+    if batch in levels:
+        return {float(batch): 1.0}, "measured"
+    if len(levels) < 2:
+        return {}, "one level measured"
+    if batch < levels[0] or batch > levels[-1]:
+        (i, j), how = ((0, 1) if batch < levels[0] else (-2, -1)), "extrapolated"
+    else:
+        j = int(np.searchsorted(levels, batch))
+        i, how = j - 1, "interpolated"
+    w = (math.log(batch) - math.log(levels[i])) / (math.log(levels[j]) - math.log(levels[i]))
+    return {float(levels[i]): 1 - w, float(levels[j]): w}, how
+
+
 def _step_time(levels: np.ndarray, times: np.ndarray, batch: float) -> tuple[float, str]:
     """A no-speculation step time at `batch` sequences from the times measured at `levels`
     (mean TPOT at each concurrency): measured there, else interpolated linearly in
     log(batch)-log(time) between the neighbouring levels, or extrapolated from the last two
     (the report says which)."""
-    order = np.argsort(levels)
-    levels, times = levels[order], times[order]
-    if batch in levels:
-        return float(times[levels == batch][0]), "measured"
-    if len(levels) < 2:
-        return np.nan, "one level measured"
-    x, y = np.log(levels), np.log(times)
-    if batch < levels[0] or batch > levels[-1]:
-        i = [0, 1] if batch < levels[0] else [-2, -1]
-        slope = (y[i[1]] - y[i[0]]) / (x[i[1]] - x[i[0]])
-        return float(np.exp(y[i[1]] + slope * (math.log(batch) - x[i[1]]))), "extrapolated"
-    return float(np.exp(np.interp(math.log(batch), x, y))), "interpolated"
+    weights, how = _step_weights(levels, batch)
+    if not weights:
+        return np.nan, how
+    at = dict(zip(np.asarray(levels, dtype=float), np.asarray(times, dtype=float), strict=True))
+    return float(np.exp(sum(w * math.log(at[level]) for level, w in weights.items()))), how
+
+
+def _log_step_se(part: pd.DataFrame, level: float) -> tuple[float, float]:
+    """(standard error of log mean TPOT, its degrees of freedom) of a vanilla cell at a level,
+    from its 95 % Student-t interval over repeats; NaN where it has none (one repeat)."""
+    row = part[part["concurrency"] == level]
+    if row.empty or not {"repeats_ok", "mean_tpot_ms_ci_low", "mean_tpot_ms_ci_high"} <= set(row):
+        return np.nan, np.nan
+    row = row.iloc[0]
+    n = float(row["repeats_ok"]) if pd.notna(row["repeats_ok"]) else 0.0
+    half = (row["mean_tpot_ms_ci_high"] - row["mean_tpot_ms_ci_low"]) / 2
+    if n < 2 or not np.isfinite(half) or row["mean_tpot_ms_mean"] <= 0:
+        return np.nan, np.nan
+    return float(half / stats.t.ppf(0.975, n - 1) / row["mean_tpot_ms_mean"]), n - 1
+
+
+def break_even_spread(points: pd.DataFrame, row, k: int) -> tuple[float, float]:
+    """(low, high) of the step-time model's break-even τ* = (k · t_D + t_V) ÷ t_T at a
+    draft-model point (`row`, as `step_times` reads it), from the spread of the step times it
+    rests on: each vanilla level's log mean TPOT with its standard error over repeats
+    (independent), carried to log τ* to first order (t_V is the target's levels weighted as
+    `_step_weights` weighs them), a 95 % Student-t interval on Welch-Satterthwaite degrees of
+    freedom; NaN where a step time has no spread (one repeat)."""
+    times = step_times(points, row)
+    if times is None:
+        return np.nan, np.nan
+    t_target, t_draft, t_verify, _ = times
+    c = float(row["concurrency"])
+    closed = points[(points["engine"] == "serve") & (points["load"] == "concurrency")
+                    & (points["method"] == "vanilla")]
+    keys = ["round", "workload", "setting"]
+    same = closed[(closed[keys] == pd.Series({key: row[key] for key in keys})).all(axis=1)]
+    target, draft = (same[same["target"] == name] for name in (row["target"], row["draft"]))
+    share = k * t_draft / (k * t_draft + t_verify)  # d log(k t_D + t_V) / d log t_D
+    weights, _ = _step_weights(target["concurrency"].to_numpy(dtype=float), c * (k + 1))
+    gradient = {level: (1 - share) * w for level, w in weights.items()}
+    gradient[c] = gradient.get(c, 0.0) - 1.0  # ÷ t_T
+    terms = [(share, *_log_step_se(draft, c))] + [
+        (g, *_log_step_se(target, level)) for level, g in gradient.items()]
+    variance = sum((g * se) ** 2 for g, se, _ in terms)
+    if not np.isfinite(variance) or variance <= 0:
+        return np.nan, np.nan
+    df = variance ** 2 / sum((g * se) ** 4 / df for g, se, df in terms if g)
+    half = float(stats.t.ppf(0.975, df)) * math.sqrt(variance)
+    centre = math.log((k * t_draft + t_verify) / t_target)
+    return float(math.exp(centre - half)), float(math.exp(centre + half))
 
 
 def step_times(points: pd.DataFrame, row) -> tuple[float, float, float, str] | None:
@@ -590,8 +647,9 @@ def predicted_break_even(points: pd.DataFrame) -> pd.DataFrame:
     speedup τ · t_T ÷ (k · t_D + t_V) reaches 1, τ* = (k · t_D + t_V) ÷ t_T (see
     `predicted_speedups`), beside the one the sweep measured on the same quantity (the TPOT
     speedup's line, `acceptance.break_even`, with its 95 % interval), and whether the
-    prediction lies in that interval (`tested`: False where the interval is open at both ends,
-    which rules nothing out)."""
+    prediction lies in that interval (`agrees`; `tested`: False where the interval is open at
+    both ends, which rules nothing out) or, with the spread of the step times it rests on
+    (`break_even_spread`), overlaps it (`overlaps`)."""
     measured = break_even(points, "tpot_speedup")
     sweep = sweep_points(points, "tpot_speedup")
     if measured.empty or sweep.empty:
@@ -610,23 +668,29 @@ def predicted_break_even(points: pd.DataFrame) -> pd.DataFrame:
         t_target, t_draft, t_verify, how = times
         k = int(found["k"])
         predicted = (k * t_draft + t_verify) / t_target
+        spread_low, spread_high = break_even_spread(points, part.iloc[0], k)
         low = -np.inf if found["ci_low_side"] == "≤" else found["ci_low"]
         high = np.inf if found["ci_high_side"] == ">" else found["ci_high"]
+        tested = bool(np.isfinite(low) or np.isfinite(high))
         rows.append({**{key: found[key] for key in ("target", "workload", "method", "k",
                                                     "concurrency", "lengths", "real_in_fit",
                                                     "real_acceptance")},
                      "draft": part["draft"].iloc[0], "target_step_ms": t_target,
                      "draft_step_ms": t_draft, "verify_ms": t_verify,
                      "verify_from": f"target at c={int(found['concurrency']) * (k + 1)} ({how})",
-                     "predicted": predicted, "measured": found["break_even"],
+                     "predicted": predicted, "predicted_low": spread_low,
+                     "predicted_high": spread_high, "measured": found["break_even"],
                      "measured_side": found["break_even_side"],
                      "ci_low": found["ci_low"], "ci_low_side": found["ci_low_side"],
                      "ci_high": found["ci_high"], "ci_high_side": found["ci_high_side"],
                      # an interval open at both ends (beyond the lengths swept on either
                      # side) rules nothing out: no test of the prediction
-                     "tested": bool(np.isfinite(low) or np.isfinite(high)),
-                     "agrees": bool((np.isfinite(low) or np.isfinite(high))
-                                    and low <= predicted <= high)})
+                     "tested": tested, "agrees": bool(tested and low <= predicted <= high),
+                     # the prediction rests on step times measured with spread: where it lies
+                     # outside the measured interval, a difference is claimed only where the
+                     # two intervals do not overlap
+                     "overlaps": bool(tested and not np.isnan(spread_low)
+                                      and spread_low <= high and low <= spread_high)})
     return pd.DataFrame(rows)
 
 

@@ -370,18 +370,22 @@ def break_even_prediction_table(points: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         **_sweep_keys(table),
         "step-time model": [
-            f"{p:.2f} = ({k} × {d:.1f} + {v:.1f}) ÷ {t:.1f} ms (verify: {how})"
-            for p, k, d, v, t, how in zip(table["predicted"], table["k"], table["draft_step_ms"],
-                                          table["verify_ms"], table["target_step_ms"],
-                                          table["verify_from"], strict=True)],
+            f"{p:.2f}" + ("" if np.isnan(lo) else f" [{lo:.2f}, {hi:.2f}]")
+            + f" = ({k} × {d:.1f} + {v:.1f}) ÷ {t:.1f} ms (verify: {how})"
+            for p, lo, hi, k, d, v, t, how in zip(
+                table["predicted"], table["predicted_low"], table["predicted_high"], table["k"],
+                table["draft_step_ms"], table["verify_ms"], table["target_step_ms"],
+                table["verify_from"], strict=True)],
         "measured on TPOT speedup (95 %)": [
             f"{text} ({fitted})" for text, fitted in zip(
                 _break_even_texts(table, "measured"), _fitted_texts(table), strict=True)],
         "reading": np.select(
-            [~table["tested"], table["agrees"]],
+            [~table["tested"], table["agrees"], table["overlaps"]],
             ["untested: the interval runs beyond the lengths swept on both sides (more "
-             "repeats or lengths would test it)", "agrees: the prediction lies in the interval"],
-            "differs: the prediction lies outside the interval"),
+             "repeats or lengths would test it)", "agrees: the prediction lies in the interval",
+             "agrees within the step times' spread: the prediction lies outside the interval, "
+             "its own interval (from the step times' repeats) overlaps it"],
+            "differs: the prediction and its step times' interval lie outside the interval"),
     })
 
 
