@@ -612,8 +612,8 @@ def break_even_spread(points: pd.DataFrame, row, k: int) -> tuple[float, float]:
     variance = sum((g * se) ** 2 for g, se, _ in terms)
     if not np.isfinite(variance) or variance <= 0:
         return np.nan, np.nan
-    df = variance ** 2 / sum((g * se) ** 4 / df for g, se, df in terms if g)
-    half = float(stats.t.ppf(0.975, df)) * math.sqrt(variance)
+    dof = variance ** 2 / sum((g * se) ** 4 / d for g, se, d in terms if g)
+    half = float(stats.t.ppf(0.975, dof)) * math.sqrt(variance)
     centre = math.log((k * t_draft + t_verify) / t_target)
     return float(math.exp(centre - half)), float(math.exp(centre + half))
 
