@@ -586,23 +586,16 @@ def _log_step_se(part: pd.DataFrame, level: float) -> tuple[float, float]:
     return float(half / stats.t.ppf(0.975, n - 1) / row["mean_tpot_ms_mean"]), n - 1
 
 
-def break_even_spread(points: pd.DataFrame, row, k: int) -> tuple[float, float]:
+def break_even_spread(points: pd.DataFrame, row, times: tuple) -> tuple[float, float]:
     """(low, high) of the step-time model's break-even τ* = (k · t_D + t_V) ÷ t_T at a
-    draft-model point (`row`, as `step_times` reads it), from the spread of the step times it
-    rests on: each vanilla level's log mean TPOT with its standard error over repeats
-    (independent), carried to log τ* to first order (t_V is the target's levels weighted as
-    `_step_weights` weighs them), a 95 % Student-t interval on Welch-Satterthwaite degrees of
-    freedom; NaN where a step time has no spread (one repeat)."""
-    times = step_times(points, row)
-    if times is None:
-        return np.nan, np.nan
+    draft-model point (`row`, its step `times` as `step_times` gives them), from the spread of
+    the step times it rests on: each vanilla level's log mean TPOT with its standard error over
+    repeats (independent), carried to log τ* to first order (t_V is the target's levels
+    weighted as `_step_weights` weighs them), a 95 % Student-t interval on Welch-Satterthwaite
+    degrees of freedom; NaN where a step time has no spread (one repeat)."""
     t_target, t_draft, t_verify, _ = times
-    c = float(row["concurrency"])
-    closed = points[(points["engine"] == "serve") & (points["load"] == "concurrency")
-                    & (points["method"] == "vanilla")]
-    keys = ["round", "workload", "setting"]
-    same = closed[(closed[keys] == pd.Series({key: row[key] for key in keys})).all(axis=1)]
-    target, draft = (same[same["target"] == name] for name in (row["target"], row["draft"]))
+    c, k = float(row["concurrency"]), int(row["k"])
+    target, draft = _vanilla_steps(points, row)
     share = k * t_draft / (k * t_draft + t_verify)  # d log(k t_D + t_V) / d log t_D
     weights, _ = _step_weights(target["concurrency"].to_numpy(dtype=float), c * (k + 1))
     gradient = {level: (1 - share) * w for level, w in weights.items()}
@@ -618,17 +611,23 @@ def break_even_spread(points: pd.DataFrame, row, k: int) -> tuple[float, float]:
     return float(math.exp(centre - half)), float(math.exp(centre + half))
 
 
+def _vanilla_steps(points: pd.DataFrame, row) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The vanilla server points of a draft-model point's target and of its draft (`row`: its
+    round, workload, setting, target and draft), closed-loop: their mean TPOT per level."""
+    closed = points[(points["engine"] == "serve") & (points["load"] == "concurrency")]
+    vanilla = closed[closed["method"] == "vanilla"]
+    keys = ["round", "workload", "setting"]
+    same = vanilla[(vanilla[keys] == pd.Series({key: row[key] for key in keys})).all(axis=1)]
+    return tuple(same[same["target"] == name] for name in (row["target"], row["draft"]))
+
+
 def step_times(points: pd.DataFrame, row) -> tuple[float, float, float, str] | None:
     """(t_T, t_D, t_V, how t_V was found) of a draft-model point (`row`: its round, workload,
     setting, target, draft, k and concurrency): the target's and the draft's mean TPOT without
     speculation at its concurrency (their own vanilla cells, same round, workload and setting)
     and the verification pass as one target step over c·(k+1) sequences (`_step_time`); None
     where either vanilla cell was not measured there."""
-    closed = points[(points["engine"] == "serve") & (points["load"] == "concurrency")]
-    vanilla = closed[closed["method"] == "vanilla"]
-    keys = ["round", "workload", "setting"]
-    same = vanilla[(vanilla[keys] == pd.Series({key: row[key] for key in keys})).all(axis=1)]
-    target, draft = (same[same["target"] == name] for name in (row["target"], row["draft"]))
+    target, draft = _vanilla_steps(points, row)
     if target.empty or draft.empty:
         return None
     c, k = int(row["concurrency"]), int(row["k"])
@@ -668,7 +667,7 @@ def predicted_break_even(points: pd.DataFrame) -> pd.DataFrame:
         t_target, t_draft, t_verify, how = times
         k = int(found["k"])
         predicted = (k * t_draft + t_verify) / t_target
-        spread_low, spread_high = break_even_spread(points, part.iloc[0], k)
+        spread_low, spread_high = break_even_spread(points, part.iloc[0], times)
         low = -np.inf if found["ci_low_side"] == "≤" else found["ci_low"]
         high = np.inf if found["ci_high_side"] == ">" else found["ci_high"]
         tested = bool(np.isfinite(low) or np.isfinite(high))
