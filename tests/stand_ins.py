@@ -13,12 +13,13 @@ class Stand:
     `kill_at`: raise KeyboardInterrupt at that point (Ctrl-C / SIGTERM); `fail`: (workload,
     status) makes that workload's points invalid ("invalid") or kills the server ("failed");
     `throughput`: "<speculator> k=<k>" or speculator -> the output throughput its server's
-    points measure (10 else), or a function of the point's concurrency that gives it."""
+    points measure (10 else), or a function of the point's concurrency that gives it; `tpot`:
+    the same for the mean TPOT (ms) they report (none else)."""
 
-    def __init__(self, kill_at=None, fail=None, throughput=None):
+    def __init__(self, kill_at=None, fail=None, throughput=None, tpot=None):
         self.events, self.kill_at, self.fail = [], kill_at, fail or {}
         self.points = 0
-        self.throughput, self.ports = throughput or {}, {}
+        self.throughput, self.ports, self.tpot = throughput or {}, {}, tpot or {}
 
     def server(self, cell, config, server_log, env=None, verdict=None):
         stand, name = self, (cell.speculator, cell.server_config["target"]["name"])
@@ -75,7 +76,10 @@ class Stand:
         throughput = self.throughput.get(setting, self.throughput.get(speculator, 10.0))
         if callable(throughput):
             throughput = throughput(int(args.get("--max-concurrency", 0)))
-        return {"completed": n - failed, "failed": failed, "duration": 1.0,
+        tpot = self.tpot.get(setting, self.tpot.get(speculator))
+        if tpot is not None:
+            tpot = {"mean_tpot_ms": float(tpot)}
+        return {**(tpot or {}), "completed": n - failed, "failed": failed, "duration": 1.0,
                 "output_throughput": throughput,
                 "total_token_throughput": 20.0,
                 "total_output_tokens": 8 * n, "input_lens": [4] * n, "output_lens": [8] * n,

@@ -165,3 +165,32 @@ def test_a_quieter_lowest_level_with_its_own_prior_costs_less_and_still_covers()
                                     scales=(0.8,) + (1.0,) * 9, prior_levels=quiet),
                        rule, 30, seed=4)
     assert wrong["coverage"] >= 0.92
+
+
+def test_a_rate_points_tpot_speedup_interval_covers_where_the_rule_stopped_it():
+    """At an open-loop rate the rule stops on the TPOT speedup, and the report's interval on it
+    is the rule's (`aggregate.rule_interval`): simulated points (true log speedups across ±0.15,
+    noise at the prior, 5 planned repeats, Δ 0.25) stopped by `adaptive.decide` are covered at
+    the look each stopped at least 95 % of the time, and a point stopped after one repeat has
+    an interval (a Student-t one over its repeats would not)."""
+    import json
+
+    from sdbench.analyze.aggregate import rule_interval
+
+    rng = np.random.default_rng(7)
+    rule = adaptive.Rule(noise=0.05, shape=0.25, futility=0.03)
+    row = {"adaptive": json.dumps(rule.to_dict()), "blocks": 1}
+    covered, once = 0, []
+    for _ in range(600):
+        truth, ys = rng.uniform(-0.15, 0.15), []
+        for _ in range(5):
+            ys.append(truth + rng.normal(0, 0.05))
+            sigma, df = adaptive.pooled_sigma(rule, *adaptive.spread([ys]))
+            if adaptive.decide(ys, 5, rule, sigma, df).reason != adaptive.CONTINUE:
+                break
+        mean, low, high = rule_interval(np.exp(ys), row, 5)
+        covered += low <= math.exp(truth) <= high
+        if len(ys) == 1:
+            once.append(high / low)
+    assert covered / 600 >= 0.95
+    assert once and all(np.isfinite(once)) and min(once) > 1

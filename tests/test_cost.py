@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from sdbench import layout
-from sdbench.plan import cost, grid, rates, sessions
+from sdbench.plan import cost, grid, rates, sessions, work
 from sdbench.plan.config import load_config, validate_config
 
 from workflow_helpers import REPO
@@ -144,13 +144,19 @@ def test_the_adaptive_projection_and_a_short_budget_name_what_is_left_out(demo_c
     lines = cost.adaptive_projection(config, result["parts"])
     assert lines[1].startswith("adaptive measuring (on in this config")
     round1 = next(line for line in lines if line.strip().startswith("round1"))
-    share, fixed = re.search(r"adaptive [\d.]+ h \((\d+)%; ([\d.]+) h measured in full\)",
-                             round1).groups()
+    share, fixed, rated, stopped = re.search(
+        r"adaptive [\d.]+ h \((\d+)%; ([\d.]+) h measured in full; open-loop rates "
+        r"([\d.]+) h -> ([\d.]+) h\)", round1).groups()
     assert 0 < int(share) < 100
-    # the open-loop points are measured in full: only closed-loop hours are simulated
+    # the open-loop rates stop on their TPOT speedup (simulated apart: no bisection), the
+    # offline batches are measured in full
     tally = result["parts"]["round1"]
-    rates = sum(h for (level, _), h in tally.levels.items() if level is None)
-    assert rates > 0 and float(fixed) == pytest.approx(rates, abs=0.05)
+    at_rates = sum(h for (level, _), h in tally.levels.items() if level == work.RATE)
+    offline = sum(h for (level, _), h in tally.levels.items() if level is None)
+    assert at_rates > 0 and float(rated) == pytest.approx(at_rates, abs=0.05)
+    assert 0 < float(stopped) <= float(rated)
+    assert len(cost.rate_shape(tally)) == len(config["round1"]["request_rates"])
+    assert float(fixed) == pytest.approx(offline, abs=0.05)
     assert sum(tally.levels.values()) == pytest.approx(tally.measuring_h)
     budget = lines[-1]
     assert budget.startswith("  budget 0.05 h: the adaptive plan needs ")

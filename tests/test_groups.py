@@ -8,8 +8,10 @@ the real servers run in the end-to-end test, whose calibration pair is such a gr
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from stand_ins import Stand, use
 
@@ -451,6 +453,62 @@ def test_a_level_with_its_own_prior_stops_where_the_general_prior_goes_on(
     assert len(checks) and checks["holds"].all()
     frame["stop"] = frame["stop"].str.replace("[[1, 0.02]]", "[]", regex=False)
     assert not stops.recheck_frame(frame)["holds"].all()
+
+
+def test_an_open_loop_rate_stops_on_the_tpot_speedup(demo_config_raw, served_dir, monkeypatch):
+    """At an open-loop rate the throughput is the offered load's (here the same on both sides):
+    the rule reads the TPOT speedup there (the baseline's mean TPOT ÷ the pair's), so a pair
+    that halves the time per token settles after its first repeat at the rate, its stop says
+    which speedup it read, and the report's check recomputes it from the per-record TPOT
+    speedups (and catches it read as the throughput's). Where the servers report no TPOT, the
+    rate's repeats are all measured."""
+    from sdbench.analyze import aggregate, stops
+
+    raw = demo_config_raw
+    raw["round1"]["request_rates"] = [2.0]
+    raw["adaptive"] = dict(ADAPTIVE)
+    del raw["dynamic_k"]
+    config = validate_config(raw)
+    cells = grid.cells_by_id(config)
+    members = [cells[i] for i in next(c.group for c in cells.values() if c.group)]
+    base = next(c for c in members if c.is_baseline)
+    pair = next(c for c in members if not c.is_baseline)
+    (sid,) = sessions.cell_sessions(pair, cells)
+
+    def measure(stand: Stand) -> pd.DataFrame:
+        use(stand, monkeypatch)
+        shutil.rmtree("results", ignore_errors=True)  # (measured afresh)
+        manifest = session.run_session(sessions.plan_sessions(cells)[sid], cells, config,
+                                       layout.session_output(sid))
+        assert manifest["not_done"] == {}
+        for cell in members:
+            cellmod.assemble(cell, [layout.session_output(sid)],
+                             layout.cell_output(cell.cell_id))
+        frame = aggregate.summarize([layout.cell_output(c.cell_id) for c in members])
+        return frame[(frame["cell_id"] == pair.cell_id) & (frame["request_rate"] == 2.0)]
+
+    at_rate = measure(Stand(tpot={base.speculator: 10.0, "calibration": 5.0}))
+    assert at_rate["status"].tolist().count("ok") == 1
+    stopped = at_rate[at_rate["status"] == "stopped"]
+    assert len(stopped) == pair.repeats - 1
+    stop = json.loads(stopped["stop"].iloc[0])
+    assert stop["metric"] == "tpot_speedup" and stop["reason"] == "settled"
+    assert stop["speedup"] == pytest.approx(2.0)
+    assert "settled (TPOT speedup 2.000x" in stopped["error"].iloc[0]
+    frame = aggregate.summarize([layout.cell_output(c.cell_id) for c in members])
+    checks = stops.recheck_frame(frame)
+    assert checks["holds"].all() and (checks["request_rate"] == 2.0).sum() == 1
+    # the summary's TPOT speedup there: the rule's interval, with a width after one repeat
+    point = aggregate.aggregate_points(frame).set_index(["cell_id", "request_rate"]).loc[
+        (pair.cell_id, 2.0)]
+    assert point["tpot_speedup_mean"] == pytest.approx(2.0)
+    assert 1.0 < point["tpot_speedup_ci_low"] < 2.0 < point["tpot_speedup_ci_high"]
+    assert point["tpot_speedup_ci_low"] == pytest.approx(stop["low"])
+    frame["stop"] = frame["stop"].str.replace('"metric": "tpot_speedup", ', "", regex=False)
+    assert not stops.recheck_frame(frame)["holds"].all()
+    # no TPOT reported: no paired ratio at the rate, every repeat measured there
+    unread = measure(Stand())
+    assert (unread["status"] == "ok").sum() == pair.repeats
 
 
 def test_a_stopped_cell_beside_one_still_measuring_keeps_its_baseline_and_no_pair_issue(

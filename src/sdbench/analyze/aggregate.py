@@ -27,6 +27,7 @@ from 1 (`speedup_mde`); the mean and interval over the point's own repeats are k
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -407,6 +408,11 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
             row.update({f"{column}_mean": mean, f"{column}_std": std,
                         f"{column}_ci_low": low, f"{column}_ci_high": high})
         _acceptance_from_drafts(row)
+        if row["adaptive"] is not None and pd.notna(row.get("request_rate")) and (
+                "tpot_speedup" in ok):
+            row.update(zip(("tpot_speedup_mean", "tpot_speedup_ci_low", "tpot_speedup_ci_high"),
+                           rule_interval(ok["tpot_speedup"].to_numpy(float), row, len(group)),
+                           strict=True))
         if slos:
             row.update(point_stats(group, slos), slos=group["slos"].iloc[0])
         rows.append(row)
@@ -483,6 +489,25 @@ def _sequential_factor(group: pd.DataFrame) -> float:
     rule = adaptive.Rule(**json.loads(rule))
     return (adaptive.boundary(looks, rule.alpha, rule.shape)[min(n, looks) - 1]
             / stats.norm.ppf(1 - rule.alpha / 2))
+
+
+def rule_interval(ratios: np.ndarray, row: dict, looks: int) -> tuple[float, float, float]:
+    """(geometric mean, low, high) of a point's paired `ratios` (of `looks` planned) as the
+    adaptive rule it was measured under (`row`'s) reads them at an open-loop rate, where it
+    stops on the TPOT speedup (`sdbench.measure.stopping.METRICS`): the repeated confidence
+    interval at the look it stopped, σ the rule's prior pooled with their own spread. It
+    covers at that look whatever the stop (tests/test_adaptive.py simulates it), and it has a
+    width after one repeat, where a Student-t interval over the repeats has none."""
+    values = np.asarray(ratios, dtype=float)
+    ys = np.log(values[np.isfinite(values) & (values > 0)])
+    if not len(ys):
+        return np.nan, np.nan, np.nan
+    rule = adaptive.Rule(**json.loads(row["adaptive"])).at(int(row.get("blocks") or 1))
+    sigma, df = adaptive.pooled_sigma(rule, *adaptive.spread([ys]))
+    centre = float(ys.mean())
+    half = adaptive.multiplier(min(len(ys), looks), max(looks, len(ys)), rule, df) * sigma / (
+        math.sqrt(len(ys)))
+    return math.exp(centre), math.exp(centre - half), math.exp(centre + half)
 
 
 def _with_prior(row: dict, rule: adaptive.Rule) -> dict:

@@ -22,10 +22,12 @@ LEVEL = ["concurrency", "request_rate"]
 COLUMNS = ["cell_id", *LEVEL, "reason", "repeats", "looks", "holds", "why"]
 
 
-def _log_speedups(frame: pd.DataFrame, before: int) -> np.ndarray:
-    paired = frame[(frame["status"] == "ok") & frame["speedup"].notna() & (frame["repeat"]
-                                                                            < before)]
-    return np.log(paired.sort_values("repeat")["speedup"].to_numpy(float))
+def _log_speedups(frame: pd.DataFrame, before: int, metric: str = "speedup") -> np.ndarray:
+    """The paired log speedups (`metric`: the throughput's, or the TPOT's that a stop at an
+    open-loop rate reads) of the repeats before `before`, in repeat order."""
+    paired = frame[(frame["status"] == "ok") & frame[metric].notna() & (frame["repeat"]
+                                                                         < before)]
+    return np.log(paired.sort_values("repeat")[metric].to_numpy(float))
 
 
 def recheck_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -58,10 +60,11 @@ def _closed(concurrency) -> int | None:
 
 def _recheck(level: pd.DataFrame, row, stop: dict) -> str | None:
     """A sequential stop recomputed from its level's records (None: it holds)."""
-    before = stop["before_repeat"]
-    ys = _log_speedups(level[level["cell_id"] == row.cell_id], before)
+    before, metric = stop["before_repeat"], stop.get("metric", "speedup")
+    ys = _log_speedups(level[level["cell_id"] == row.cell_id], before, metric)
     pooled = level[level["cell_id"].isin(stop.get("pooled_cells") or [row.cell_id])]
-    ss, df = adaptive.spread(_log_speedups(cell, before) for _, cell in pooled.groupby("cell_id"))
+    ss, df = adaptive.spread(_log_speedups(cell, before, metric)
+                             for _, cell in pooled.groupby("cell_id"))
     rule = adaptive.Rule(**stop["rule"]).at(stop.get("blocks", 1), _closed(row.concurrency))
     sigma, _ = adaptive.pooled_sigma(rule, ss, df)
     if not math.isclose(sigma, stop["sigma"], rel_tol=1e-9):

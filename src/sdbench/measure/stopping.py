@@ -7,8 +7,11 @@ cell paired with it there still needs it, and always at the points a cell outsid
 measures with it (`keep`: a cell measured on its own, a derived dynamic-K cell), which reads
 its records later and needs a baseline repeat for every repeat it measures.
 
-The rule reads the output-token throughput, so it stops closed-loop (concurrency) points only:
-at an open-loop request rate the throughput is the offered load's, and every repeat is measured.
+At a closed-loop level (concurrency) the rule reads the output-token throughput's paired ratio;
+at an open-loop request rate the throughput is the offered load's, so there it reads the time
+per output token's (the baseline's mean TPOT ÷ the speculative cell's: the TPOT speedup), and
+the stop says which (`METRICS`). Rates are not bisected (every rate of the grid is measured);
+their repeats stop and their settings race as a level's do.
 
 A speculative cell measured on its own (not interleaved) follows the same rule against its
 baseline cell's finished records (`RecordedBaseline`: with the rule on, its session waits for
@@ -36,17 +39,30 @@ def _level(pid: tuple) -> tuple:
     return pid[:-1]
 
 
+# what the rule reads at a point, by its kind (`LoadPoint.order`'s first item): the speedup's
+# name in the summary (per record) and the record's metric, and whether more of it is faster
+METRICS = {"c": ("speedup", "output_throughput", True), "q": ("tpot_speedup", "mean_tpot_ms",
+                                                             False)}
+
+
+def metric_of(pid: tuple) -> str:
+    """The summary's per-record speedup the rule stops a point (`pid`, or its level) on: the
+    output-token throughput's at a closed-loop level, the TPOT's at an open-loop rate."""
+    return METRICS[pid[0]][0]
+
+
 def _log_ratio(run, base, pid: tuple) -> float | None:
-    """The log speedup of one paired repeat (output-token throughput), None unless both sides
-    were measured and valid."""
+    """The log speedup of one paired repeat (output-token throughput at a closed-loop level,
+    TPOT at an open-loop rate: `METRICS`), None unless both sides were measured and valid."""
     mine, theirs = run.points.get(pid), base.points.get(pid)
     if mine is None or theirs is None:
         return None
-    values = [p["record"]["metrics"].get("output_throughput")
+    _, metric, higher = METRICS[pid[0]]
+    values = [p["record"]["metrics"].get(metric)
               if p["record"]["status"] == "ok" else None for p in (mine, theirs)]
     if any(v is None or v <= 0 for v in values):
         return None
-    return math.log(values[0] / values[1])
+    return math.log(values[0] / values[1]) * (1 if higher else -1)
 
 
 class RecordedBaseline:
@@ -159,7 +175,7 @@ class GroupStops:
             return None
         return {**look.to_dict(), "before_repeat": repeat,
                 "rule": adaptive.for_cell(self.rule, run.cell).to_dict(),
-                "blocks": self.blocks.get(level, 1),
+                "blocks": self.blocks.get(level, 1), "metric": metric_of(level),
                 "bar": bar, "rivals": racing, "pooled_ss": ss, "pooled_df": df,
                 "pooled_cells": sorted(p.cell_id for p in self.partners),
                 "speedup": math.exp(look.mean), "low": math.exp(look.low),
@@ -170,9 +186,7 @@ class GroupStops:
         key = (run.cell_id, pid)
         if key not in self.decided:
             self.decided[key] = None
-            if pid[0] != "c":
-                pass  # open-loop rates: their throughput is the offered load's, not a speedup
-            elif run is not self.lead:
+            if run is not self.lead:
                 if (look := self._level_stop(run, pid)) is not None:
                     self.decided[key] = look
                     return look
@@ -215,6 +229,8 @@ def reason_line(stop: dict) -> str:
         return (f"not measured at this level: {stop['why']} (concurrency {stop['lower']} and "
                 f"{stop['upper']}; levels bisected where decisions differ)")
     interval = f"{stop['speedup']:.3f}x [{stop['low']:.3f}, {stop['high']:.3f}]"
+    if stop.get("metric") == "tpot_speedup":
+        interval = f"TPOT speedup {interval}"
     why = {adaptive.SETTLED: f"settled ({interval} excludes 1)",
            adaptive.PRECISE: f"precise ({interval} within ±{stop['rule']['precision']:.0%})",
            adaptive.BEATEN: f"beaten ({interval}: another setting is clearly faster here)",

@@ -27,7 +27,7 @@ from sdbench import layout
 from sdbench.plan import adaptive, grid, hostcaps, rates, sessions, sweeps
 from sdbench.plan.config import ConfigError, load_config
 from sdbench.plan.settings import settings
-from sdbench.plan.work import SessionWork, read_card, session_work
+from sdbench.plan.work import RATE, SessionWork, read_card, session_work
 
 PARTS = ("round1", "round2", "round3", "dynamic-K")
 
@@ -211,13 +211,22 @@ def level_shape(spec, tally: Tally) -> tuple[tuple[int, ...], tuple[float, ...],
     """A round's closed-loop levels as the projection simulates them: per level of its
     concurrency grid, the blocks of prompts carrying most of its measuring there and its
     measuring hours (what a repeat there costs, relative); and the hours no rule stops
-    (open-loop rates, levels outside the grid)."""
+    (offline batches, levels outside the grid: not the open-loop rates, `rate_shape`)."""
     blocks, weights = [], []
     for level in spec.concurrency:
         here = {b: h for (c, b), h in tally.levels.items() if c == level}
         blocks.append(max(here, key=here.get) if here else 1)
         weights.append(sum(here.values()))
-    return tuple(blocks), tuple(weights), tally.measuring_h - sum(weights)
+    return (tuple(blocks), tuple(weights),
+            tally.measuring_h - sum(weights) - sum(rate_shape(tally)))
+
+
+def rate_shape(tally: Tally) -> tuple[float, ...]:
+    """A part's open-loop rates as the projection simulates them: each rate's measuring hours,
+    lowest rate first."""
+    return tuple(h for (kind, _), h in sorted(
+        ((key, h) for key, h in tally.levels.items() if key[0] == RATE),
+        key=lambda item: item[0][1]))
 
 
 def adaptive_projection(config: dict, parts: dict) -> list[str]:
@@ -250,9 +259,10 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
         full += tally.measuring_h
         blocks, weights, fixed = ((), (), tally.measuring_h) if spec is None else level_shape(
             spec, tally)
-        if name == "dynamic-K" or not sum(weights):
+        at_rates = rate_shape(tally) if spec is not None else ()
+        if name == "dynamic-K" or not sum(weights) + sum(at_rates):
             # a derived schedule's three cells measure every repeat (their ratios pair them
-            # all), and the rule stops no open-loop or offline point
+            # all), and the rule stops no offline point
             live, other = live + tally.measuring_h, other + tally.measuring_h
             needs[name] = tally.startup_h + tally.rest_h + tally.measuring_h
             why = ("its cells' ratios pair every repeat" if name == "dynamic-K"
@@ -264,9 +274,14 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
         levels = tuple(spec.concurrency)
         if len(blocks) < 2:  # (one level: simulated as two alike)
             blocks, weights, levels = blocks * 2, weights * 2, levels * 2
-        spent = [fixed + (tally.measuring_h - fixed) * sweeps.expected_share(
+        # open-loop rates: their repeats stop on the TPOT speedup and their settings race, but
+        # every rate is measured (no bisection); at the rule's general prior
+        rated = sum(at_rates) * sweeps.expected_share(
+            rule, ks, max(len(at_rates), 2), repeats, False,
+            weights=at_rates * (2 if len(at_rates) < 2 else 1)) if sum(at_rates) else 0.0
+        spent = [fixed + rated + (sum(weights) * sweeps.expected_share(
             rule, ks, len(blocks), repeats, bisect, blocks=blocks, weights=weights,
-            concurrency=levels)
+            concurrency=levels) if sum(weights) else 0.0)
             for bisect in (rule.bisect, not rule.bisect)]
         live += spent[0]
         needs[name] = tally.startup_h + tally.rest_h + spent[0]
@@ -274,7 +289,9 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
         split = "" if set(blocks) == {1} else f" (blocks {'/'.join(map(str, blocks))})"
         lines.append(f"  {name:<10} {ks} setting(s) x {len(blocks)} levels{split} x {repeats} "
                      f"repeats: full {tally.measuring_h:.1f} h, adaptive {spent[0]:.1f} h "
-                     f"({spent[0] / tally.measuring_h:.0%}; {fixed:.1f} h measured in full); "
+                     f"({spent[0] / tally.measuring_h:.0%}; {fixed:.1f} h measured in full"
+                     + (f"; open-loop rates {sum(at_rates):.1f} h -> {rated:.1f} h"
+                        if at_rates else "") + "); "
                      f"{ways[1]} {spent[1]:.1f} h ({spent[1] / tally.measuring_h:.0%})")
     lines.append(f"  total measuring: full {full:.1f} h, adaptive {live:.1f} h "
                  f"({live / full if full else 0:.0%}; {ways[0]}); {ways[1]} {other:.1f} h")
@@ -282,8 +299,9 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
                  "(docs/adaptive-simulation.md), the prior σ as the true noise of a repeat at "
                  "each level (level_noise where it names one; a block of 1/b of its prompts √b "
                  "times it), no instance offsets; a level's "
-                 "share of the measuring as this plan projects it; open-loop rates and the "
-                 "dynamic-K cells measured in full; a baseline's repeats stop with its pairs "
+                 "share of the measuring as this plan projects it; open-loop rates stop on "
+                 "the TPOT speedup at the general prior, each rate measured; the dynamic-K "
+                 "cells measured in full; a baseline's repeats stop with its pairs "
                  "where they are interleaved (interleave: true); a cell measured on its own "
                  "stops against its baseline's records, whose repeats are all measured (this "
                  "projection counts them as stopping too)")

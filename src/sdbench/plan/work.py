@@ -26,6 +26,8 @@ from sdbench.data.builders import output_bound, request_bound
 from sdbench.plan import grid
 from sdbench.plan.sessions import Session, config_id, session_points
 
+# the first item of an open-loop rate's key in `SessionWork.levels`
+RATE = "rate"
 # a request bounded only by the server's context, where the server sets none
 UNBOUNDED_REQUEST_TOKENS = 32768
 
@@ -80,7 +82,8 @@ class SessionWork:
     rest_s: float
     starts: int
     gpus: int
-    # (closed-loop concurrency or None, blocks of prompts there) -> its share of measuring_s
+    # its share of measuring_s by level: (closed-loop concurrency, blocks of prompts there),
+    # (RATE, requests per second) at an open-loop rate, (None, 1) elsewhere (offline batches)
     levels: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -141,8 +144,9 @@ def session_work(session: Session, cells: dict[str, grid.Cell], rates: Rates,
                                     grid.warm_up_requests(cell, first_of_cell) + wave,
                                     first_of_server)
             measuring += seconds
-            key = (level if load["mode"] == "concurrency" else None,
-                   grid.point_blocks(cell, load))
+            key = ((level, grid.point_blocks(cell, load)) if load["mode"] == "concurrency"
+                   else (RATE, float(load["request_rate"])) if load["mode"] == "rate"
+                   else (None, 1))
             by_level[key] = by_level.get(key, 0.0) + seconds
             seen.add(level)
             served.add(cell_id)
