@@ -110,7 +110,7 @@ def test_min_repeats_holds_a_clear_point_for_a_second_look():
     assert adaptive.decide([math.log(3.0)] * 2, 3, rule, 0.05,
                            math.inf).reason == adaptive.SETTLED
     assert adaptive.Rule.from_config({"min_repeats": 2, "noise": 0.1}) == adaptive.Rule(
-        min_repeats=2, noise=0.1)
+        min_repeats=2, noise=0.1, beaten_needs_verdict=True)
     assert adaptive.Rule.from_config({"enabled": False}) is None
 
 
@@ -194,3 +194,24 @@ def test_a_rate_points_tpot_speedup_interval_covers_where_the_rule_stopped_it():
             once.append(high / low)
     assert covered / 600 >= 0.95
     assert once and all(np.isfinite(once)) and min(once) > 1
+
+
+def test_a_beaten_setting_stops_once_its_own_verdict_is_known():
+    """`beaten_needs_verdict` (the config's default): a setting beaten in the race goes on
+    while its own verdict against 1 is open and reachable by the cap, and stops as beaten once
+    it is settled or out of reach; without it (a stored rule from before, which has no key) it
+    stops at once."""
+    rule = adaptive.Rule.from_config({"noise": 0.05})
+    assert rule.beaten_needs_verdict and rule.to_dict()["beaten_needs_verdict"] is True
+    old = adaptive.Rule(**{k: v for k, v in rule.to_dict().items()
+                           if k != "beaten_needs_verdict"})
+    assert not old.beaten_needs_verdict and "beaten_needs_verdict" not in old.to_dict()
+    # 1.05x after one of three repeats: open (its interval spans 1), reachable by the cap
+    open_mean = [math.log(1.05)]
+    assert adaptive.decide(open_mean, 3, rule, 0.05, math.inf, bar=0.2).reason == \
+        adaptive.CONTINUE
+    assert adaptive.decide(open_mean, 3, old, 0.05, math.inf, bar=0.2).reason == adaptive.BEATEN
+    # settled against 1 (1.5x), or no verdict in reach (1.0x): beaten either way
+    assert adaptive.decide([math.log(1.5)], 3, rule, 0.05, math.inf, bar=0.6).reason == \
+        adaptive.BEATEN
+    assert adaptive.decide([0.0], 3, rule, 0.05, math.inf, bar=0.2).reason == adaptive.BEATEN

@@ -20,7 +20,9 @@ same batches in every repeat, and an H100 measured far less spread there than un
 A point stops (`decide`; never before `min_repeats`, and above temperature 0 never before two:
 `cell_rule`) when it is beaten (the race: its mean
 lies below the best other setting's at its load by more than their difference's sequential
-half-width, `race_bar`), when its interval is narrower than `precision` (±5 % by default),
+half-width, `race_bar`; with `beaten_needs_verdict`, the config's default, once its own verdict
+against 1 is settled or out of reach by the cap too, so that a beaten setting's verdict is the
+one the full design would give), when its interval is narrower than `precision` (±5 % by default),
 when its verdict against 1 is settled (the interval excludes 1) and no other setting at its
 load is still in the race with it (a rival it can no longer be told from by the cap is tied with
 it, `separable`), when its chance of a verdict by the cap falls below
@@ -78,6 +80,10 @@ class Rule:
     blocks: int = 1  # the most blocks of prompts a repeat splits into at a low concurrency
     # (concurrency, prior σ of one repeat's log speedup there) where it is not `noise`
     level_noise: tuple[tuple[int, float], ...] = ()
+    # a setting beaten in the race stops only once its own verdict against 1 is settled or
+    # out of reach by the cap (`decide`); False: at once (the rule before 2026-11-28: a stored
+    # rule without the key reads so, and its stops recheck as they were decided)
+    beaten_needs_verdict: bool = False
 
     def __post_init__(self):
         # from the config (a mapping) or a stored stop (JSON lists): sorted pairs, hashable
@@ -91,9 +97,10 @@ class Rule:
         """The config's `adaptive:` section as a rule; None where it is off or absent."""
         if not section or not section.get("enabled", True):
             return None
-        return cls(**{f.name: section[f.name] if f.name == "level_noise"
-                      else type(f.default)(section[f.name]) for f in fields(cls)
-                      if f.name in section})
+        return cls(**{"beaten_needs_verdict": True,
+                      **{f.name: section[f.name] if f.name == "level_noise"
+                         else type(f.default)(section[f.name]) for f in fields(cls)
+                         if f.name in section}})
 
     def to_dict(self) -> dict:
         """As stored with a stop and a point (JSON: the level priors as [level, σ] lists; none
@@ -104,6 +111,8 @@ class Rule:
             out["level_noise"] = [list(p) for p in self.level_noise]
         else:
             del out["level_noise"]
+        if not self.beaten_needs_verdict:
+            del out["beaten_needs_verdict"]
         return out
 
     def noise_at(self, concurrency: int | None = None) -> float:
@@ -244,9 +253,11 @@ def decide(ys, looks: int, rule: Rule, sigma: float, df: float,
     mean, half = interval(ys, looks, rule, sigma, df)
     n = len(ys)
     settled = mean - half > 0 or mean + half < 0
+    undecided = (rule.beaten_needs_verdict and not settled and n < looks
+                 and verdict_chance(mean, n, looks, rule, sigma, df) >= rule.futility)
     if n < min(rule.min_repeats, looks):
         reason = CONTINUE
-    elif bar is not None and mean < bar:
+    elif bar is not None and mean < bar and not undecided:
         reason = BEATEN
     elif half <= math.log1p(rule.precision):
         reason = PRECISE
