@@ -271,12 +271,22 @@ def test_the_sweep_s_break_even_is_set_beside_the_step_time_model_s():
         np.log(40 / 30) / np.log(8))) / 30.0)
     assert row["measured"] == pytest.approx(row["predicted"], rel=0.03) and row["agrees"]
     assert row["verify_from"] == "target at c=5 (interpolated)"
+    # the draft pass a round would need for the measured break-even: its own TPOT here ...
+    assert row["implied_draft_share"] == pytest.approx(1.0, abs=0.1)
+    assert row["implied_draft_share_low"] < row["implied_draft_share"] < row[
+        "implied_draft_share_high"]
     off = predicted_break_even(_predictable_sweep(1.3, rng)).iloc[0]
     assert off["measured"] == pytest.approx(off["predicted"] / 1.3, rel=0.03)
     assert not off["agrees"]
+    # ... and less where the pair runs faster than the model: (τ* · t_T − t_V) ÷ (k · t_D)
+    assert off["implied_draft_share"] == pytest.approx(
+        (off["measured"] * 30.0 - off["verify_ms"]) / (4 * 6.0))
+    assert off["implied_draft_share"] < 0.6
     table = break_even_prediction_table(_predictable_sweep(1.0, rng))
     assert table["step-time model"].iloc[0].startswith("2.05 = (4 × 6.0 + 37.5) ÷ 30.0 ms")
     assert table["reading"].iloc[0].startswith("agrees")
+    implied = table["a draft pass in a round ÷ the draft's TPOT, as measured (the model: 1)"]
+    assert implied.iloc[0].startswith(("0.9", "1.0", "1.1")) and "[" in implied.iloc[0]
     # a sweep too noisy to bound the break-even on either side tests nothing: never "agrees"
     wide = predicted_break_even(_predictable_sweep(1.0, np.random.default_rng(1), 0.8))
     assert (wide["ci_low_side"] == "≤").all() and (wide["ci_high_side"] == ">").all()

@@ -671,6 +671,13 @@ def predicted_break_even(points: pd.DataFrame) -> pd.DataFrame:
         low = -np.inf if found["ci_low_side"] == "≤" else found["ci_low"]
         high = np.inf if found["ci_high_side"] == ">" else found["ci_high"]
         tested = bool(np.isfinite(low) or np.isfinite(high))
+        # what a draft pass inside a round costs, as a share of the draft's own TPOT, for the
+        # measured break-even to hold (the model takes 1): (τ* t_T − t_V) ÷ (k t_D), at the
+        # estimate and at the interval's ends (an end open beyond the lengths fitted: at that
+        # length, with its side); none where the estimate itself lies beyond them
+        implied = [(tau * t_target - t_verify) / (k * t_draft)
+                   if np.isfinite(tau) and found["break_even_side"] == "" else np.nan
+                   for tau in (found["break_even"], found["ci_low"], found["ci_high"])]
         rows.append({**{key: found[key] for key in ("target", "workload", "method", "k",
                                                     "concurrency", "lengths", "real_in_fit",
                                                     "real_acceptance")},
@@ -678,7 +685,9 @@ def predicted_break_even(points: pd.DataFrame) -> pd.DataFrame:
                      "draft_step_ms": t_draft, "verify_ms": t_verify,
                      "verify_from": f"target at c={int(found['concurrency']) * (k + 1)} ({how})",
                      "predicted": predicted, "predicted_low": spread_low,
-                     "predicted_high": spread_high, "measured": found["break_even"],
+                     "predicted_high": spread_high, "implied_draft_share": implied[0],
+                     "implied_draft_share_low": implied[1],
+                     "implied_draft_share_high": implied[2], "measured": found["break_even"],
                      "measured_side": found["break_even_side"],
                      "ci_low": found["ci_low"], "ci_low_side": found["ci_low_side"],
                      "ci_high": found["ci_high"], "ci_high_side": found["ci_high_side"],

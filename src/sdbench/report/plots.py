@@ -379,6 +379,12 @@ def break_even_prediction_table(points: pd.DataFrame) -> pd.DataFrame:
         "measured on TPOT speedup (95 %)": [
             f"{text} ({fitted})" for text, fitted in zip(
                 _break_even_texts(table, "measured"), _fitted_texts(table), strict=True)],
+        "a draft pass in a round ÷ the draft's TPOT, as measured (the model: 1)": [
+            "–" if np.isnan(share) else f"{share:.2f} [{low_side}{lo:.2f}, {high_side}{hi:.2f}]"
+            for share, lo, hi, low_side, high_side in zip(
+                table["implied_draft_share"], table["implied_draft_share_low"],
+                table["implied_draft_share_high"], table["ci_low_side"], table["ci_high_side"],
+                strict=True)],
         "reading": np.select(
             [~table["tested"], table["agrees"], table["overlaps"]],
             ["untested: the interval runs beyond the lengths swept on both sides (more "
