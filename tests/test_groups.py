@@ -506,6 +506,14 @@ def test_an_open_loop_rate_stops_on_the_tpot_speedup(demo_config_raw, served_dir
     assert point["tpot_speedup_ci_low"] == pytest.approx(stop["low"])
     frame["stop"] = frame["stop"].str.replace('"metric": "tpot_speedup", ', "", regex=False)
     assert not stops.recheck_frame(frame)["holds"].all()
+    # the report's account counts the rate's repeats and names the rate a stop fails at
+    from sdbench.report import plots
+
+    spent = plots.adaptive_table(frame.assign(round="round1")).iloc[0]
+    assert spent["repeats planned"] == len(frame)
+    recomputed = spent["stop decisions recomputed"]
+    assert recomputed.startswith(f"{len(checks) - 1} of {len(checks)} hold; not: ")
+    assert f"{pair.cell_id} at 2 req/s: recomputed" in recomputed
     # no TPOT reported: no paired ratio at the rate, every repeat measured there
     unread = measure(Stand())
     assert (unread["status"] == "ok").sum() == pair.repeats

@@ -1048,8 +1048,9 @@ def adaptive_table(frame: pd.DataFrame) -> pd.DataFrame:
     if savings.empty:
         return savings
     held = int(checks["holds"].sum()) if len(checks) else 0
-    failed = "; ".join(f"{r.cell_id} at {r.concurrency}: {r.why}"
-                       for r in checks.itertuples() if not r.holds)
+    failed = "; ".join(
+        f"{r.cell_id} at {f'{r.request_rate:g} req/s' if pd.isna(r.concurrency) else r.concurrency}"
+        f": {r.why}" for r in checks.itertuples() if not r.holds)
     return pd.DataFrame({
         "round": savings["round"],
         "repeats planned": savings["planned"], "measured": savings["measured"],
