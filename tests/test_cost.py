@@ -183,3 +183,21 @@ def test_the_plan_says_which_prompt_sets_it_read_at_their_longest(demo_config, t
     after = cost.plan_cost(demo_config, "h100", tmp_path)
     assert after["cards"] == (1, sets)
     assert after["total"].measuring_h < before["total"].measuring_h
+
+
+def test_a_built_head_is_costed_by_its_decoder_layers(tmp_path):
+    """A head the workflow builds (`kind: random_head`) before it is built: its decoder layers
+    of its target's (DFlash's five, the others' one: the builder's defaults) and the target's
+    embeddings and head."""
+    from sdbench.models.checkpoints import HEAD_DEFAULTS
+
+    for method, defaults in HEAD_DEFAULTS.items():
+        assert rates.head_layers({"method": method}) == defaults.get("num_hidden_layers", 1)
+    dflash = load_config(REPO / "config" / "gpu-dflash.yaml")
+    draft = next(n for n, m in dflash["models"].items() if m["source"]["kind"] == "random_head")
+    target = dflash["models"][draft]["source"]["model"]
+    (head_layers, head_rest) = rates.model_shape(dflash, draft, tmp_path)
+    (target_layers, target_rest) = rates.model_shape(dflash, target, tmp_path)
+    assert head_layers == pytest.approx(target_layers * 5 / 36)
+    assert head_rest == target_rest
+    assert rates.head_layers({"method": "dflash", "config": {"num_hidden_layers": 2}}) == 2

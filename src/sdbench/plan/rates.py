@@ -124,6 +124,18 @@ SIZE_IN_NAME = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*([bBmM])(?![a-zA-Z])")
 EMBEDDING_SHARE = 0.15
 
 
+# decoder layers of the heads the workflow builds (`kind: random_head`), by method, where
+# their `config` does not say: the published heads' (sdbench.models.checkpoints.HEAD_DEFAULTS;
+# DFlash's five, the others one)
+HEAD_LAYERS = {"dflash": 5}
+
+
+def head_layers(source: dict) -> int:
+    """Decoder layers of a head the workflow builds (an untrained EAGLE head: one)."""
+    return int((source.get("config") or {}).get("num_hidden_layers")
+               or HEAD_LAYERS.get(source.get("method"), 1))
+
+
 def model_shape(config: dict, name: str, root: str | Path = ".") -> tuple[float, float] | None:
     """(billions of parameters in the decoder layers, in the embeddings and head) of model
     `name`: its checkpoint's config.json where it exists, else what its source says (a derived
@@ -153,9 +165,9 @@ def model_shape(config: dict, name: str, root: str | Path = ".") -> tuple[float,
         if kind == "truncate":
             total = _base_layers(config, source["model"], root)
             return (layers * source["layers"] / total if total else layers / 4), embeddings
-        if kind in ("eagle_head", "random_head"):  # about one decoder layer, and heads
+        if kind in ("eagle_head", "random_head"):  # its decoder layers, and heads
             total = _base_layers(config, source["model"], root) or 30
-            return layers / total, embeddings
+            return layers * head_layers(source) / total, embeddings
         return base  # quantize: the same parameters
     for text in (model.get("label"), source.get("repo"), source.get("file"), name):
         match = SIZE_IN_NAME.search(str(text or ""))
@@ -172,10 +184,18 @@ def model_params(config: dict, name: str, root: str | Path = ".") -> float | Non
 
 
 def _base_layers(config: dict, name: str, root: str | Path) -> int | None:
+    """Decoder layers of model `name`: its checkpoint's config.json, else a random_init
+    source's config; None where neither says."""
     path = Path(root) / grid.model_dir(config, name) / "config.json"
     try:
         return int(json.loads(path.read_text())["num_hidden_layers"])
     except (OSError, ValueError, KeyError):
+        pass
+    source = config["models"][name]["source"]
+    try:
+        return int(source["config"]["num_hidden_layers"]) if source["kind"] == "random_init" \
+            else None
+    except (KeyError, TypeError, ValueError):
         return None
 
 
