@@ -504,6 +504,9 @@ def test_an_open_loop_rate_stops_on_the_tpot_speedup(demo_config_raw, served_dir
     assert point["tpot_speedup_mean"] == pytest.approx(2.0)
     assert 1.0 < point["tpot_speedup_ci_low"] < 2.0 < point["tpot_speedup_ci_high"]
     assert point["tpot_speedup_ci_low"] == pytest.approx(stop["low"])
+    baseline = aggregate.aggregate_points(frame).set_index(["cell_id", "request_rate"]).loc[
+        (base.cell_id, 2.0)]  # no speculation: against itself, 1 and no rule's interval
+    assert baseline["tpot_speedup_mean"] == 1.0 and not baseline["tpot_speedup_ci_low"] < 1.0
     frame["stop"] = frame["stop"].str.replace('"metric": "tpot_speedup", ', "", regex=False)
     assert not stops.recheck_frame(frame)["holds"].all()
     # the report's account counts the rate's repeats and names the rate a stop fails at

@@ -408,8 +408,8 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
             row.update({f"{column}_mean": mean, f"{column}_std": std,
                         f"{column}_ci_low": low, f"{column}_ci_high": high})
         _acceptance_from_drafts(row)
-        if row["adaptive"] is not None and pd.notna(row.get("request_rate")) and (
-                "tpot_speedup" in ok):
+        if (row["adaptive"] is not None and pd.notna(row.get("request_rate"))
+                and row.get("method") != "vanilla" and "tpot_speedup" in ok):
             row.update(zip(("tpot_speedup_mean", "tpot_speedup_ci_low", "tpot_speedup_ci_high"),
                            rule_interval(ok["tpot_speedup"].to_numpy(float), row, len(group)),
                            strict=True))
