@@ -503,10 +503,8 @@ def rule_interval(ratios: np.ndarray, row: dict, looks: int) -> tuple[float, flo
     if not len(ys):
         return np.nan, np.nan, np.nan
     rule = adaptive.Rule(**json.loads(row["adaptive"])).at(int(row.get("blocks") or 1))
-    sigma, df = adaptive.pooled_sigma(rule, *adaptive.spread([ys]))
-    centre = float(ys.mean())
-    half = adaptive.multiplier(min(len(ys), looks), max(looks, len(ys)), rule, df) * sigma / (
-        math.sqrt(len(ys)))
+    centre, half = adaptive.interval(ys, max(looks, len(ys)), rule,
+                                     *adaptive.pooled_sigma(rule, *adaptive.spread([ys])))
     return math.exp(centre), math.exp(centre - half), math.exp(centre + half)
 
 

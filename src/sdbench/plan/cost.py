@@ -224,9 +224,7 @@ def level_shape(spec, tally: Tally) -> tuple[tuple[int, ...], tuple[float, ...],
 def rate_shape(tally: Tally) -> tuple[float, ...]:
     """A part's open-loop rates as the projection simulates them: each rate's measuring hours,
     lowest rate first."""
-    return tuple(h for (kind, _), h in sorted(
-        ((key, h) for key, h in tally.levels.items() if key[0] == RATE),
-        key=lambda item: item[0][1]))
+    return tuple(tally.levels[key] for key in sorted(k for k in tally.levels if k[0] == RATE))
 
 
 def adaptive_projection(config: dict, parts: dict) -> list[str]:
