@@ -128,6 +128,26 @@ def test_blocks_of_prompts_keep_coverage_and_cost_less_where_low_levels_cost_mos
     assert adaptive.Rule(noise=0.05).at(4).noise == pytest.approx(0.1)
 
 
+def test_the_full_design_measures_whole_repeats_where_the_adaptive_one_splits_them():
+    """The full design the simulation compares with does not split repeats: where blocks are
+    simulated, its repeat on an instance is the mean of that instance's blocks (look j on
+    instance j mod repeats), and its intervals are those of the same draws taken whole. With
+    all the noise the instances' (blocks of one instance alike), a block's spread scaled down
+    by √b would halve its σ at 4 blocks."""
+    blocked = sweeps.Sweep(0.1, 0.0, levels=4, blocks=(4, 2, 1, 1), prior_scale=0.01)
+    whole = sweeps.Sweep(0.1, 0.0, levels=4, prior_scale=0.01)
+    rng = np.random.default_rng(5)
+    mu = sweeps.truth(blocked, 0.0)
+    y = sweeps.draws(blocked, mu, rng)
+    assert np.allclose(y[:, 0, 0], y[:, 0, 3]) and not np.allclose(y[:, 0, 0], y[:, 0, 1])
+    taken_whole = np.stack([sweeps.repeat_means(blocked, y, i) for i in range(4)], axis=1)
+    assert np.allclose(taken_whole[:, 0, 1], y[:, 0, [1, 4, 7, 10]].mean(1))
+    rule = adaptive.Rule(prior_df=0.0)
+    split, full = (sweeps.full_design(s, v, rule) for s, v in ((blocked, y), (whole, taken_whole)))
+    assert np.allclose(split["low"], full["low"]) and np.allclose(split["high"], full["high"])
+    assert split["cost"] == full["cost"]
+
+
 def test_a_level_prior_reads_from_the_config_and_survives_a_stored_stop():
     """`adaptive.level_noise`: the config's mapping (YAML keys may be strings), the JSON a
     stop stores, and the rule rebuilt from it are one rule; a level's rule carries its own

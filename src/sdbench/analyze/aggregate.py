@@ -308,8 +308,9 @@ VALUE_RANGE = {"spec_decode_acceptance_length": (1.0, "k+1"),
 
 
 def interval_covers(group: pd.DataFrame) -> str:
-    """What a point's interval covers, in words: how many repeats, over how many server
-    instances, with their own seeds or one."""
+    """What a point's interval covers, in words: how many repeats (or blocks of prompts, where
+    the adaptive rule split its repeats: `grid.point_blocks`), over how many server instances,
+    with their own seeds or one."""
     n = int((group["status"] == "ok").sum())
     instances = group["server_instance"].dropna().nunique() if "server_instance" in group else 0
     seeds = group["seed"].dropna().nunique() if "seed" in group else 0
@@ -321,7 +322,10 @@ def interval_covers(group: pd.DataFrame) -> str:
     seeding = "per-repeat seeds" if seeds > 1 else "one seed"
     if "interleaved_with" in group and group["interleaved_with"].notna().all():
         servers += ", measured in turn with the other side of its pair (one job)"
-    return f"{n} repeats, {servers}, {seeding}"
+    blocks = int(group["blocks"].max()) if "blocks" in group else 1
+    measured = (f"{n} blocks of 1/{blocks} of a repeat's prompts" if blocks > 1
+                else f"{n} repeats")
+    return f"{measured}, {servers}, {seeding}"
 
 
 def acceptance_efficiency(ok: pd.DataFrame, k) -> float:

@@ -217,8 +217,9 @@ def level_shape(spec, tally: Tally) -> tuple[tuple[int, ...], tuple[float, ...],
         here = {b: h for (c, b), h in tally.levels.items() if c == level}
         blocks.append(max(here, key=here.get) if here else 1)
         weights.append(sum(here.values()))
+    # (clamped: the parts' sum can exceed the whole by a rounding error, "-0.0 h" in the plan)
     return (tuple(blocks), tuple(weights),
-            tally.measuring_h - sum(weights) - sum(rate_shape(tally)))
+            max(0.0, tally.measuring_h - sum(weights) - sum(rate_shape(tally))))
 
 
 def rate_shape(tally: Tally) -> tuple[float, ...]:

@@ -148,19 +148,29 @@ def _verdict(low: float, high: float) -> int:
     return 1 if low > 0 else -1 if high < 0 else 0
 
 
+def repeat_means(sweep: Sweep, y: np.ndarray, i: int) -> np.ndarray:
+    """Level i's whole repeats as the full design measures them (ks × repeats): where the
+    adaptive design splits a repeat into blocks, the mean of the blocks run on one instance
+    (look j on instance j mod repeats), a repeat of all the prompts there."""
+    at = y[:, i, :sweep.looks(i)]
+    return at.reshape(sweep.ks, sweep.block(i), sweep.repeats).mean(1)
+
+
 def full_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule) -> dict:
-    """Every look of every point; σ of a whole repeat pooled over the sweep (a block's spread
-    scaled down by its √b, a level's by its own prior's share of the rule's), so a point's
-    interval is t · σ / √repeats at any blocks."""
+    """Every point's whole repeats (`repeat_means`: the full design does not split them); σ of
+    a repeat pooled over the sweep (a level's spread scaled by its own prior's share of the
+    rule's), so a point's interval is t · σ / √repeats. (Until 2026-11-28 the spread of
+    blocks scaled down by √b stood in for a repeat's, which leaves out the server instances'
+    share of it: the full design's intervals were too narrow where blocks were simulated.)"""
     mean = np.zeros((sweep.ks, sweep.levels))
     ss = df = 0.0
     scale = np.array([rule.noise_at(sweep.concurrency(i)) / rule.noise
                       for i in range(sweep.levels)])
     for i in range(sweep.levels):
-        at = y[:, i, :sweep.looks(i)]
+        at = repeat_means(sweep, y, i)
         mean[:, i] = at.mean(1)
-        ss += float(np.sum((at - at.mean(1, keepdims=True)) ** 2)) / sweep.block(i) / scale[i] ** 2
-        df += sweep.ks * (sweep.looks(i) - 1)
+        ss += float(np.sum((at - at.mean(1, keepdims=True)) ** 2)) / scale[i] ** 2
+        df += sweep.ks * (sweep.repeats - 1)
     sigma, df = adaptive.pooled_sigma(rule, ss, df)
     half = stats.t.ppf(1 - rule.alpha / 2, df) * sigma * scale[None, :] / math.sqrt(sweep.repeats)
     return {"mean": mean, "low": mean - half, "high": mean + half,
