@@ -402,6 +402,13 @@ def test_a_repeat_split_into_blocks_of_prompts_stops_after_a_block(
     assert whole.iloc[0]["interval_covers"].startswith("1 repeats, ")
     # the check holds a block's stop to a block's prior: recomputed at a whole repeat's, its
     # σ differs
+    # the report's account: runs counted as blocks, then in whole repeats (a block a quarter):
+    # each side 1 block at 1 and 1 repeat at 24 measured, of 5 repeats at each
+    from sdbench.report import plots
+
+    spent = plots.adaptive_table(frame.assign(round="round1")).iloc[0]
+    assert (spent["repeats planned"], spent["measured"]) == (2 * (20 + 5), 4)
+    assert spent["measured, in whole repeats"].startswith("2.5 of 20 (")
     frame["stop"] = frame["stop"].str.replace('"blocks": 4', '"blocks": 1')
     assert not stops.recheck_frame(frame)["holds"].all()
 

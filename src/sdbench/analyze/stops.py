@@ -106,8 +106,10 @@ def _level_recheck(frame: pd.DataFrame, cell_id: str, stop: dict) -> str | None:
 
 
 def savings(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per round: points planned (every repeat of every level), measured and stopped, and the
-    measuring time (the load generator's duration of the measured ones)."""
+    """Per round: runs planned (every repeat of every level; a repeat split into b blocks of
+    prompts, `grid.point_blocks`, b runs), measured and stopped, the same in repeats' worth (a
+    block 1/b of a repeat), and the measuring time (the load generator's duration of the
+    measured ones)."""
     planned = frame[frame["status"] != "unsupported"]
     rows = []
     for round_name, group in planned.groupby("round", sort=True):
@@ -116,10 +118,19 @@ def savings(frame: pd.DataFrame) -> pd.DataFrame:
         seconds = float(measured["duration"].sum()) if "duration" in measured else math.nan
         per_point = seconds / len(measured) if len(measured) else math.nan
         rows.append({"round": round_name, "planned": len(group), "measured": len(measured),
-                     "stopped": len(stopped), "measuring_s": seconds,
+                     "stopped": len(stopped), "planned_repeats": _repeats_worth(group),
+                     "measured_repeats": _repeats_worth(measured), "measuring_s": seconds,
                      "saved_s_estimate": per_point * len(stopped)})
-    return pd.DataFrame(rows, columns=["round", "planned", "measured", "stopped", "measuring_s",
+    return pd.DataFrame(rows, columns=["round", "planned", "measured", "stopped",
+                                       "planned_repeats", "measured_repeats", "measuring_s",
                                        "saved_s_estimate"])
+
+
+def _repeats_worth(runs: pd.DataFrame) -> float:
+    """Runs counted in whole repeats: a block of 1/b of a repeat's prompts counts 1/b."""
+    if "blocks" not in runs:
+        return float(len(runs))
+    return float((1.0 / runs["blocks"].fillna(1).clip(lower=1)).sum())
 
 
 def compare_designs(full: pd.DataFrame, adapt: pd.DataFrame, frame: pd.DataFrame) -> list[str]:

@@ -1040,7 +1040,8 @@ def _status_text(row) -> str:
 
 
 def adaptive_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per round: repeats planned, measured and stopped by the adaptive rule, the measuring
+    """Per round: repeats planned, measured and stopped by the adaptive rule (blocks of prompts
+    counted as runs, then all of them in whole repeats: a block 1/b of one), the measuring
     time they took and an estimate of what the stopped ones would have taken (at the mean of
     the measured points), and the report's recomputation of every stop decision."""
     savings = stops.savings(frame)
@@ -1055,6 +1056,11 @@ def adaptive_table(frame: pd.DataFrame) -> pd.DataFrame:
         "round": savings["round"],
         "repeats planned": savings["planned"], "measured": savings["measured"],
         "stopped early": savings["stopped"],
+        # where repeats are split into blocks of prompts, the rows above count blocks
+        "measured, in whole repeats": [
+            f"{m:g} of {p:g} ({m / p:.0%})" if p else "–"
+            for m, p in zip(savings["measured_repeats"].round(2),
+                            savings["planned_repeats"].round(2), strict=True)],
         "measuring (s)": savings["measuring_s"].map(
             lambda v: "–" if pd.isna(v) else f"{v:.0f}"),
         "saved (s, estimate)": savings["saved_s_estimate"].map(
