@@ -133,7 +133,8 @@ def test_the_full_design_measures_whole_repeats_where_the_adaptive_one_splits_th
     simulated, its repeat on an instance is the mean of that instance's blocks (look j on
     instance j mod repeats), and its intervals are those of the same draws taken whole. With
     all the noise the instances' (blocks of one instance alike), a block's spread scaled down
-    by √b would halve its σ at 4 blocks."""
+    by √b (the simulation before 2026-11-28) would count a degree of freedom per block, not
+    per repeat, and understate σ."""
     blocked = sweeps.Sweep(0.1, 0.0, levels=4, blocks=(4, 2, 1, 1), prior_scale=0.01)
     whole = sweeps.Sweep(0.1, 0.0, levels=4, prior_scale=0.01)
     rng = np.random.default_rng(5)

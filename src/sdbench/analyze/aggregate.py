@@ -307,10 +307,10 @@ VALUE_RANGE = {"spec_decode_acceptance_length": (1.0, "k+1"),
                "spec_decode_acceptance_rate": (0.0, 100.0)}
 
 
-def interval_covers(group: pd.DataFrame) -> str:
-    """What a point's interval covers, in words: how many repeats (or blocks of prompts, where
-    the adaptive rule split its repeats: `grid.point_blocks`), over how many server instances,
-    with their own seeds or one."""
+def interval_covers(group: pd.DataFrame, blocks: int = 1) -> str:
+    """What a point's interval covers, in words: how many repeats (or `blocks` blocks of prompts
+    each, where the adaptive rule split its repeats: `grid.point_blocks`), over how many server
+    instances, with their own seeds or one."""
     n = int((group["status"] == "ok").sum())
     instances = group["server_instance"].dropna().nunique() if "server_instance" in group else 0
     seeds = group["seed"].dropna().nunique() if "seed" in group else 0
@@ -322,7 +322,6 @@ def interval_covers(group: pd.DataFrame) -> str:
     seeding = "per-repeat seeds" if seeds > 1 else "one seed"
     if "interleaved_with" in group and group["interleaved_with"].notna().all():
         servers += ", measured in turn with the other side of its pair (one job)"
-    blocks = int(group["blocks"].max()) if "blocks" in group else 1
     measured = (f"{n} blocks of 1/{blocks} of a repeat's prompts" if blocks > 1
                 else f"{n} repeats")
     return f"{measured}, {servers}, {seeding}"
@@ -386,7 +385,7 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
         if "engine_differs" in group:
             row["engine_differs"] = "; ".join(
                 sorted(set(group["engine_differs"].dropna()))) or None
-        row["interval_covers"] = interval_covers(group)
+        row["interval_covers"] = interval_covers(group, row["blocks"])
         if "spec_options" in group:  # drafts accepted at a set rate: a simulated point
             row["simulated_acceptance"] = synthetic_setting(group["spec_options"].iloc[0])
         if "acceptance_source" in group:
