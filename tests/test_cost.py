@@ -144,19 +144,26 @@ def test_the_adaptive_projection_and_a_short_budget_name_what_is_left_out(demo_c
     lines = cost.adaptive_projection(config, result["parts"])
     assert lines[1].startswith("adaptive measuring (on in this config")
     round1 = next(line for line in lines if line.strip().startswith("round1"))
-    share, fixed, rated, stopped = re.search(
+    share, fixed, rated, stopped, batches, batches_stopped = re.search(
         r"adaptive [\d.]+ h \((\d+)%; ([\d.]+) h measured in full; open-loop rates "
-        r"([\d.]+) h -> ([\d.]+) h\)", round1).groups()
+        r"([\d.]+) h -> ([\d.]+) h; offline and Transformers batches ([\d.]+) h -> "
+        r"([\d.]+) h\)", round1).groups()
     assert 0 < int(share) < 100
     # the open-loop rates stop on their TPOT speedup (simulated apart: no bisection), the
-    # offline batches are measured in full
+    # speculative offline and Transformers cells' batches stop (each cell on its own), their
+    # baselines' batches are measured in full
     tally = result["parts"]["round1"]
     at_rates = sum(h for (level, _), h in tally.levels.items() if level == work.RATE)
+    at_batches = sum(h for (level, _), h in tally.levels.items() if level == work.BATCH)
     offline = sum(h for (level, _), h in tally.levels.items() if level is None)
     assert at_rates > 0 and float(rated) == pytest.approx(at_rates, abs=0.05)
     assert 0 < float(stopped) <= float(rated)
     assert len(cost.rate_shape(tally)) == len(config["round1"]["request_rates"])
-    assert float(fixed) == pytest.approx(offline, abs=0.05)
+    assert at_batches > 0 and float(batches) == pytest.approx(at_batches, abs=0.05)
+    assert float(batches_stopped) <= float(batches)
+    sizes = {c for c in config["round1"]["offline"]["batch_sizes"]} | {1}  # (Transformers: 1)
+    assert set(cost.batch_shape(tally)[0]) == sizes
+    assert offline > 0 and float(fixed) == pytest.approx(offline, abs=0.05)
     assert sum(tally.levels.values()) == pytest.approx(tally.measuring_h)
     budget = lines[-1]
     assert budget.startswith("  budget 0.05 h: the adaptive plan needs ")

@@ -5,11 +5,13 @@ they were asked (the real ones run in the end-to-end and fault tests)."""
 
 import dataclasses
 import json
+import sys
 
 import pytest
 from stand_ins import Stand, use
 
 from sdbench import layout
+from sdbench.analyze import aggregate, stops
 from sdbench.files import read_jsonl
 from sdbench.measure import cell as cellmod
 from sdbench.measure import groups, points, server, session
@@ -390,3 +392,132 @@ def test_a_cell_measured_alone_stops_against_its_baseline_records(
     assert len(stopped) == len(levels) * (suffix.repeats - 1)
     assert {r["loadgen"]["stop"]["pooled_cells"][0] for r in stopped} == {suffix.cell_id}
     assert all(r["concurrency"] is not None for r in stopped)
+
+
+# A stand-in for the engine's child process (sdbench.measure.engines): the real job loop and
+# its gate (`engines._points`), each point's throughput set by the engine's method, a line per
+# point measured into CALLS; with DIE_AFTER it exits after that many points
+ENGINE_STAND_IN = """
+import json, os, sys, time
+from sdbench.measure import engines
+
+def fake(job):
+    rate = 10.0 if job["method"] == "vanilla" else 25.0
+    measured = 0
+    for cell_index, part, index, point in engines._points(job):
+        if measured == int(os.environ.get("DIE_AFTER", "-1")):
+            sys.exit(3)
+        n, started = part["num_prompts"], time.perf_counter()
+        duration = n * 8 / rate
+        metrics = {**engines.throughput_metrics(duration, [4] * n, [8] * n, [duration / n] * n),
+                   "window_perf_counter": [started, started + duration]}
+        with open(os.environ["CALLS"], "a") as fh:
+            fh.write(json.dumps([job["method"], cell_index, point["concurrency"],
+                                 point["repeat"]]) + "\\n")
+        measured += 1
+        yield cell_index, index, point, metrics, {"input_lens": [4] * n, "output_lens": [8] * n}
+
+engines.RUNNERS = {"offline": fake, "transformers": fake}
+sys.exit(engines.main(sys.argv[1:]))
+"""
+
+
+def _engine_stand_in(tmp_path, monkeypatch, die_after=None):
+    from sdbench.measure import engine_cells
+
+    script = tmp_path / "engine_stand_in.py"
+    script.write_text(ENGINE_STAND_IN)
+    calls = tmp_path / "engine_calls.jsonl"
+    monkeypatch.setenv("CALLS", str(calls))
+    if die_after is not None:
+        monkeypatch.setenv("DIE_AFTER", str(die_after))
+    else:
+        monkeypatch.delenv("DIE_AFTER", raising=False)
+    monkeypatch.setattr(engine_cells, "child_command",
+                        lambda job_path: [sys.executable, str(script), str(job_path)])
+    return calls
+
+
+def _offline_pair(served_dir, demo_config_raw, monkeypatch):
+    demo_config_raw["adaptive"] = {"noise": 0.05}
+    config = validate_config(demo_config_raw)
+    monkeypatch.setattr(checks, "check_cell_tools", lambda cell, source=None: None)
+    cells = grid.cells_by_id(config)
+    offline = next(c for c in cells.values() if c.engine == grid.OFFLINE and not c.is_baseline)
+    base = cells[offline.baseline_cell_id]
+    return config, cells, offline, base
+
+
+def test_an_offline_cell_stops_between_its_engine_s_batches(
+        served_dir, demo_config_raw, monkeypatch, tmp_path):
+    """Under the adaptive rule an offline (or Transformers) cell stops against its baseline's
+    records as a server cell measured on its own does, in one engine start: the child asks
+    before each point, so with a clear gain each batch size measures its first repeat only,
+    the rest are recorded as stopped (with why), and its baseline is measured in full."""
+    config, cells, offline, base = _offline_pair(served_dir, demo_config_raw, monkeypatch)
+    assert adaptive.reads_baseline(config, offline) and not adaptive.reads_baseline(config, base)
+    calls = _engine_stand_in(tmp_path, monkeypatch)
+    planned = sessions.plan_sessions(cells)
+    (bid,) = sessions.cell_sessions(base, cells)
+    manifest = session.run_session(planned[bid].only([base.cell_id]), cells, config,
+                                   layout.session_output(bid))
+    assert manifest["not_done"] == {}
+    baseline = cellmod.assemble(base, [layout.session_output(bid)],
+                                layout.cell_output(base.cell_id))
+    batches = [lp["concurrency"] for lp in base.load_points()]
+    assert offline.repeats > 1 and len(batches) > 1
+    assert len(baseline) == len(batches) * base.repeats
+    assert {r["status"] for r in baseline} == {"ok"}
+    (sid,) = sessions.cell_sessions(offline, cells)
+    calls.unlink()
+    manifest = session.run_session(planned[sid].only([offline.cell_id]), cells, config,
+                                   layout.session_output(sid))
+    assert manifest["not_done"] == {} and manifest["timing"]["servers"] == 1
+    measured = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert sorted((c, r) for _, _, c, r in measured) == [(b, 0) for b in sorted(batches)]
+    records = cellmod.assemble(offline, [layout.session_output(sid)],
+                               layout.cell_output(offline.cell_id))
+    stopped = [r for r in records if r["status"] == "stopped"]
+    assert len(records) == len(batches) * offline.repeats
+    assert len(stopped) == len(batches) * (offline.repeats - 1)
+    assert all(r["loadgen"]["stop"]["reason"] == "settled" for r in stopped)
+    assert all(r["error"].startswith("stopped after 1 of ") for r in stopped)
+    assert {r["loadgen"]["stop"]["pooled_cells"][0] for r in stopped} == {offline.cell_id}
+    ok = [r for r in records if r["status"] == "ok"]
+    assert all(r["metrics"]["output_throughput"] == pytest.approx(25.0) for r in ok)
+    # the summary pairs them with the baseline, and the report's check recomputes every stop
+    frame = aggregate.summarize([layout.cell_output(c.cell_id) for c in (base, offline)])
+    row = aggregate.aggregate_points(frame).query("cell_id == @offline.cell_id").iloc[0]
+    assert row["repeats_stopped"] == offline.repeats - 1 and row["verdict"] == "speculate"
+    checks = stops.recheck_frame(frame)
+    assert len(checks) == len(batches) and checks["holds"].all()
+
+
+def test_an_offline_child_that_dies_keeps_what_it_measured(
+        served_dir, demo_config_raw, monkeypatch, tmp_path):
+    """A gated child that exits before a point it was told to measure: the points it finished
+    are kept, the cell is not done with the child's exit, and a rerun measures only the rest."""
+    config, cells, offline, base = _offline_pair(served_dir, demo_config_raw, monkeypatch)
+    demo_config_raw["adaptive"] = {"noise": 0.05}
+    _engine_stand_in(tmp_path, monkeypatch)
+    planned = sessions.plan_sessions(cells)
+    (bid,) = sessions.cell_sessions(base, cells)
+    session.run_session(planned[bid].only([base.cell_id]), cells, config,
+                        layout.session_output(bid))
+    cellmod.assemble(base, [layout.session_output(bid)], layout.cell_output(base.cell_id))
+    calls = _engine_stand_in(tmp_path, monkeypatch, die_after=1)
+    calls.unlink()
+    (sid,) = sessions.cell_sessions(offline, cells)
+    manifest = session.run_session(planned[sid].only([offline.cell_id]), cells, config,
+                                   layout.session_output(sid))
+    why = manifest["not_done"][offline.cell_id]
+    assert "exited with code 3 before finishing it" in why
+    assert len(calls.read_text().splitlines()) == 1
+    _engine_stand_in(tmp_path, monkeypatch)
+    calls.unlink()
+    manifest = session.run_session(planned[sid].only([offline.cell_id]), cells, config,
+                                   layout.session_output(sid))
+    assert manifest["not_done"] == {}
+    batches = [lp["concurrency"] for lp in offline.load_points()]
+    again = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert len(again) == len(batches) - 1  # the first batch size's first repeat was kept

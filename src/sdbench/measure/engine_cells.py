@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sdbench import layout
 from sdbench.logcause import error_cause
-from sdbench.measure import engine_report, engines, gpumon, points, slots
+from sdbench.measure import engine_report, engines, gpumon, points, slots, stopping
 from sdbench.measure.run import CellRun, log_size, now, point_status, run_args
 from sdbench.measure.server import Clock, speculative_config
 from sdbench.measure.serving import VllmServer, log_tail
@@ -41,6 +41,7 @@ def engine_job(runs: list[CellRun], out_dir: str | Path) -> dict:
             "temperature": point_loadgen["temperature"], "endpoint": point_loadgen["endpoint"],
             "num_warmups": point_loadgen["num_warmups"],
             "ignore_eos": bool(point_loadgen.get("ignore_eos")),
+            "gated": any(run.stops is not None for run in runs),
             "cells": [{"prompts": run.cell.workload["path"],
                        "num_prompts": run.cell.workload["num_prompts"],
                        "shuffle": run.cell.workload["shuffle"],
@@ -52,17 +53,27 @@ def engine_job(runs: list[CellRun], out_dir: str | Path) -> dict:
             "out_dir": str(out_dir)}
 
 
+def child_command(job_path: Path) -> list[str]:
+    """The child process that measures a job (`sdbench.measure.engines`)."""
+    return [sys.executable, "-m", "sdbench.measure.engines", str(job_path)]
+
+
 def measure_engine(session: Session, runs: list[CellRun], held: slots.Slots, clock: Clock,
                    failed: dict) -> None:
     """One child process for the session's due cells; every point it finished is kept, and a
-    cell it did not finish is not done (with the child's error)."""
+    cell it did not finish is not done (with the child's error). Under the adaptive rule (a
+    cell's `stops`) the child is gated: before each point this side reads the points before it
+    and tells the child whether to measure it or records the rule's stop (`stopping.skipped`)."""
     server_log = layout.session_server_log(session.session_id, session.lead)
     Path(layout.CELLS_DIR).mkdir(parents=True, exist_ok=True)
     out_dir = Path(tempfile.mkdtemp(prefix=f".{session.session_id}.", dir=layout.CELLS_DIR))
+    for run in runs:  # the order the rule needs (as planned without it)
+        run.missing = stopping.measuring_order(run, run.missing)
     try:
         job_path = out_dir / "job.json"
-        job_path.write_text(json.dumps(engine_job(runs, out_dir)))
-        command = [sys.executable, "-m", "sdbench.measure.engines", str(job_path)]
+        job = engine_job(runs, out_dir)
+        job_path.write_text(json.dumps(job))
+        command = child_command(job_path)
         log_offset = log_size(server_log)
         cell = runs[0].cell
         typed = settings(runs[0].config)
@@ -72,17 +83,15 @@ def measure_engine(session: Session, runs: list[CellRun], held: slots.Slots, clo
                             stop_timeout_s=typed.server.stop_timeout_s)
         interval_s = typed.cells.gpu_sample_interval_s
         started = time.time()
+        windows: list = []
+        due = [(index, number) for index, run in enumerate(runs)
+               for number in range(len(run.missing))]
         with gpumon.GpuSampler(held.monitor_ids, interval_s) as sampler:
-            try:
-                code = runner.run_to_completion()
-            finally:
-                runner.stop()
-        windows = []
-        # what the engine resolved (vLLM's offline engine logs as its server does; the
-        # Transformers reference logs none of it)
-        engine = engine_report.read_log(server_log, log_offset)
-        for index, run in enumerate(runs):
-            for number, pid in enumerate(run.missing):
+            def take(index: int, number: int, code: int | None) -> bool:
+                """The child's point `number` of cell `index` as a record (False: the child
+                did not finish it, and the cell is not done)."""
+                run = runs[index]
+                pid = run.missing[number]
                 load, repeat = run.plan[pid]
                 path = engines.point_file(out_dir, index, number)
                 if not path.exists():
@@ -92,7 +101,7 @@ def measure_engine(session: Session, runs: list[CellRun], held: slots.Slots, clo
                         f"{LoadPoint.of_load(load, repeat).label}: the {run.cell.engine} run "
                         f"exited with code {code} before finishing it: {cause} (log: "
                         f"{server_log})\nLast lines of {server_log}:\n{log_tail(server_log, 15)}")
-                    break
+                    return False
                 result = json.loads(path.read_text())
                 metrics, detail = result["metrics"], result["detail"]
                 windows.append(metrics["window_perf_counter"])
@@ -103,16 +112,33 @@ def measure_engine(session: Session, runs: list[CellRun], held: slots.Slots, clo
                 # the child's window (host monotonic clock) as wall-clock times of this point
                 offset = time.time() - time.perf_counter()
                 start, end = (now(t + offset) for t in metrics["window_perf_counter"])
+                # what the engine resolved (vLLM's offline engine logs as its server does; the
+                # Transformers reference logs none of it)
                 info = {"command": command, "port": None, "startup_s": None,
                         "log": str(server_log), "gpus": held.gpu_ids,
                         "placement": held.reason, "instance": run.cell.instance_of(repeat),
-                        "session": session.session_id, "engine": engine}
+                        "session": session.session_id,
+                        "engine": engine_report.read_log(server_log, log_offset)}
                 record = run.record(load, repeat, metrics, status, reason, info,
                                     {"engine": run.cell.engine,
                                      "batch_size": load["concurrency"],
                                      "seed": points.repeat_seed(run.cell, repeat)}, start, end)
                 run.add(pid, {"record": record, "detail": detail})
                 run.report(load, repeat, status, reason, metrics, server_log)
+                return True
+
+            try:
+                if job["gated"]:
+                    runner.launch()
+                    code = _follow(runner, runs, due, out_dir, sampler, take)
+                else:
+                    code = runner.run_to_completion()
+                    for index in range(len(runs)):
+                        for number in range(len(runs[index].missing)):
+                            if not take(index, number, code):
+                                break
+            finally:
+                runner.stop()
         # the engine's start: from the launch to its first point (measuring: the points)
         measured = sum(end - begin for begin, end in windows)
         clock.measuring_s += measured
@@ -125,3 +151,34 @@ def measure_engine(session: Session, runs: list[CellRun], held: slots.Slots, clo
                                   "started_at": now(started)})
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def _follow(runner: VllmServer, runs: list[CellRun], due: list[tuple[int, int]],
+            out_dir: Path, sampler: gpumon.GpuSampler, take, poll_s: float = 0.05) -> int:
+    """A gated child, point by point in the job's order: the rule's stop recorded (the child
+    skips the point) or the point measured and taken (`take`, once the GPU sampler has a
+    sample past its window). Returns the child's exit code."""
+    done: set[int] = set()  # cells whose point the child did not finish
+    for index, number in due:
+        run = runs[index]
+        pid = run.missing[number]
+        measure = index not in done and not stopping.skipped(run, pid, now())
+        tell = engines.go_file(out_dir, index, number)
+        tmp = tell.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"measure": measure}))
+        tmp.rename(tell)
+        if not measure:
+            continue
+        path = engines.point_file(out_dir, index, number)
+        while not path.exists() and runner.alive():
+            time.sleep(poll_s)
+        if path.exists():
+            ended = json.loads(path.read_text())["metrics"]["window_perf_counter"][1]
+            waited = 0.0
+            while (sampler.available and sampler.samples[-1][0] < ended
+                   and waited < 20 * sampler.interval_s):
+                time.sleep(sampler.interval_s)
+                waited += sampler.interval_s
+        if not take(index, number, runner.proc.poll()):
+            done.add(index)  # (the child is gone: each cell left is not done, with its error)
+    return runner.proc.wait()

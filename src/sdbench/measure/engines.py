@@ -17,7 +17,10 @@ pairing with the baseline, the lossless check and the reports are shared with se
 
 A job is one session: the engine is loaded once and measures the points of every cell in
 `job["cells"]`, each cell's first point after its own warm-up requests. Every point reads the
-prompts with its repeat's own seed (order, and sampling), as server cells do.
+prompts with its repeat's own seed (order, and sampling), as server cells do. Under the
+adaptive rule a job is gated: before each point the child waits for its parent's word
+(`wait_go`), which the rule decides from the points measured before it, so a point that has
+its answer stops without a second engine start.
 
 Each point's window is on `time.perf_counter`, the host's monotonic clock on Linux: the clock
 of the cell's GPU sampler in the parent process.
@@ -152,15 +155,35 @@ def run_offline(job: dict) -> Iterator[tuple[int, int, dict, dict, dict]]:
         yield cell_index, point_index, point, metrics, detail
 
 
+def go_file(folder: str | Path, cell_index: int, index: int) -> Path:
+    """Where a gated job's parent says whether a point is measured (`wait_go`)."""
+    return Path(folder) / f"go-{cell_index:03d}-{index:04d}.json"
+
+
+def wait_go(folder: str | Path, cell_index: int, index: int, poll_s: float = 0.02) -> bool:
+    """In a gated job (the adaptive rule stops points: `sdbench.measure.stopping`), whether the
+    parent says to measure a point: it decides from the points before it, so it answers once
+    their files are read. (The parent stops this process's group whatever happens.)"""
+    path = go_file(folder, cell_index, index)
+    while not path.exists():
+        time.sleep(poll_s)
+    return bool(json.loads(path.read_text())["measure"])
+
+
 def _points(job: dict, warm_up=None) -> Iterator[tuple[int, dict, int, dict]]:
-    """(cell index, its part of the job, point index, point) in order; before each cell's
-    first point, `warm_up(prompts)` with its first `num_warmups` prompts (the engine is warm
-    for later points of the cell)."""
+    """(cell index, its part of the job, point index, point) in order, in a gated job only the
+    points its parent says to measure (`wait_go`); before each cell's first point measured,
+    `warm_up(prompts)` with its first `num_warmups` prompts (the engine is warm for later
+    points of the cell)."""
     for cell_index, part in enumerate(job["cells"]):
         part = {**part, "prompts_for": _prompts_by_seed(part)}
-        if job["num_warmups"] and warm_up is not None:
-            warm_up(part["prompts_for"](part["seed"])[:job["num_warmups"]], part["seed"])
+        warm = not job["num_warmups"] or warm_up is None
         for point_index, point in enumerate(part["plan"]):
+            if job.get("gated") and not wait_go(job["out_dir"], cell_index, point_index):
+                continue
+            if not warm:
+                warm_up(part["prompts_for"](part["seed"])[:job["num_warmups"]], part["seed"])
+                warm = True
             yield cell_index, part, point_index, point
 
 

@@ -429,6 +429,8 @@ def for_cell(rule: Rule, cell: grid.Cell) -> Rule:
 
 def reads_baseline(config: dict, cell: grid.Cell) -> bool:
     """Whether a cell's session needs its baseline cell's records before it measures: a
-    speculative server cell measured on its own (not interleaved) under the adaptive rule."""
+    speculative cell measured on its own under the adaptive rule (a server cell not
+    interleaved, an offline or Transformers cell: its engine's points stop between batches,
+    `sdbench.measure.engine_cells`)."""
     return (Rule.from_config(config.get("adaptive")) is not None and not cell.is_baseline
-            and not cell.group and cell.engine == grid.SERVE)
+            and not cell.group)

@@ -27,7 +27,7 @@ from sdbench import layout
 from sdbench.plan import adaptive, grid, hostcaps, rates, sessions, sweeps
 from sdbench.plan.config import ConfigError, load_config
 from sdbench.plan.settings import settings
-from sdbench.plan.work import RATE, SessionWork, read_card, session_work
+from sdbench.plan.work import BATCH, RATE, SessionWork, read_card, session_work
 
 PARTS = ("round1", "round2", "round3", "dynamic-K")
 
@@ -219,13 +219,21 @@ def level_shape(spec, tally: Tally) -> tuple[tuple[int, ...], tuple[float, ...],
         weights.append(sum(here.values()))
     # (clamped: the parts' sum can exceed the whole by a rounding error, "-0.0 h" in the plan)
     return (tuple(blocks), tuple(weights),
-            max(0.0, tally.measuring_h - sum(weights) - sum(rate_shape(tally))))
+            max(0.0, tally.measuring_h - sum(weights) - sum(rate_shape(tally))
+                - sum(batch_shape(tally)[1])))
 
 
 def rate_shape(tally: Tally) -> tuple[float, ...]:
     """A part's open-loop rates as the projection simulates them: each rate's measuring hours,
     lowest rate first."""
     return tuple(tally.levels[key] for key in sorted(k for k in tally.levels if k[0] == RATE))
+
+
+def batch_shape(tally: Tally) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """A part's speculative offline and Transformers batches as the projection simulates them:
+    the batch sizes, smallest first, and each one's measuring hours."""
+    sizes = sorted(k[1] for k in tally.levels if k[0] == BATCH)
+    return tuple(sizes), tuple(tally.levels[(BATCH, size)] for size in sizes)
 
 
 def adaptive_projection(config: dict, parts: dict) -> list[str]:
@@ -235,8 +243,9 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
     weighted by its projected hours and split into its blocks of prompts) at the rule's prior
     noise, as the workflow measures (repeats stop, settings race, and with the rule's `bisect`
     the levels are coarse first, then bisected), and the other way (with or without
-    bisection) for comparison; open-loop points are measured in full. Then the budget, where
-    one is set."""
+    bisection) for comparison; open-loop rates and the batches of speculative offline and
+    Transformers cells are simulated apart (`rate_shape`, `batch_shape`), and what no rule
+    stops is counted in full. Then the budget, where one is set."""
     configured = adaptive.Rule.from_config(config.get("adaptive"))
     rule = configured or adaptive.Rule()
     repeats = int(config["loadgen"].get("repeats", 3))
@@ -259,9 +268,10 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
         blocks, weights, fixed = ((), (), tally.measuring_h) if spec is None else level_shape(
             spec, tally)
         at_rates = rate_shape(tally) if spec is not None else ()
-        if name == "dynamic-K" or not sum(weights) + sum(at_rates):
+        sizes, at_batches = batch_shape(tally) if spec is not None else ((), ())
+        if name == "dynamic-K" or not sum(weights) + sum(at_rates) + sum(at_batches):
             # a derived schedule's three cells measure every repeat (their ratios pair them
-            # all), and the rule stops no offline point
+            # all), and the rule stops no baseline's offline batch
             live, other = live + tally.measuring_h, other + tally.measuring_h
             needs[name] = tally.startup_h + tally.rest_h + tally.measuring_h
             why = ("its cells' ratios pair every repeat" if name == "dynamic-K"
@@ -278,10 +288,17 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
         rated = sum(at_rates) * sweeps.expected_share(
             rule, ks, max(len(at_rates), 2), repeats, False,
             weights=at_rates * (2 if len(at_rates) < 2 else 1)) if sum(at_rates) else 0.0
-        spent = [fixed + rated + (sum(weights) * sweeps.expected_share(
+        # speculative offline and Transformers cells: each stops against its baseline's
+        # records on its own (one setting: no race), its batch sizes bisected as levels
+        if len(sizes) == 1:
+            sizes, at_batches = sizes * 2, tuple(h / 2 for h in at_batches) * 2
+        batched = [sum(at_batches) * sweeps.expected_share(
+            rule, 1, len(sizes), repeats, bisect, weights=at_batches, concurrency=sizes)
+            if sum(at_batches) else 0.0 for bisect in (rule.bisect, not rule.bisect)]
+        spent = [fixed + rated + batch + (sum(weights) * sweeps.expected_share(
             rule, ks, len(blocks), repeats, bisect, blocks=blocks, weights=weights,
             concurrency=levels) if sum(weights) else 0.0)
-            for bisect in (rule.bisect, not rule.bisect)]
+            for bisect, batch in zip((rule.bisect, not rule.bisect), batched, strict=True)]
         live += spent[0]
         needs[name] = tally.startup_h + tally.rest_h + spent[0]
         other += spent[1]
@@ -290,7 +307,9 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
                      f"repeats: full {tally.measuring_h:.1f} h, adaptive {spent[0]:.1f} h "
                      f"({spent[0] / tally.measuring_h:.0%}; {fixed:.1f} h measured in full"
                      + (f"; open-loop rates {sum(at_rates):.1f} h -> {rated:.1f} h"
-                        if at_rates else "") + "); "
+                        if at_rates else "")
+                     + (f"; offline and Transformers batches {sum(at_batches):.1f} h -> "
+                        f"{batched[0]:.1f} h" if at_batches else "") + "); "
                      f"{ways[1]} {spent[1]:.1f} h ({spent[1] / tally.measuring_h:.0%})")
     lines.append(f"  total measuring: full {full:.1f} h, adaptive {live:.1f} h "
                  f"({live / full if full else 0:.0%}; {ways[0]}); {ways[1]} {other:.1f} h")
@@ -301,9 +320,11 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
                  "share of the measuring as this plan projects it; open-loop rates stop on "
                  "the TPOT speedup at the general prior, each rate measured; the dynamic-K "
                  "cells measured in full; a baseline's repeats stop with its pairs "
-                 "where they are interleaved (interleave: true); a cell measured on its own "
-                 "stops against its baseline's records, whose repeats are all measured (this "
-                 "projection counts them as stopping too)")
+                 "where they are interleaved (interleave: true); a server cell measured on its "
+                 "own stops against its baseline's records, whose repeats are all measured "
+                 "(this projection counts them as stopping too); a speculative offline or "
+                 "Transformers cell stops on its own (no race), its batch sizes bisected as "
+                 "levels, its baseline's batches measured in full")
     budget = (config.get("plan") or {}).get("budget_gpu_hours")
     if budget is not None:
         order = (config.get("plan") or {}).get("leave_out_first") or [

@@ -26,8 +26,10 @@ from sdbench.data.builders import output_bound, request_bound
 from sdbench.plan import grid
 from sdbench.plan.sessions import Session, config_id, session_points
 
-# the first item of an open-loop rate's key in `SessionWork.levels`
-RATE = "rate"
+# the first item of an open-loop rate's key in `SessionWork.levels`, and of a speculative
+# offline or Transformers cell's batch size (the adaptive rule stops those; a baseline's
+# batches, measured in full, are keyed (None, 1))
+RATE, BATCH = "rate", "batch"
 # a request bounded only by the server's context, where the server sets none
 UNBOUNDED_REQUEST_TOKENS = 32768
 
@@ -83,7 +85,8 @@ class SessionWork:
     starts: int
     gpus: int
     # its share of measuring_s by level: (closed-loop concurrency, blocks of prompts there),
-    # (RATE, requests per second) at an open-loop rate, (None, 1) elsewhere (offline batches)
+    # (RATE, requests per second) at an open-loop rate, (BATCH, batch size) of a speculative
+    # offline or Transformers cell, (None, 1) a baseline's batches
     levels: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -146,7 +149,7 @@ def session_work(session: Session, cells: dict[str, grid.Cell], rates: Rates,
             measuring += seconds
             key = ((level, grid.point_blocks(cell, load)) if load["mode"] == "concurrency"
                    else (RATE, float(load["request_rate"])) if load["mode"] == "rate"
-                   else (None, 1))
+                   else (None, 1) if cell.is_baseline else (BATCH, int(level)))
             by_level[key] = by_level.get(key, 0.0) + seconds
             seen.add(level)
             served.add(cell_id)
