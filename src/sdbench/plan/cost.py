@@ -27,7 +27,7 @@ from sdbench import layout
 from sdbench.plan import adaptive, grid, hostcaps, rates, sessions, sweeps
 from sdbench.plan.config import ConfigError, load_config
 from sdbench.plan.settings import settings
-from sdbench.plan.work import BATCH, RATE, SessionWork, read_card, session_work
+from sdbench.plan.work import BASELINE, BATCH, RATE, SessionWork, read_card, session_work
 
 PARTS = ("round1", "round2", "round3", "dynamic-K")
 
@@ -278,6 +278,9 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
                    else "no closed-loop point the rule stops")
             lines.append(f"  {name:<10} measured in full ({why}): {tally.measuring_h:.1f} h")
             continue
+        # a baseline not interleaved with its pairs is measured first, in full (they stop
+        # against its records)
+        alone = sum(h for (level, _), h in tally.levels.items() if level == BASELINE)
         ks = max((len(m.k or (1,)) for m in spec.methods), default=1)
         ks *= max(len(getattr(spec, "settings", ()) or ()), 1)
         levels = tuple(spec.concurrency)
@@ -306,6 +309,7 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
         lines.append(f"  {name:<10} {ks} setting(s) x {len(blocks)} levels{split} x {repeats} "
                      f"repeats: full {tally.measuring_h:.1f} h, adaptive {spent[0]:.1f} h "
                      f"({spent[0] / tally.measuring_h:.0%}; {fixed:.1f} h measured in full"
+                     + (f", {alone:.1f} h of it baselines not interleaved" if alone else "")
                      + (f"; open-loop rates {sum(at_rates):.1f} h -> {rated:.1f} h"
                         if at_rates else "")
                      + (f"; offline and Transformers batches {sum(at_batches):.1f} h -> "
@@ -320,11 +324,11 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
                  "share of the measuring as this plan projects it; open-loop rates stop on "
                  "the TPOT speedup at the general prior, each rate measured; the dynamic-K "
                  "cells measured in full; a baseline's repeats stop with its pairs "
-                 "where they are interleaved (interleave: true); a server cell measured on its "
-                 "own stops against its baseline's records, whose repeats are all measured "
-                 "(this projection counts them as stopping too); a speculative offline or "
+                 "where they are interleaved (interleave: true); a cell measured on its own "
+                 "stops against its baseline's records, which are measured first and in full "
+                 "(counted in full: 'baselines not interleaved'); a speculative offline or "
                  "Transformers cell stops on its own (no race), its batch sizes bisected as "
-                 "levels, its baseline's batches measured in full")
+                 "levels")
     budget = (config.get("plan") or {}).get("budget_gpu_hours")
     if budget is not None:
         order = (config.get("plan") or {}).get("leave_out_first") or [

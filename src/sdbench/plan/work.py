@@ -26,10 +26,11 @@ from sdbench.data.builders import output_bound, request_bound
 from sdbench.plan import grid
 from sdbench.plan.sessions import Session, config_id, session_points
 
-# the first item of an open-loop rate's key in `SessionWork.levels`, and of a speculative
-# offline or Transformers cell's batch size (the adaptive rule stops those; a baseline's
-# batches, measured in full, are keyed (None, 1))
-RATE, BATCH = "rate", "batch"
+# the first item of an open-loop rate's key in `SessionWork.levels`, of a speculative offline
+# or Transformers cell's batch size (the adaptive rule stops those), and of any point of a
+# baseline cell that is not interleaved with its pairs: measured before them (they read its
+# records), it is measured in full whatever the rule
+RATE, BATCH, BASELINE = "rate", "batch", "baseline"
 # a request bounded only by the server's context, where the server sets none
 UNBOUNDED_REQUEST_TOKENS = 32768
 
@@ -86,7 +87,8 @@ class SessionWork:
     gpus: int
     # its share of measuring_s by level: (closed-loop concurrency, blocks of prompts there),
     # (RATE, requests per second) at an open-loop rate, (BATCH, batch size) of a speculative
-    # offline or Transformers cell, (None, 1) a baseline's batches
+    # offline or Transformers cell; (BASELINE, level) a baseline's not interleaved with its
+    # pairs (measured first, in full); (None, 1) elsewhere
     levels: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -147,7 +149,9 @@ def session_work(session: Session, cells: dict[str, grid.Cell], rates: Rates,
                                     grid.warm_up_requests(cell, first_of_cell) + wave,
                                     first_of_server)
             measuring += seconds
-            key = ((level, grid.point_blocks(cell, load)) if load["mode"] == "concurrency"
+            key = ((BASELINE, load.get("concurrency") or load.get("request_rate"))
+                   if cell.is_baseline and not session.interleaved
+                   else (level, grid.point_blocks(cell, load)) if load["mode"] == "concurrency"
                    else (RATE, float(load["request_rate"])) if load["mode"] == "rate"
                    else (None, 1) if cell.is_baseline else (BATCH, int(level)))
             by_level[key] = by_level.get(key, 0.0) + seconds
