@@ -240,3 +240,27 @@ def test_draft_sample_method_is_a_method_option_like_any_other(demo_sampled_raw)
     wrong = dict(spec.options, draft_sampling="probabilistic")
     with pytest.raises(ConfigError, match="options.draft_sampling is not a speculative_config"):
         check_speculator(replace(spec, options=wrong), "round1.methods[1]", features)
+
+
+def test_the_adaptive_rule_takes_one_server_instance_per_round_cell(demo_config_raw):
+    """Under `adaptive:` a round's repeats on several server instances would be decided apart
+    (each instance's session sees only its own): the config says which key to change; derived
+    dynamic-K cells, measured without the rule, may take turns on several."""
+    raw = copy.deepcopy(demo_config_raw)
+    raw["adaptive"] = {"noise": 0.05}
+    raw["loadgen"]["server_instances"] = 3
+    with pytest.raises(ConfigError, match=r"loadgen\.server_instances = 3 .*must be 1 under "
+                                          r"`adaptive:`"):
+        validate_config(copy.deepcopy(raw))
+    raw["adaptive"] = {"enabled": False}
+    validate_config(copy.deepcopy(raw))  # without the rule, any number
+    raw["adaptive"] = {"noise": 0.05}
+    raw["loadgen"]["server_instances"] = 1
+    raw["round1"]["methods"][0]["server_instances"] = 2
+    with pytest.raises(ConfigError, match=r"round1\.methods\[0\]\.server_instances = 2"):
+        validate_config(copy.deepcopy(raw))
+    del raw["round1"]["methods"][0]["server_instances"]
+    raw["dynamic_k"] = [{**raw["dynamic_k"][0], "server_instances": 3}]
+    config = validate_config(raw)
+    assert {spec["instances"] for spec in grid.dynamic_k_specs(config)} == {3}
+    assert all(c.instances == 1 for c in grid.all_cells(config) if not c.is_baseline)

@@ -29,11 +29,14 @@ def test_the_real_study_starts_each_configuration_instance_once(real, tmp_path):
     # a derived dynamic-K schedule: three cells (static k, constant and derived schedule)
     derived = 3 * sum(spec["instances"] for spec in grid.dynamic_k_specs(real))
     total = result["total"]
-    assert total.starts == len(instances) + derived == 384
+    # one instance per round configuration under the adaptive rule; the derived dynamic-K
+    # cells take turns on their own 3
+    assert total.starts == len(instances) + derived == 212
+    assert {spec["instances"] for spec in grid.dynamic_k_specs(real)} == {3}
     assert total.starts_without == sum(len(c.used_instances) for c in cells.values()) + derived
     assert total.exceptions == []
     # sessions cut start-ups (and the rest), not measuring
-    assert total.startup_h < total.startup_without_h / 5
+    assert total.startup_h < total.startup_without_h / 4  # (4.4x: 212 starts, not 884)
     assert total.rest_h < total.rest_without_h
     assert 0 < total.startup_h < total.measuring_h
     text = cost.format_plan(result, "config/config.yaml")

@@ -56,6 +56,7 @@ def test_one_session_per_configuration_instance_serves_every_workload(demo_confi
 
 def test_server_instances_per_method_and_a_baseline_spreads_as_far_as_its_cells(
         demo_config_raw):
+    demo_config_raw["adaptive"] = {"enabled": False}  # (the rule takes one instance)
     demo_config_raw["round1"]["methods"][0]["server_instances"] = 3  # ngram
     cells = grid.cells_by_id(validate_config(demo_config_raw))
     ngram = next(c for c in cells.values() if c.speculator == "ngram"

@@ -45,6 +45,7 @@ def test_repeats_and_instances_of_a_method():
     method.pop("server_instances", None)
     raw["round1"]["methods"][1]["repeats"] = 7
     raw["round1"]["methods"][1]["server_instances"] = 3
+    raw["adaptive"] = {"enabled": False}  # (the rule takes one instance)
     config = validate_config(raw)
     first, second = settings.settings(config).rounds["round1"].methods[:2]
     assert (first.repeats, first.server_instances) == (

@@ -265,6 +265,7 @@ def test_prefix_caching_is_a_setting_and_pairs_share_the_cache_state(demo_config
 def test_repeats_have_their_own_seeds_and_may_spread_over_servers(demo_config_raw):
     raw = copy.deepcopy(demo_config_raw)
     raw["loadgen"]["server_instances"] = 2
+    raw["adaptive"] = {"enabled": False}  # (the rule takes one instance)
     config = validate_config(raw)
     cell = dataclasses.replace(serve_cell(config), instances=2)
     server = SimpleNamespace(connect_host="127.0.0.1", port=9)

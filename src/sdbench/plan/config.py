@@ -357,6 +357,27 @@ def _check_round(source: str, round_name: str, spec: dict, config: dict) -> None
 DERIVED_KINDS = ("truncate", "quantize", "eagle_head", "deepen", "random_init", "random_head")
 
 
+def _check_adaptive_instances(source: str, config: dict) -> None:
+    """Under the adaptive rule a round's cells have one server instance: the rule decides a
+    point before each look from the looks measured before it, and looks spread over server
+    instances are measured in sessions of their own that do not see each other's, so each
+    would decide on its own share (with the wrong number of looks) and its stops would not
+    recheck. (Derived dynamic-K cells are measured without the rule.)"""
+    section = config.get("adaptive")
+    if not section or not section.get("enabled", True):
+        return
+    why = ("must be 1 under `adaptive:`: the rule decides each point from the repeats measured "
+           "before each look, and repeats on other server instances run in sessions of their "
+           "own that cannot see them; set 1 (a dynamic_k entry may set its own), or "
+           "adaptive: {enabled: false}")
+    if (count := config["loadgen"].get("server_instances", 1)) > 1:
+        _fail(source, "loadgen.server_instances", count, why)
+    for round_name in ROUNDS:
+        for i, method in enumerate((config.get(round_name) or {}).get("methods") or []):
+            if (count := method.get("server_instances") or 1) > 1:
+                _fail(source, f"{round_name}.methods[{i}].server_instances", count, why)
+
+
 def _check_round1_extras(source: str, round1: dict, typed: settings.Round) -> None:
     """offline / transformers sections: they name round 1 workloads and methods."""
     names = {m.name: m for m in typed.methods}
@@ -429,6 +450,7 @@ def check_config(config: dict, source: str = "config") -> None:
     for round_name in ROUNDS:
         if config.get(round_name):
             _check_round(source, round_name, config[round_name], config)
+    _check_adaptive_instances(source, config)
     round1 = config["round1"]
     typed = settings.settings(config).rounds["round1"]
     _check_round1_extras(source, round1, typed)

@@ -677,8 +677,9 @@ def dynamic_k_specs(config: dict) -> list[dict]:
     return [{"target": target, "workload": workload, "speculator": entry.speculator,
              "method": entries[entry.speculator], "repeats": entry.repeats,
              "split": entry.split, "model_runners": list(entry.model_runners),
-             # as many server instances as the method's own cells (whose baseline has them)
-             "instances": method.server_instances}
+             # the entry's server instances, else as many as the method's own cells (the
+             # baseline gets as many)
+             "instances": entry.server_instances or method.server_instances}
             for entry in settings(config).dynamic_k
             for method in [round1.method(entry.speculator)]
             for target in round1.method_targets(method)

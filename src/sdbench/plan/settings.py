@@ -240,6 +240,8 @@ class DynamicK:
     split: bool  # measured in turn with the static k and that k as a constant schedule
     model_runners: tuple[str, ...] = ()  # each measured under these vLLM model runners; ():
     # whichever vLLM picks
+    server_instances: int | None = None  # its own (the cells take turns by instance), else
+    # the method's
 
 
 ROUNDS = ("round1", "round2", "round3")
@@ -263,7 +265,8 @@ class Settings:
                    tuple(DynamicK(e["speculator"], _names(e.get("workloads")),
                                   int(e.get("repeats") or loadgen.repeats),
                                   bool(e.get("split", True)),
-                                  tuple(e.get("model_runners") or ()))
+                                  tuple(e.get("model_runners") or ()),
+                                  e.get("server_instances"))
                          for e in config.get("dynamic_k") or ()))
 
 
