@@ -401,7 +401,14 @@ def test_12_a_session_killed_at_its_limit_resumes_on_retry(workdir, base):
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, cwd=REPO)
     deadline = time.monotonic() + 600
-    while not (points.is_dir() and any(points.iterdir())):
+
+    def finished() -> list:
+        # a point's file once written (not the hidden temporary file it is written to, which
+        # a SIGTERM in that instant removes: the test then killed before any point was kept)
+        return [p for p in points.iterdir() if not p.name.startswith(".")] \
+            if points.is_dir() else []
+
+    while not finished():
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.1)
     job = [p for p in psutil.process_iter(["cmdline"])
@@ -409,7 +416,7 @@ def test_12_a_session_killed_at_its_limit_resumes_on_retry(workdir, base):
     assert len(job) == 1
     job[0].send_signal(signal.SIGTERM)  # as SLURM at the job's time limit
     job[0].wait(timeout=120)
-    kept = {p.name: p.stat().st_mtime_ns for p in points.iterdir()}
+    kept = {p.name: p.stat().st_mtime_ns for p in finished()}
     out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, out[-3000:]
     assert "Trying to restart job" in out  # Snakemake's retry, not a clean first run

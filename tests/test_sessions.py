@@ -499,7 +499,6 @@ def test_an_offline_child_that_dies_keeps_what_it_measured(
     """A gated child that exits before a point it was told to measure: the points it finished
     are kept, the cell is not done with the child's exit, and a rerun measures only the rest."""
     config, cells, offline, base = _offline_pair(served_dir, demo_config_raw, monkeypatch)
-    demo_config_raw["adaptive"] = {"noise": 0.05}
     _engine_stand_in(tmp_path, monkeypatch)
     planned = sessions.plan_sessions(cells)
     (bid,) = sessions.cell_sessions(base, cells)
