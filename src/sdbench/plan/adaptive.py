@@ -56,7 +56,7 @@ from functools import cache, lru_cache
 import numpy as np
 from scipy import optimize, stats
 
-from sdbench.plan import grid
+from sdbench.plan import grid, settings
 
 CONTINUE, SETTLED, PRECISE, BEATEN, FUTILE, CAP = (
     "continue", "settled", "precise", "beaten", "futile", "cap")
@@ -95,7 +95,7 @@ class Rule:
     @classmethod
     def from_config(cls, section: dict | None) -> Rule | None:
         """The config's `adaptive:` section as a rule; None where it is off or absent."""
-        if not section or not section.get("enabled", True):
+        if not settings.adaptive_on(section):
             return None
         return cls(**{"beaten_needs_verdict": True,
                       **{f.name: section[f.name] if f.name == "level_noise"

@@ -363,8 +363,7 @@ def _check_adaptive_instances(source: str, config: dict) -> None:
     instances are measured in sessions of their own that do not see each other's, so each
     would decide on its own share (with the wrong number of looks) and its stops would not
     recheck. (Derived dynamic-K cells are measured without the rule.)"""
-    section = config.get("adaptive")
-    if not section or not section.get("enabled", True):
+    if not settings.adaptive_on(config.get("adaptive")):
         return
     why = ("must be 1 under `adaptive:`: the rule decides each point from the repeats measured "
            "before each look, and repeats on other server instances run in sessions of their "

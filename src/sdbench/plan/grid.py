@@ -26,6 +26,7 @@ from sdbench.plan.settings import (
     SYNTHETIC,
     Engine,
     Speculator,
+    adaptive_on,
     settings,
     thawed,
 )
@@ -171,7 +172,7 @@ def point_prompts(cell: Cell, load: dict) -> int:
 def config_blocks(config: dict) -> int:
     """The adaptive rule's `blocks` where the rule is on, else 1."""
     section = config.get("adaptive") or {}
-    return int(section.get("blocks", 1)) if section and section.get("enabled", True) else 1
+    return int(section.get("blocks", 1)) if adaptive_on(section) else 1
 
 
 def model_dir(config: dict, name: str) -> str:

@@ -247,6 +247,12 @@ class DynamicK:
 ROUNDS = ("round1", "round2", "round3")
 
 
+def adaptive_on(section: Mapping | None) -> bool:
+    """Whether a config's `adaptive:` section turns the rule on (present, not `enabled:
+    false`)."""
+    return bool(section) and bool(section.get("enabled", True))
+
+
 @dataclass(frozen=True)
 class Settings:
     loadgen: Loadgen
