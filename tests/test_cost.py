@@ -159,7 +159,6 @@ def test_the_adaptive_projection_and_a_short_budget_name_what_is_left_out(demo_c
     tally = result["parts"]["round1"]
     at_rates = sum(h for (level, _), h in tally.levels.items() if level == work.RATE)
     at_batches = sum(h for (level, _), h in tally.levels.items() if level == work.BATCH)
-    offline = sum(h for (level, _), h in tally.levels.items() if level is None)
     # the baselines measured before their cells (not interleaved: the offline and Transformers
     # ones here) are measured in full
     first = sum(h for (level, _), h in tally.levels.items() if level == work.BASELINE)
@@ -171,7 +170,7 @@ def test_the_adaptive_projection_and_a_short_budget_name_what_is_left_out(demo_c
     assert float(batches_stopped) <= float(batches)
     sizes = {c for c in config["round1"]["offline"]["batch_sizes"]} | {1}  # (Transformers: 1)
     assert set(cost.batch_shape(tally)[0]) == sizes
-    assert float(fixed) == pytest.approx(offline + first, abs=0.05)
+    assert float(fixed) == pytest.approx(first, abs=0.05)
     assert sum(tally.levels.values()) == pytest.approx(tally.measuring_h)
     budget = lines[-1]
     assert budget.startswith("  budget 0.05 h: the adaptive plan needs ")

@@ -271,7 +271,7 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
         sizes, at_batches = batch_shape(tally) if spec is not None else ((), ())
         if name == "dynamic-K" or not sum(weights) + sum(at_rates) + sum(at_batches):
             # a derived schedule's three cells measure every repeat (their ratios pair them
-            # all), and the rule stops no baseline's offline batch
+            # all), and a part with nothing the rule stops is measured in full
             live, other = live + tally.measuring_h, other + tally.measuring_h
             needs[name] = tally.startup_h + tally.rest_h + tally.measuring_h
             why = ("its cells' ratios pair every repeat" if name == "dynamic-K"

@@ -88,7 +88,7 @@ class SessionWork:
     # its share of measuring_s by level: (closed-loop concurrency, blocks of prompts there),
     # (RATE, requests per second) at an open-loop rate, (BATCH, batch size) of a speculative
     # offline or Transformers cell; (BASELINE, level) a baseline's not interleaved with its
-    # pairs (measured first, in full); (None, 1) elsewhere
+    # pairs (measured first, in full)
     levels: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -116,6 +116,17 @@ def point_seconds(cell: grid.Cell, load: dict, rates: Rates, card: dict | None,
     if ready_check:
         seconds += rates.request_s(cell, prompt, output, 1)
     return seconds + rates.point_overhead_s(cell)
+
+
+def level_key(session: Session, cell: grid.Cell, load: dict) -> tuple:
+    """Where a point's measuring counts in `SessionWork.levels` (see there)."""
+    if cell.is_baseline and not session.interleaved:
+        return BASELINE, load.get("concurrency") or load.get("request_rate")
+    if load["mode"] == "concurrency":
+        return load["concurrency"], grid.point_blocks(cell, load)
+    if load["mode"] == "rate":
+        return RATE, float(load["request_rate"])
+    return BATCH, int(load["concurrency"])  # (an engine cell's baseline: never interleaved)
 
 
 def session_work(session: Session, cells: dict[str, grid.Cell], rates: Rates,
@@ -149,11 +160,7 @@ def session_work(session: Session, cells: dict[str, grid.Cell], rates: Rates,
                                     grid.warm_up_requests(cell, first_of_cell) + wave,
                                     first_of_server)
             measuring += seconds
-            key = ((BASELINE, load.get("concurrency") or load.get("request_rate"))
-                   if cell.is_baseline and not session.interleaved
-                   else (level, grid.point_blocks(cell, load)) if load["mode"] == "concurrency"
-                   else (RATE, float(load["request_rate"])) if load["mode"] == "rate"
-                   else (None, 1) if cell.is_baseline else (BATCH, int(level)))
+            key = level_key(session, cell, load)
             by_level[key] = by_level.get(key, 0.0) + seconds
             seen.add(level)
             served.add(cell_id)
