@@ -84,6 +84,7 @@ def measure_engine(session: Session, runs: list[CellRun], held: slots.Slots, clo
         interval_s = typed.cells.gpu_sample_interval_s
         started = time.time()
         windows: list = []
+        engine: dict = {}  # what the engine resolved: its log, read at its first point
         due = [(index, number) for index, run in enumerate(runs)
                for number in range(len(run.missing))]
         with gpumon.GpuSampler(held.monitor_ids, interval_s) as sampler:
@@ -112,13 +113,14 @@ def measure_engine(session: Session, runs: list[CellRun], held: slots.Slots, clo
                 # the child's window (host monotonic clock) as wall-clock times of this point
                 offset = time.time() - time.perf_counter()
                 start, end = (now(t + offset) for t in metrics["window_perf_counter"])
-                # what the engine resolved (vLLM's offline engine logs as its server does; the
-                # Transformers reference logs none of it)
+                # what the engine resolved (vLLM's offline engine logs as its server does, before
+                # its first point; the Transformers reference logs none of it)
+                if not engine:
+                    engine.update(engine_report.read_log(server_log, log_offset))
                 info = {"command": command, "port": None, "startup_s": None,
                         "log": str(server_log), "gpus": held.gpu_ids,
                         "placement": held.reason, "instance": run.cell.instance_of(repeat),
-                        "session": session.session_id,
-                        "engine": engine_report.read_log(server_log, log_offset)}
+                        "session": session.session_id, "engine": engine}
                 record = run.record(load, repeat, metrics, status, reason, info,
                                     {"engine": run.cell.engine,
                                      "batch_size": load["concurrency"],
