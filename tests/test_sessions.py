@@ -521,3 +521,102 @@ def test_an_offline_child_that_dies_keeps_what_it_measured(
     batches = [lp["concurrency"] for lp in offline.load_points()]
     again = [json.loads(line) for line in calls.read_text().splitlines()]
     assert len(again) == len(batches) - 1  # the first batch size's first repeat was kept
+
+
+def _chained_pair(served_dir, demo_config_raw, monkeypatch):
+    """Round 1 of the demo with two k values of n-gram measured on their own (not
+    interleaved), at three levels, under the rule with `chain`."""
+    round1 = demo_config_raw["round1"]
+    round1.update(workloads=["spec_bench"], concurrency=[1, 2, 4], methods=[
+        {"method": "ngram", "k": [2, 3], "options": {"prompt_lookup_min": 2}}])
+    for extra in ("request_rates", "offline", "transformers"):
+        round1.pop(extra, None)
+    demo_config_raw["dynamic_k"] = []
+    demo_config_raw["loadgen"]["prompts_per_concurrency"] = 16  # (4 blocks of 4 at 1)
+    demo_config_raw["workloads"]["spec_bench"]["num_prompts"] = 48
+    demo_config_raw["adaptive"] = {"noise": 0.05, "coarse": 2, "blocks": 4, "chain": True}
+    config = validate_config(demo_config_raw)
+    monkeypatch.setattr(checks, "check_cell_tools", lambda cell, source=None: None)
+    cells = grid.cells_by_id(config)
+    pairs = [c for c in cells.values() if c.round == "round1" and c.speculator == "ngram"]
+    return config, cells, pairs, cells[pairs[0].baseline_cell_id]
+
+
+def _run_chain(config, cells, base, pairs, stand):
+    """Every stage of the chain in the order the workflow's dependencies allow: the
+    baseline's stage, then its pairs'. Returns the session ids that ran."""
+    planned = sessions.plan_sessions(cells)
+    ran = []
+    for stage in base.used_instances:
+        for cell in (base, *pairs):
+            sid = sessions.session_id(sessions.config_id(cell.server_config), stage, True)
+            for needed in sessions.chain_inputs(cell, stage, cells):
+                assert needed in ran  # (what the workflow makes it wait for)
+            manifest = session.run_session(planned[sid].only([cell.cell_id]), cells, config,
+                                           layout.session_output(sid))
+            assert manifest["not_done"] == {}
+            ran.append(sid)
+    return ran
+
+
+def test_a_chained_baseline_stops_with_its_pairs(served_dir, demo_config_raw, monkeypatch):
+    """Under `adaptive.chain` a baseline and the cells measured on their own against it run in
+    stages (depth by depth of the level tree, repeat by repeat), the baseline's first: a pair
+    decides on its whole point's looks (its stages before it and the baseline's) and races the
+    other k at each repeat's first block, the baseline measures a repeat at a level exactly
+    where a pair measured it, a stage with nothing to measure starts no server, a stage run
+    before the one it reads is not done, and the report's check recomputes every stop."""
+    config, cells, pairs, base = _chained_pair(served_dir, demo_config_raw, monkeypatch)
+    assert base.chain and all(p.chain for p in pairs) and len(pairs) == 2
+    assert base.chain == pairs[0].chain == (0, 1, 0)  # concurrency 2 between the coarse two
+    assert len(base.used_instances) == 2 * base.repeats
+    assert all("-c" in sid for sid in sessions.cell_sessions(base, cells))
+    # a clear gain at 1 (k=3 the best), none at 4
+    stand = Stand(throughput={"ngram k=3": lambda c: 25.0 if c == 1 else 10.0,
+                              "ngram k=2": lambda c: 20.0 if c == 1 else 10.0})
+    use(stand, monkeypatch)
+    # a pair's stage before its baseline's: not done, naming what it waits for
+    first = sessions.session_id(sessions.config_id(pairs[0].server_config), 0, True)
+    early = session.run_session(sessions.plan_sessions(cells)[first], cells, config,
+                                layout.session_output(first))
+    assert f"its baseline cell {base.cell_id}'s stage 0 not done" in early["not_done"][
+        pairs[0].cell_id]
+    assert not stand.events
+    ran = _run_chain(config, cells, base, pairs, stand)
+    records = {c.cell_id: cellmod.assemble(
+        c, [layout.session_output(s) for s in sessions.cell_sessions(c, cells)],
+        layout.cell_output(c.cell_id)) for c in (base, *pairs)}
+    for cell in (base, *pairs):
+        assert len(records[cell.cell_id]) == sum(len(cell.load_repeats(lp))
+                                                 for lp in cell.load_points())
+    measured = {c.cell_id: {(r["concurrency"], r["repeat"]) for r in records[c.cell_id]
+                            if r["status"] == "ok"} for c in (base, *pairs)}
+    blocks = {c: grid.point_blocks(base, {"mode": "concurrency", "concurrency": c})
+              for c in base.concurrency}
+    assert blocks[1] > 1  # (a repeat at 1 is split: a pair can stop after a block)
+    # the baseline measured a whole repeat where some pair measured a block of it, else none
+    wanted = {(c, r - r % blocks[c] + b) for p in pairs for c, r in measured[p.cell_id]
+              for b in range(blocks[c])}
+    assert measured[base.cell_id] == wanted
+    stopped_base = [r for r in records[base.cell_id] if r["status"] == "stopped"]
+    assert stopped_base and {r["loadgen"]["stop"]["reason"] for r in stopped_base} == {
+        "baseline"}
+    # at 1 the two k values race through their first repeat (no rival measured before it),
+    # then k=2 is beaten and k=3 settled, so the baseline's later stages there measure
+    # nothing; the stops count the whole point's looks, not a stage's
+    assert {r for c, r in measured[base.cell_id] if c == 1} == set(range(blocks[1]))
+    stops_at_1 = {p.label.split(" | ")[0]: {
+        r["loadgen"]["stop"]["reason"] for r in records[p.cell_id]
+        if r["status"] == "stopped" and r["concurrency"] == 1} for p in pairs}
+    assert stops_at_1 == {"ngram k=2": {"beaten"}, "ngram k=3": {"settled"}}
+    assert all(r["loadgen"]["stop"]["looks"] == blocks[1] * base.repeats
+               for p in pairs for r in records[p.cell_id]
+               if r["status"] == "stopped" and r["concurrency"] == 1)
+    # one server start per stage that measured something, none for the others
+    busy = {sid for sid in ran if any(
+        p.get("file") for c in sessions.read_manifest(layout.session_output(sid))[
+            "cells"].values() for p in c["points"])}
+    assert [e[0] for e in stand.events].count("launch") == len(busy) < len(ran)
+    frame = aggregate.summarize([layout.cell_output(c.cell_id) for c in (base, *pairs)])
+    checks_ = stops.recheck_frame(frame)
+    assert len(checks_) and checks_["holds"].all(), checks_.to_dict("records")

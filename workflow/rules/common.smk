@@ -108,15 +108,21 @@ def session_cells(wildcards):
 def session_inputs(wildcards):
     """What a session needs: every cell's prompts and models (but the models of a cell this
     host cannot run), and for a duration-bounded speculative cell its baseline's records (their
-    prompt counts), as for one measured on its own under the adaptive rule (its stops)."""
+    prompt counts), as for one measured on its own under the adaptive rule (its stops). A
+    chained cell's stage (`adaptive.chain`) waits instead for the sessions of its chain
+    before it (`sessions.chain_inputs`)."""
     inputs = {}
+    session = SESSIONS[wildcards.session_id]
     for cell in session_cells(wildcards):
         inputs[f"prompts_{cell.cell_id}"] = cell.workload["path"]
         if HOST_PLAN[cell.cell_id]["unsupported_here"]:
             continue  # recorded as unsupported here: its models are never loaded (nor built)
         for role, name in zip(("target", "draft"), grid.cell_models(cell)):
             inputs[f"{role}_{cell.cell_id}"] = model_input(name)
-        if grid.sends_baseline_counts(cell) or adaptive.reads_baseline(config, cell):
+        if cell.chain:
+            for sid in sessions.chain_inputs(cell, session.instance, CELLS):
+                inputs[f"chain_{sid}"] = layout.session_output(sid)
+        elif grid.sends_baseline_counts(cell) or adaptive.reads_baseline(config, cell):
             inputs[f"baseline_{cell.cell_id}"] = layout.cell_output(cell.baseline_cell_id)
     return inputs
 

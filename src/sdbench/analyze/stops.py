@@ -63,7 +63,9 @@ def _recheck(level: pd.DataFrame, row, stop: dict) -> str | None:
     before, metric = stop["before_repeat"], stop.get("metric", "speedup")
     ys = _log_speedups(level[level["cell_id"] == row.cell_id], before, metric)
     pooled = level[level["cell_id"].isin(stop.get("pooled_cells") or [row.cell_id])]
-    ss, df = adaptive.spread(_log_speedups(cell, before, metric)
+    # (a chain's look inside a whole repeat: σ pooled as it stood at the repeat's first block)
+    group_before = stop.get("group_before", before)
+    ss, df = adaptive.spread(_log_speedups(cell, group_before, metric)
                              for _, cell in pooled.groupby("cell_id"))
     rule = adaptive.Rule(**stop["rule"]).at(stop.get("blocks", 1), _closed(row.concurrency))
     sigma, _ = adaptive.pooled_sigma(rule, ss, df)

@@ -24,6 +24,7 @@ import argparse
 import gzip
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
@@ -126,7 +127,11 @@ def alone(cell: grid.Cell, cells: dict[str, grid.Cell] | None = None
           ) -> tuple[list[sessions.Session], dict[str, grid.Cell]]:
     """The sessions that measure `cell` on its own, and the cells they serve: its
     configuration's instances with it alone, or for a cell measured in turn with its baseline,
-    the group's instances with the baseline's cells of its workload."""
+    the group's instances with the baseline's cells of its workload. A chained cell
+    (`adaptive.chain`) is measured alone unchained: its stages read the workflow's sessions of
+    its chain (`--session` runs one of them)."""
+    if cell.chain:
+        cell = replace(cell, chain=())
     if not cell.group or cells is None:
         return list(sessions.standalone(cell).values()), {cell.cell_id: cell}
     lead = cells[cell.group[0]]
@@ -141,6 +146,7 @@ def measure_cell(cell: grid.Cell, config: dict, output: str | Path, *,
     """Measure one cell without Snakemake's sessions (a derived dynamic-K cell's job, the
     command line): its sessions serve it alone, then its records are written."""
     runs, served = alone(cell, cells)
+    cell = served.get(cell.cell_id, cell)  # (a chained cell: as measured, unchained)
     manifests = []
     for session in runs:
         manifest = layout.standalone_session_output(cell.cell_id, session.instance)

@@ -53,7 +53,7 @@ def point_key(cell: grid.Cell, load: dict, repeat: int, facts: dict) -> str:
     fields = {"server_config": cell.server_config,
               "workload": grid.workload_identity(cell.workload),
               "concurrency": load.get("concurrency"), "repeat": repeat,
-              "seed": repeat_seed(cell, repeat), "instance": cell.instance_of(repeat),
+              "seed": repeat_seed(cell, repeat), "instance": cell.instance_of(repeat, load),
               **facts}
     if load["mode"] == "rate":
         fields["load"] = load

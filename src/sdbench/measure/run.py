@@ -256,7 +256,8 @@ class CellRun:
             raise CellError(f"cell {self.cell_id} ({self.cell.label}), {label}: {first}; later "
                             f"points were not attempted (log: {server_log})"
                             + (f"\n{rest}" if rest else ""))
-        self.say(f" {point_line(label, self.cell.instance_of(repeat), status, reason, metrics)}")
+        instance = self.cell.instance_of(repeat, load)
+        self.say(f" {point_line(label, instance, status, reason, metrics)}")
 
     def record_unsupported(self) -> None:
         self.say(f": unsupported here: {self.unsupported}")
@@ -365,7 +366,8 @@ def restart_partial(run: CellRun) -> None:
         if run.partial.exists():
             with contextlib.suppress(ValueError, OSError):
                 others = [r for r in read_jsonl(run.partial)
-                          if cell.instance_of(int(r.get("repeat", 0))) != run.instance]
+                          if cell.instance_of(int(r.get("repeat", 0)), r.get("load"))
+                          != run.instance]
         write_jsonl(run.partial, [*others, *(p["record"] for p in run.points.values())])
 
 

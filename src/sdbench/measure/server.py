@@ -309,7 +309,7 @@ class SessionServer:
                 "startup_s": server.startup_s, "started_at": now(server.started_at),
                 "log": str(self.log_path), "gpus": self.view.gpu_ids,
                 "placement": self.view.reason, "isolation": self.isolation,
-                "instance": cell.instance_of(repeat), "session": self.session.session_id,
+                "instance": cell.instance_of(repeat, load), "session": self.session.session_id,
                 # points this server measured before (any cell's: the server's state)
                 "points_before": self.points, "warm_up": chosen["num_warmups"],
                 "level_warm_up": wave, "engine": self.engine}

@@ -35,7 +35,7 @@ from sdbench.measure import engine_cells, groups, loadgen, profiling, slots, sto
 from sdbench.measure.run import CellError, CellRun, now, prepare, signals_raise, write_error
 from sdbench.measure.server import Clock, SessionServer, checked, fail
 from sdbench.measure.serving import ServerError
-from sdbench.plan import adaptive, checks, grid, hostcaps
+from sdbench.plan import adaptive, checks, grid, hostcaps, sessions
 from sdbench.plan.config import ConfigError
 from sdbench.plan.sessions import Session, config_id, read_manifest, session_points
 from sdbench.plan.settings import settings
@@ -126,6 +126,13 @@ def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
     clock = Clock()
     runs: list[CellRun] = []
     failed: dict[str, str] = {}
+    known: list[dict[str, grid.Cell]] = []
+
+    def everything() -> dict[str, grid.Cell]:
+        """Every cell of the config (a chained stage reads its partners' sessions)."""
+        if not known:
+            known.append(grid.cells_by_id(config))
+        return known[0]
 
     def logs(cell_id: str) -> dict:
         return {"log": layout.SESSION_LOG.format(session_id=session.session_id),
@@ -144,7 +151,10 @@ def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
                         run = prepare(cell, config, session.instance,
                                       session_points(session, cell), log=log,
                                       baseline_records=(baseline_records or {}).get(cell_id))
-                        if run.missing and not run.unsupported:
+                        if run.missing and not run.unsupported and cell.chain:
+                            _chained(run, config, everything(), session.instance)
+                            stopping.settle(run, now())
+                        elif run.missing and not run.unsupported:
                             _alone_under_rule(run, config, baseline_records)
                     except (CellError, ConfigError, OSError, ValueError) as exc:
                         failed[cell_id] = f"{type(exc).__name__}: {exc}"
@@ -243,6 +253,43 @@ def _alone_under_rule(run: CellRun, config: dict,
         return
     run.adaptive = rule.to_dict()
     run.stops = stopping.GroupStops(rule, stopping.RecordedBaseline(path), [run])
+
+
+def _chained(run: CellRun, config: dict, cells: dict[str, grid.Cell], stage: int) -> None:
+    """A chained cell's stage (`grid.Cell.chain`) under the rule: a speculative cell stops
+    against its baseline's stages up to this one, with its own earlier stages' points as its
+    looks so far, in the group of the chained cells paired with that baseline (σ pooled with
+    theirs and the race among its speculator's settings as they stood at the whole repeat's
+    first block: `GroupStops._look`); a baseline measures a whole repeat of this stage only
+    where one of them goes on at its first block (recomputed from their stages before), or
+    where a cell outside the chain needs it (`groups.paired_elsewhere`: it reads the finished
+    records)."""
+    rule = adaptive.cell_rule(config, run.cell)
+    if rule is None:
+        return
+    cell = run.cell
+    mine = stopping.ChainRun(cell, stopping.stage_points(cell, range(stage)), run)
+    if cell.is_baseline:
+        partners = [stopping.ChainRun(c, stopping.stage_points(c, range(stage)))
+                    for c in sessions.chain_partners(cell, cells)]
+        keep = groups.paired_elsewhere(mine, [mine, *partners], cells, config)
+        run.stops = stopping.GroupStops(rule, mine, partners, keep=keep, chained=True)
+    else:
+        base = cells[cell.baseline_cell_id]
+        # its decisions need every stage before it and its baseline's up to this one
+        missing = [f"its baseline cell {base.cell_id}'s stage {s}"
+                   for s in stopping.stages_not_done(base, range(stage + 1))]
+        missing += [f"its own stage {s}" for s in stopping.stages_not_done(cell, range(stage))]
+        if missing:
+            raise CellError(f"cell {cell.cell_id} ({cell.label}), stage {stage} of its chain: "
+                            f"{', '.join(missing)} not done (adaptive.chain: run those "
+                            "sessions first; snakemake runs them in order)")
+        lead = stopping.ChainRun(base, stopping.stage_points(base, range(stage + 1)))
+        # the group: every chained cell paired with that baseline, as of its stages before
+        others = [stopping.ChainRun(c, stopping.stage_points(c, range(stage)))
+                  for c in sessions.chain_partners(base, cells) if c.cell_id != cell.cell_id]
+        run.stops = stopping.GroupStops(rule, lead, [mine, *others], chained=True)
+    run.adaptive = rule.to_dict()
 
 
 def _read_checkpoints(session: Session, cells: dict[str, grid.Cell], config: dict) -> None:

@@ -15,7 +15,14 @@ their repeats stop and their settings race as a level's do.
 
 A speculative cell measured on its own (not interleaved) follows the same rule against its
 baseline cell's finished records (`RecordedBaseline`: with the rule on, its session waits for
-them, `adaptive.reads_baseline`); its baseline is measured in full.
+them, `adaptive.reads_baseline`); its baseline is measured in full. Under `adaptive.chain` such
+cells and their baseline run in stages instead (`grid.Cell.chain`: one session each, depth by
+depth of the level tree, repeat by repeat, the baseline's stage first): a cell's looks are its
+stages' points so far (`ChainRun`), its group the chained cells of its baseline as of their
+stages before, the group's σ and race as they stood at the whole repeat's first block
+(`GroupStops._look`: `group_before` in the stop), and the baseline measures a repeat where one
+of them goes on at its first block (`settle`: a stage with nothing to measure starts no
+server).
 
 A decision before repeat r uses only repeats measured before r (a session measures every level's
 repeat r − 1 before any repeat r): it is the same whenever it is made, so a resumed session
@@ -29,9 +36,13 @@ pooled; the race is among the cells of one speculator (its k values or settings)
 from __future__ import annotations
 
 import math
+from collections import ChainMap
 from pathlib import Path
 
-from sdbench.plan import adaptive, grid
+from sdbench import layout
+from sdbench.measure import points as point_cache
+from sdbench.plan import adaptive, grid, sessions
+from sdbench.plan.hostcaps import UNSUPPORTED
 from sdbench.records import STOPPED, LoadPoint, read_records
 
 
@@ -73,13 +84,61 @@ class RecordedBaseline:
                        for r in read_records(path)}
 
 
+def full_plan(cell: grid.Cell) -> dict[tuple, tuple[dict, int]]:
+    """Every point of a cell, all its repeats (point id -> (load, repeat))."""
+    return {LoadPoint.of_load(load, r).order: (load, r) for load in cell.load_points()
+            for r in cell.load_repeats(load)}
+
+
+def _stage_entry(cell: grid.Cell, stage: int) -> dict | None:
+    """A chained cell's entry in its stage's session manifest (None: not done there)."""
+    sid = sessions.session_id(sessions.config_id(cell.server_config), stage, True)
+    return (sessions.read_manifest(layout.session_output(sid)) or {}).get(
+        "cells", {}).get(cell.cell_id)
+
+
+def stages_not_done(cell: grid.Cell, stages: range) -> list[int]:
+    """The stages of `stages` whose session has not finished the chained cell."""
+    return [stage for stage in stages if _stage_entry(cell, stage) is None]
+
+
+def stage_points(cell: grid.Cell, stages: range) -> dict[tuple, dict]:
+    """What a chained cell's sessions of `stages` kept (their manifests: a measured point's
+    cache file, a stopped or unsupported point's record), by point id."""
+    found = {}
+    for stage in stages:
+        for entry in (_stage_entry(cell, stage) or {}).get("points", []):
+            point = (point_cache.read_point(entry["file"]) if "file" in entry
+                     else {"record": entry["record"]})
+            if point is not None:
+                found[LoadPoint.of_load(entry["load"], entry["repeat"]).order] = point
+    return found
+
+
+class ChainRun:
+    """A chained cell as its stage's rule sees it (`grid.Cell.chain`): every point of the
+    cell planned (its looks are the whole point's), the points of its earlier stages (their
+    sessions' manifests) with, for the cell measured in this session, those measured so far."""
+
+    def __init__(self, cell: grid.Cell, earlier: dict[tuple, dict], run=None):
+        self.cell, self.cell_id, self.run = cell, cell.cell_id, run
+        # a cell this host could not run (its records say so) needs no baseline points
+        self.unsupported = run.unsupported if run is not None else next(
+            (p["record"]["error"] for p in earlier.values()
+             if p["record"]["status"] == UNSUPPORTED), None)
+        self.plan = full_plan(cell)
+        self.points = earlier if run is None else ChainMap(run.points, earlier)
+
+
 class GroupStops:
     """The rule applied to one workload's turns: the baseline's run and its partners' runs."""
 
     def __init__(self, rule: adaptive.Rule, lead, partners: list,
-                 keep: frozenset[tuple] = frozenset()):
-        self.rule, self.lead, self.keep = rule, lead, keep
+                 keep: frozenset[tuple] = frozenset(), chained: bool = False):
+        self.rule, self.lead, self.keep, self.chained = rule, lead, keep, chained
         self.partners = [p for p in partners if not p.unsupported]
+        # a session's run -> how the rule sees it (a chained stage's `ChainRun`)
+        self.views = {id(v.run): v for v in (lead, *partners) if getattr(v, "run", None)}
         self.decided: dict[tuple[str, tuple], dict | None] = {}
         levels = sorted({_level(pid) for p in self.partners for pid in p.plan if pid[0] == "c"})
         tree = (adaptive.level_tree(len(levels), self.rule.coarse) if self.rule.bisect
@@ -158,22 +217,34 @@ class GroupStops:
         return out
 
     def _look(self, run, level: tuple, repeat: int) -> dict | None:
-        """The rule's look before `repeat` at `level` (None: go on)."""
+        """The rule's look before `repeat` at `level` (None: go on). In a chain the group's
+        part of it (σ pooled over the cells, the race among a speculator's settings) is as it
+        stood at the whole repeat's first block: its cells measure a stage one after another,
+        so inside it a cell sees only its own blocks."""
         ys = self._ys(run, level, repeat)
         if not ys:
             return None
-        ss, df = adaptive.spread(self._ys(other, level, repeat) for other in self.partners)
+        start = self._first_block((*level, repeat))[-1] if self.chained else repeat
+        ss, df = adaptive.spread(self._ys(other, level, start) for other in self.partners)
         rule = adaptive.for_cell(self.rule_at(level), run.cell)
         sigma, pooled_df = adaptive.pooled_sigma(rule, ss, df)
         looks = len(self._repeats(run, level))
-        bar, racing = adaptive.race(
-            {other.cell_id: self._ys(other, level, repeat) for other in self.partners
-             if other.cell.speculator == run.cell.speculator},
-            run.cell_id, looks, rule, sigma, pooled_df)
+        rivals = [other for other in self.partners
+                  if other.cell.speculator == run.cell.speculator]
+        bar, racing = adaptive.race({other.cell_id: self._ys(other, level, start)
+                                     for other in rivals},
+                                    run.cell_id, looks, rule, sigma, pooled_df)
+        if self.chained and start == 0:
+            # a chain's first repeat: no rival measured at this level yet, so any that measures
+            # it counts as racing (a settled point goes on until precise)
+            gate = self.gate(level)["cells"]
+            racing = any(other is not run and (gate is None or other.cell_id in gate)
+                         for other in rivals)
         look = adaptive.decide(ys, looks, rule, sigma, pooled_df, bar, racing)
         if look.reason == adaptive.CONTINUE or look.n >= looks:
             return None
         return {**look.to_dict(), "before_repeat": repeat,
+                **({"group_before": start} if start != repeat else {}),
                 "rule": adaptive.for_cell(self.rule, run.cell).to_dict(),
                 "blocks": self.blocks.get(level, 1), "metric": metric_of(level),
                 "bar": bar, "rivals": racing, "pooled_ss": ss, "pooled_df": df,
@@ -183,6 +254,7 @@ class GroupStops:
 
     def stop(self, run, pid: tuple) -> dict | None:
         """Why `run`'s point `pid` is not measured (the look that stopped its level), or None."""
+        run = self.views.get(id(run), run)
         key = (run.cell_id, pid)
         if key not in self.decided:
             self.decided[key] = None
@@ -197,11 +269,34 @@ class GroupStops:
                         self.decided[key] = look
                         break
             elif self.partners and pid not in self.keep:
-                needing = [p for p in self.partners if pid in p.plan]
-                if needing and all(self.stop(p, pid) is not None for p in needing):
-                    self.decided[key] = {"reason": "baseline", "before_repeat": pid[-1],
+                # a chained baseline's stage comes before its pairs' same stage: it measures
+                # a repeat's blocks where a pair goes on at the repeat's first block (their
+                # later decisions need blocks it has not measured)
+                ask = self._first_block(pid) if self.chained else pid
+                needing = [p for p in self.partners if ask in p.plan]
+                if needing and all(self.stop(p, ask) is not None for p in needing):
+                    self.decided[key] = {"reason": "baseline", "before_repeat": ask[-1],
                                          "rule": self.rule.to_dict()}
         return self.decided[key]
+
+    def _first_block(self, pid: tuple) -> tuple:
+        """The first block of the whole repeat `pid` is a block of."""
+        blocks = self.blocks.get(_level(pid), 1)
+        return (*_level(pid), pid[-1] - pid[-1] % blocks)
+
+
+def settle(run, when: str) -> None:
+    """Before a chained stage's server starts: record the stops its rule can decide from the
+    stages before (a baseline's, all of them; a speculative cell's, each level's first point
+    here and, where that one stops, the level's others), so that a stage with nothing left to
+    measure starts no server."""
+    if run.stops is None or not run.cell.chain:
+        return
+    going: set[tuple] = set()
+    for pid in list(run.missing):
+        if _level(pid) not in going and not skipped(run, pid, when) and not run.cell.is_baseline:
+            going.add(_level(pid))
+    run.missing = [pid for pid in run.missing if pid not in run.points]
 
 
 def measuring_order(run, pids: list[tuple]) -> list[tuple]:

@@ -70,18 +70,36 @@ class Cell:
     # a method's real cell whose acceptance sweep (`acceptance_sweep`) runs beside it: its point
     # anchors the sweep's break-even line (`analyze.acceptance.break_even`). Not in the identity
     sweep_anchor: bool = False
+    # under the adaptive rule's `chain` (`chain_cells`): the depth of each of its concurrency
+    # levels (in `concurrency`'s order) in the rule's level tree, and its points are measured
+    # in stages, one session (server start) each: depth by depth, repeat by repeat (all of a
+    # repeat's blocks), each stage after its pair's or baseline's stage before it
+    # (`stage_of`). Empty: not chained. Not in the identity
+    chain: tuple[int, ...] = field(default=())
 
     @property
     def engine(self) -> str:
         return engine_of(self.server_config)
 
-    def instance_of(self, repeat: int) -> int:
-        """The server instance that measures `repeat`."""
+    def stage_of(self, repeat: int, load: dict) -> int:
+        """A chained cell's stage of `repeat` at `load`: depth x repeats + the whole repeat
+        (open-loop rates at depth 0, with the coarse levels)."""
+        depth = (self.chain[self.concurrency.index(load["concurrency"])]
+                 if load["mode"] == "concurrency" else 0)
+        return depth * self.repeats + repeat // point_blocks(self, load)
+
+    def instance_of(self, repeat: int, load: dict | None = None) -> int:
+        """The server instance that measures `repeat` (at `load`: a chained cell's stage,
+        which needs it)."""
+        if self.chain:
+            if load is None:
+                raise ValueError(f"cell {self.cell_id}: a chained cell's instance needs the load")
+            return self.stage_of(repeat, load)
         return repeat % self.instances
 
     def instance_repeats(self, instance: int, load: dict | None = None) -> list[int]:
         """The repeats server instance `instance` measures (at `load`: its blocks)."""
-        return [r for r in self.load_repeats(load) if self.instance_of(r) == instance]
+        return [r for r in self.load_repeats(load) if self.instance_of(r, load) == instance]
 
     def load_repeats(self, load: dict | None = None) -> range:
         """The repeat indices of a point at `load`: `repeats`, each split into the point's
@@ -92,6 +110,8 @@ class Cell:
     def used_instances(self) -> range:
         """The instances that measure something (no more than there are repeats, or blocks
         of prompts where a point has more of them)."""
+        if self.chain:
+            return range((max(self.chain) + 1) * self.repeats)
         most = max((len(self.load_repeats(load)) for load in self.load_points()),
                    default=self.repeats)
         return range(min(self.instances, most))
@@ -125,13 +145,15 @@ class Cell:
         out["concurrency"] = list(self.concurrency)
         out["request_rates"] = list(self.request_rates)
         out["group"] = list(self.group)
+        out["chain"] = list(self.chain)
         return out
 
     @classmethod
     def from_dict(cls, data: dict) -> Cell:
         return cls(**{**data, "concurrency": tuple(data["concurrency"]),
                       "request_rates": tuple(data.get("request_rates", ())),
-                      "group": tuple(data.get("group", ()))})
+                      "group": tuple(data.get("group", ())),
+                      "chain": tuple(data.get("chain", ()))})
 
 
 def repeat_prompts(cell: Cell, load: dict) -> int:
@@ -583,10 +605,71 @@ def all_cells(config: dict) -> list[Cell]:
     member = {cell_id: tuple(ids) for ids in interleave_groups(cells).values()
               for cell_id in ids}
     spread = {cell.cell_id: cell.instances for cell in cells}
-    return [replace(cell, group=member.get(cell.cell_id, ()),
-                    instances=spread[member[cell.cell_id][0]] if cell.cell_id in member
-                    else cell.instances)
+    cells = [replace(cell, group=member.get(cell.cell_id, ()),
+                     instances=spread[member[cell.cell_id][0]] if cell.cell_id in member
+                     else cell.instances)
+             for cell in cells]
+    return chain_cells(config, cells)
+
+
+def chainable(cell: Cell, baseline: Cell) -> bool:
+    """Whether a speculative cell measured on its own can be chained with its baseline: a
+    served cell not interleaved, on one server instance, at its baseline's levels and repeats
+    (so that their stages hold the same points), without loadgen.duration_s."""
+    return (cell.engine == SERVE and baseline.engine == SERVE and not cell.group
+            and not baseline.group and cell.instances == 1 and baseline.instances == 1
+            and (cell.concurrency, cell.request_rates, cell.repeats)
+            == (baseline.concurrency, baseline.request_rates, baseline.repeats)
+            and cell.workload["loadgen"].get("duration_s") is None)
+
+
+def chain_cells(config: dict, cells: list[Cell]) -> list[Cell]:
+    """The cells with their `chain` where the adaptive rule's `chain` is on: every
+    speculative cell measured on its own that `chainable` allows, and the baseline of any
+    such cell. Each level's depth is its depth in the rule's level tree over the cell's sorted
+    levels (`adaptive.level_tree`; all 0 without `bisect`), as `measure.stopping.GroupStops`
+    builds it."""
+    from sdbench.plan import adaptive  # (adaptive reads grid's cells)
+
+    rule = adaptive.Rule.from_config(config.get("adaptive"))
+    if rule is None or not (config.get("adaptive") or {}).get("chain"):
+        return cells
+    by_id = {cell.cell_id: cell for cell in cells}
+    chained = {cell.cell_id for cell in cells
+               if cell.baseline_cell_id in by_id and not cell.is_baseline
+               and chainable(cell, by_id[cell.baseline_cell_id])}
+    chained |= {by_id[c].baseline_cell_id for c in chained}
+
+    def depths(cell: Cell) -> tuple[int, ...]:
+        levels = sorted(cell.concurrency)
+        tree = (adaptive.level_tree(len(levels), rule.coarse) if rule.bisect
+                else {i: (0, None, None) for i in range(len(levels))})
+        return tuple(tree[levels.index(c)][0] for c in cell.concurrency)
+
+    return [replace(cell, chain=depths(cell) or (0,)) if cell.cell_id in chained else cell
             for cell in cells]
+
+
+def level_value(load: dict) -> float:
+    """A load point's level: its concurrency (batch size), or its request rate."""
+    return load["request_rate"] if load["mode"] == "rate" else load["concurrency"]
+
+
+def chain_kept(config: dict, cells: dict[str, Cell]) -> dict[str, set]:
+    """chained baseline id -> the levels at which a cell outside its chain is paired with it
+    (a speculative cell not chained, a derived dynamic-K cell): it reads the baseline's
+    finished records, so the baseline measures every repeat there
+    (`measure.groups.paired_elsewhere`)."""
+    outside = [c for c in cells.values() if c.baseline_cell_id in cells and not c.chain]
+    outside += [replace(dynamic_k_placeholder(config, spec),
+                        baseline_cell_id=dynamic_k_baseline(config, spec))
+                for spec in dynamic_k_specs(config)]
+    kept: dict[str, set] = {}
+    for cell in outside:
+        base = cells.get(cell.baseline_cell_id)
+        if base is not None and base.chain:
+            kept.setdefault(base.cell_id, set()).update(map(level_value, cell.load_points()))
+    return kept
 
 
 def interleave_groups(cells: list[Cell]) -> dict[str, list[str]]:

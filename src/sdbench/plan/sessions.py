@@ -15,6 +15,11 @@ Two exceptions, both planned here:
   the baseline's instances (`grid.all_cells`).
 - **Fresh server per point** (`grid.isolation`: a proposer that keeps state across requests):
   the session starts a server for each of its points; `starts` counts each.
+- **Chained cells** (`adaptive.chain`, `grid.Cell.chain`): a configuration's chained cells are
+  measured in stages, one session each (`<config id>-c<stage>`: depth by depth of the rule's
+  level tree, repeat by repeat), a speculative cell's stage after its baseline's same stage
+  and its own stage before, a baseline's after its chained cells' stage before
+  (`chain_inputs`).
 
 The session id is the lead configuration's id (a short hash of its canonical server config)
 and the instance: `<config id>-i<instance>`.
@@ -36,11 +41,14 @@ def config_id(server_config: dict) -> str:
     return short_hash({"server_config": server_config})
 
 
-def session_id(lead: str, instance: int) -> str:
-    return f"{lead}-i{instance}"
+def session_id(lead: str, instance: int, chained: bool = False) -> str:
+    """`<config id>-i<instance>`, or for a chained cell's stage `<config id>-c<stage>` (a
+    configuration's cells not chained keep sessions of their own, so that none of them waits
+    on a chain that waits on it)."""
+    return f"{lead}-{'c' if chained else 'i'}{instance}"
 
 
-SESSION_ID_PATTERN = "[0-9a-f]{12}-i[0-9]+"
+SESSION_ID_PATTERN = "[0-9a-f]{12}-[ic][0-9]+"
 
 
 @dataclass(frozen=True)
@@ -92,19 +100,19 @@ def lead_configs(cells: dict[str, grid.Cell]) -> dict[str, str]:
 def plan_sessions(cells: dict[str, grid.Cell]) -> dict[str, Session]:
     """session id -> Session, for every configuration instance that measures something."""
     leads = lead_configs(cells)
-    members: dict[tuple[str, int], list[grid.Cell]] = {}
+    members: dict[tuple[str, int, bool], list[grid.Cell]] = {}
     for cell in cells.values():
         own = config_id(cell.server_config)
         for instance in cell.used_instances:
-            members.setdefault((leads[own], instance), []).append(cell)
+            members.setdefault((leads[own], instance, bool(cell.chain)), []).append(cell)
     sessions = {}
-    for (lead, instance), group in members.items():
+    for (lead, instance, chained), group in members.items():
         configs = list(dict.fromkeys(
             [lead] + [config_id(c.server_config) for c in group]))
         # the lead's cells first (a group's baseline measures every instance its partners do)
         ordered = sorted(group, key=lambda c: configs.index(config_id(c.server_config)))
         first = ordered[0]
-        sid = session_id(lead, instance)
+        sid = session_id(lead, instance, chained)
         sessions[sid] = Session(
             sid, lead, instance, tuple(configs), tuple(c.cell_id for c in ordered),
             first.engine, grid.isolation(first.server_config) == grid.FRESH_PER_POINT)
@@ -115,7 +123,31 @@ def cell_sessions(cell: grid.Cell, cells: dict[str, grid.Cell]) -> list[str]:
     """The session ids that measure `cell` (one per instance it uses)."""
     own = config_id(cell.server_config)
     lead = config_id(cells[cell.group[0]].server_config) if cell.group else own
-    return [session_id(lead, i) for i in cell.used_instances]
+    return [session_id(lead, i, bool(cell.chain)) for i in cell.used_instances]
+
+
+def chain_inputs(cell: grid.Cell, stage: int, cells: dict[str, grid.Cell]) -> list[str]:
+    """The sessions a chained cell's stage waits for: a speculative cell's, its baseline's
+    same stage and its own stage before; a baseline's, the stage before of every chained cell
+    paired with it (whose decisions say which of its points it still measures)."""
+    if not cell.chain:
+        return []
+    if cell.is_baseline:
+        return [] if stage == 0 else [
+            session_id(config_id(c.server_config), stage - 1, True) for c in cells.values()
+            if c.baseline_cell_id == cell.cell_id and c.chain]
+    own = [session_id(config_id(cell.server_config), stage - 1, True)] if stage else []
+    return [session_id(config_id(cells[cell.baseline_cell_id].server_config), stage, True),
+            *own]
+
+
+def chain_partners(cell: grid.Cell, cells: dict[str, grid.Cell]) -> list[grid.Cell]:
+    """A chained cell's other side: a speculative cell's baseline, a baseline's chained cells."""
+    if not cell.chain:
+        return []
+    if cell.is_baseline:
+        return [c for c in cells.values() if c.baseline_cell_id == cell.cell_id and c.chain]
+    return [cells[cell.baseline_cell_id]]
 
 
 def session_points(session: Session, cell: grid.Cell) -> list[tuple[dict, int]]:
