@@ -140,10 +140,11 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
     cold = {sessions.config_id(c.server_config) for c in measuring.values()} - set(
         measured.by_config)
     planned = sessions.plan_sessions(measuring)
+    kept = grid.chain_kept(config, cells)
     works = {}
     for session in planned.values():
         work = works[session.session_id] = session_work(session, measuring, model,
-                                                        cold=cold, root=root)
+                                                        cold=cold, root=root, kept=kept)
         part = measuring[session.cells[0]].round
         tallies[part].add(work, gpu=model.device.gpu)
         if session.fresh_per_point:
@@ -281,8 +282,14 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
         # a baseline not interleaved with its pairs is measured first, in full (they stop
         # against its records)
         alone = sum(h for (level, _), h in tally.levels.items() if level == BASELINE)
-        ks = max((len(m.k or (1,)) for m in spec.methods), default=1)
-        ks *= max(len(getattr(spec, "settings", ()) or ()), 1)
+        # settings race inside an interleaved group (the cells of one speculator measured in
+        # turn) and in a chain (as of each repeat's first block: `sweeps.Sweep.chained`); a
+        # cell measured on its own otherwise decides alone
+        chained = not any(m.interleave for m in spec.methods) and bool(
+            (config.get("adaptive") or {}).get("chain"))
+        racing = chained or any(m.interleave for m in spec.methods)
+        ks = max((len(m.k or (1,)) for m in spec.methods), default=1) if racing else 1
+        ks *= max(len(getattr(spec, "settings", ()) or ()), 1) if racing else 1
         levels = tuple(spec.concurrency)
         if len(blocks) < 2:  # (one level: simulated as two alike)
             blocks, weights, levels = blocks * 2, weights * 2, levels * 2
@@ -300,7 +307,7 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
             if sum(at_batches) else 0.0 for bisect in (rule.bisect, not rule.bisect)]
         spent = [fixed + rated + batch + (sum(weights) * sweeps.expected_share(
             rule, ks, len(blocks), repeats, bisect, blocks=blocks, weights=weights,
-            concurrency=levels) if sum(weights) else 0.0)
+            concurrency=levels, chained=chained) if sum(weights) else 0.0)
             for bisect, batch in zip((rule.bisect, not rule.bisect), batched, strict=True)]
         live += spent[0]
         needs[name] = tally.startup_h + tally.rest_h + spent[0]
@@ -309,7 +316,7 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
         lines.append(f"  {name:<10} {ks} setting(s) x {len(blocks)} levels{split} x {repeats} "
                      f"repeats: full {tally.measuring_h:.1f} h, adaptive {spent[0]:.1f} h "
                      f"({spent[0] / tally.measuring_h:.0%}; {fixed:.1f} h measured in full"
-                     + (f", {alone:.1f} h of it baselines not interleaved" if alone else "")
+                     + (f", {alone:.1f} h of it baselines measured first" if alone else "")
                      + (f"; open-loop rates {sum(at_rates):.1f} h -> {rated:.1f} h"
                         if at_rates else "")
                      + (f"; offline and Transformers batches {sum(at_batches):.1f} h -> "
@@ -324,11 +331,14 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
                  "share of the measuring as this plan projects it; open-loop rates stop on "
                  "the TPOT speedup at the general prior, each rate measured; the dynamic-K "
                  "cells measured in full; a baseline's repeats stop with its pairs "
-                 "where they are interleaved (interleave: true); a cell measured on its own "
+                 "where they are interleaved (interleave: true) or chained (adaptive.chain: "
+                 "counted as stopping with them, though a chained baseline measures a "
+                 "repeat's blocks all or none); a cell measured on its own otherwise "
                  "stops against its baseline's records, which are measured first and in full "
-                 "(counted in full: 'baselines not interleaved'); a speculative offline or "
-                 "Transformers cell stops on its own (no race), its batch sizes bisected as "
-                 "levels")
+                 "(counted in full: 'baselines measured first'; so is a chained baseline at "
+                 "the levels a cell outside its chain, e.g. a derived dynamic-K cell, reads); "
+                 "a speculative offline or Transformers cell stops on its own (no race), its "
+                 "batch sizes bisected as levels")
     budget = (config.get("plan") or {}).get("budget_gpu_hours")
     if budget is not None:
         order = (config.get("plan") or {}).get("leave_out_first") or [

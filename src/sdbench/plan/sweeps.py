@@ -24,6 +24,9 @@ best k differs between its two neighbours (`adaptive.level_decisions`), by the k
 either neighbour (`adaptive.level_contenders`), the same functions the workflow calls. Both
 pick a best k at every level: the highest mean where measured, else the highest of each k's
 mean interpolated (linearly in log concurrency) between the nearest levels that measured it.
+A `chained` sweep is measured as the workflow's chained cells are (`adaptive.chain`): a whole
+repeat's blocks on one server instance, and inside a repeat each k's look sees the group's σ
+and race as they stood at the repeat's first block (every k racing through the first repeat).
 
 `python -m sdbench.plan.sweeps` runs the full table under the rule of a config's `adaptive:`
 section (`--config`, config/config.yaml by default: the rule the real study runs; each row
@@ -75,9 +78,21 @@ class Sweep:
     # per level: the rule's prior σ there ÷ `sigma` × `prior_scale` where it is not `scales`
     # (a level whose true noise the prior misjudges)
     prior_levels: tuple[float, ...] = ()
+    # measured in a chain (`adaptive.chain`: each k's cell on its own servers, in stages, a
+    # whole repeat's blocks on one server instance): inside a repeat a k's look sees the
+    # group (σ pooled over the k values, the race among them) as it stood at the repeat's
+    # first block, since the k values measure a stage one after another
+    chained: bool = False
 
     def block(self, i: int) -> int:
         return self.blocks[i] if self.blocks else 1
+
+    def instances(self, i: int, looks: int) -> np.ndarray:
+        """The server instance of each of `looks` looks at level i: look j on instance j mod
+        repeats, or in a chain a whole repeat's blocks on one (its stage's)."""
+        j = np.arange(looks)
+        return np.minimum(j // self.block(i), self.repeats - 1) if self.chained else (
+            j % self.repeats)
 
     def scale(self, i: int) -> float:
         return self.scales[i] if self.scales else 1.0
@@ -116,6 +131,8 @@ class Sweep:
             shape += f", σ at concurrency 1 × {self.scales[0]:g}"
         if self.prior_levels:
             shape += f" (its prior × {self.prior_levels[0]:g})"
+        if self.chained:
+            shape += "; chained (the group as of each repeat's first block)"
         return (f"instance noise {self.instance_noise:.0%}, measurement noise "
                 f"{self.measurement_noise:.0%}, prior σ × {self.prior_scale:g}{shape}")
 
@@ -134,9 +151,9 @@ def draws(sweep: Sweep, mu: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     and run) is `scale(i)` times the sweep's."""
     most = max(sweep.looks(i) for i in range(sweep.levels))
     shape = (sweep.ks, sweep.levels, most)
-    on = np.arange(most) % sweep.repeats
-    spec = rng.normal(0, sweep.instance_noise, (sweep.ks, 1, sweep.repeats))[:, :, on]
-    base = rng.normal(0, sweep.instance_noise, (1, 1, sweep.repeats))[:, :, on]
+    on = np.stack([sweep.instances(i, most) for i in range(sweep.levels)])  # levels x looks
+    spec = rng.normal(0, sweep.instance_noise, (sweep.ks, sweep.repeats))[:, on]
+    base = rng.normal(0, sweep.instance_noise, (1, sweep.repeats))[:, on]
     block = np.sqrt([sweep.block(i) for i in range(sweep.levels)])[None, :, None]
     level = np.array([sweep.scale(i) for i in range(sweep.levels)])[None, :, None]
     runs = (rng.normal(0, sweep.measurement_noise, shape) - rng.normal(
@@ -153,6 +170,8 @@ def repeat_means(sweep: Sweep, y: np.ndarray, i: int) -> np.ndarray:
     adaptive design splits a repeat into blocks, the mean of the blocks run on one instance
     (look j on instance j mod repeats), a repeat of all the prompts there."""
     at = y[:, i, :sweep.looks(i)]
+    if sweep.chained:  # (a chain's stage: repeat r's blocks are looks r·b … r·b + b − 1)
+        return at.reshape(sweep.ks, sweep.repeats, sweep.block(i)).mean(2)
     return at.reshape(sweep.ks, sweep.block(i), sweep.repeats).mean(1)
 
 
@@ -183,7 +202,9 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
                     bisect: bool = True) -> dict:
     """The adaptive design on the full design's draws (it measures a subset of them), as the
     workflow's interleaved groups measure (`sdbench.measure.stopping`); without `bisect` (the
-    rule's `bisect: false`), every level with every k."""
+    rule's `bisect: false`), every level with every k; a `chained` sweep as the workflow's
+    chained cells (`GroupStops._look`: the group's σ and race as of each whole repeat's first
+    block)."""
     ys: dict[tuple[int, int], list[float]] = {}
     last: dict[tuple[int, int], adaptive.Look] = {}
 
@@ -194,16 +215,27 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
         return (at, *adaptive.pooled_sigma(at, *adaptive.spread(
             v for (_, j), v in ys.items() if j == i)))
 
+    def group(i: int, active: list[int], looks: int) -> tuple:
+        """Level i's σ and each active k's place in the race, from the looks so far."""
+        here = {k: list(ys[(k, i)]) for k in range(sweep.ks) if (k, i) in ys}
+        at, sigma, df = level_sigma(i)
+        return at, sigma, df, {k: adaptive.race(here, k, looks, at, sigma, df) for k in active}
+
     def run_level(i: int, ks: list[int]) -> None:
         active, looks = list(ks), sweep.looks(i)
+        state = group(i, active, looks)  # (before any look: the prior, no race)
+        if sweep.chained and len(active) > 1:
+            # a chain's first repeat: no rival has been seen yet, so each counts as racing
+            state = (*state[:3], {k: (None, True) for k in active})
         for n in range(looks):
             for k in active:
                 ys.setdefault((k, i), []).append(float(y[k, i, n]))
-            here = {k: ys[(k, i)] for k in range(sweep.ks) if (k, i) in ys}
-            at, sigma, df = level_sigma(i)
+            if not sweep.chained or (n + 1) % sweep.block(i) == 0:
+                state = group(i, active, looks)
+            at, sigma, df, places = state
             keep = []
             for k in active:
-                bar, rivals = adaptive.race(here, k, looks, at, sigma, df)
+                bar, rivals = places.get(k, (None, False))
                 look = adaptive.decide(ys[(k, i)], looks, at, sigma, df, bar, rivals)
                 last[(k, i)] = look
                 if look.reason == adaptive.CONTINUE:
@@ -302,7 +334,10 @@ SWEEPS = [Sweep(i, m, prior_scale=p) for i, m in ((0.0, 0.02), (0.0, 0.1), (0.05
     # ... with concurrency 1's own prior (`adaptive.level_noise`), right and misjudged
     Sweep(i, m, weights=WEIGHTS, blocks=b, scales=QUIET) for i, m in ((0.0, 0.02), (0.05, 0.1))
     for b in ((), BLOCKED)] + [
-    Sweep(0.0, 0.02, weights=WEIGHTS, scales=MISJUDGED, prior_levels=QUIET)]
+    Sweep(0.0, 0.02, weights=WEIGHTS, scales=MISJUDGED, prior_levels=QUIET)] + [
+    # ... measured in a chain (`adaptive.chain`: cells not interleaved, as config/config.yaml's)
+    Sweep(i, m, weights=WEIGHTS, blocks=b, scales=QUIET, chained=True)
+    for i, m in ((0.0, 0.02), (0.05, 0.1)) for b in ((), BLOCKED)]
 
 
 def table(sweeps: int, rule: adaptive.Rule | None = None) -> pd.DataFrame:
@@ -315,15 +350,16 @@ def table(sweeps: int, rule: adaptive.Rule | None = None) -> pd.DataFrame:
 def expected_share(rule: adaptive.Rule, ks: int, levels: int, repeats: int,
                    bisect: bool, sweeps: int = 40, blocks: tuple[int, ...] = (),
                    weights: tuple[float, ...] = (),
-                   concurrency: tuple[int, ...] = ()) -> float:
+                   concurrency: tuple[int, ...] = (), chained: bool = False) -> float:
     """The expected share of a sweep's measuring the adaptive design spends (point-repeats,
     each level's weighted by `weights`: what a whole repeat costs there), at the rule's prior
     noise at each level's `concurrency` (taken as the truth: all run noise, no instance
-    offsets), with each level's repeats split into its `blocks`."""
+    offsets), with each level's repeats split into its `blocks`; `chained`: measured in a
+    chain (`Sweep.chained`)."""
     scales = tuple(rule.noise_at(c) / rule.noise for c in concurrency)
     sweep = Sweep(0.0, rule.noise / math.sqrt(2), ks=max(ks, 1), levels=max(levels, 2),
                   repeats=max(repeats, 1), blocks=tuple(blocks), weights=tuple(weights),
-                  scales=scales if set(scales) - {1.0} else ())
+                  scales=scales if set(scales) - {1.0} else (), chained=chained)
     return run(sweep, rule, sweeps, seed=0, bisect=bisect)["cost"]
 
 
@@ -357,7 +393,11 @@ def write_table(frame: pd.DataFrame, path: Path, sweeps: int, rule: adaptive.Rul
         "- **stops**: why the adaptive design's points stopped (share of its points);",
         "- **σ at concurrency 1 × x**: a repeat there is x times as noisy as at the other "
         "levels, and the rule's prior there says so (`adaptive.level_noise`); \"(its prior × "
-        "y)\": the prior there says y, less than the truth.",
+        "y)\": the prior there says y, less than the truth;",
+        "- **chained**: the k values measured in a chain (`adaptive.chain`, as "
+        "config/config.yaml's cells, which are not interleaved): a whole repeat's blocks on "
+        "one server instance, inside a repeat a k's look sees the group's σ and race as they "
+        "stood at the repeat's first block, and every k races through its first repeat.",
         "",
         "| noise | levels | coverage | same verdict | best k within 2 % (adaptive / full) | "
         "point-repeats | points measured | stops: settled / precise / beaten / futile / cap |",

@@ -28,8 +28,9 @@ from sdbench.plan.sessions import Session, config_id, session_points
 
 # the first item of an open-loop rate's key in `SessionWork.levels`, of a speculative offline
 # or Transformers cell's batch size (the adaptive rule stops those), and of any point of a
-# baseline cell that is not interleaved with its pairs: measured before them (they read its
-# records), it is measured in full whatever the rule
+# baseline cell that is neither interleaved with its pairs nor chained with them (or chained,
+# at a level a cell outside its chain reads): measured before them (they read its records),
+# it is measured in full whatever the rule
 RATE, BATCH, BASELINE = "rate", "batch", "baseline"
 # a request bounded only by the server's context, where the server sets none
 UNBOUNDED_REQUEST_TOKENS = 32768
@@ -87,8 +88,8 @@ class SessionWork:
     gpus: int
     # its share of measuring_s by level: (closed-loop concurrency, blocks of prompts there),
     # (RATE, requests per second) at an open-loop rate, (BATCH, batch size) of a speculative
-    # offline or Transformers cell; (BASELINE, level) a baseline's not interleaved with its
-    # pairs (measured first, in full)
+    # offline or Transformers cell; (BASELINE, level) a baseline's measured in full (neither
+    # interleaved nor chained with its pairs, `level_key`)
     levels: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -118,10 +119,13 @@ def point_seconds(cell: grid.Cell, load: dict, rates: Rates, card: dict | None,
     return seconds + rates.point_overhead_s(cell)
 
 
-def level_key(session: Session, cell: grid.Cell, load: dict) -> tuple:
-    """Where a point's measuring counts in `SessionWork.levels` (see there)."""
-    if cell.is_baseline and not session.interleaved:
-        return BASELINE, load.get("concurrency") or load.get("request_rate")
+def level_key(session: Session, cell: grid.Cell, load: dict,
+              kept: dict[str, set] | None = None) -> tuple:
+    """Where a point's measuring counts in `SessionWork.levels` (see there). `kept`: chained
+    baselines' levels measured in full (`grid.chain_kept`)."""
+    if cell.is_baseline and not session.interleaved and (
+            not cell.chain or grid.level_value(load) in (kept or {}).get(cell.cell_id, ())):
+        return BASELINE, grid.level_value(load)
     if load["mode"] == "concurrency":
         return load["concurrency"], grid.point_blocks(cell, load)
     if load["mode"] == "rate":
@@ -131,7 +135,8 @@ def level_key(session: Session, cell: grid.Cell, load: dict) -> tuple:
 
 def session_work(session: Session, cells: dict[str, grid.Cell], rates: Rates,
                  cards: dict[str, dict | None] | None = None,
-                 cold: set[str] | None = None, root: str | Path = ".") -> SessionWork:
+                 cold: set[str] | None = None, root: str | Path = ".",
+                 kept: dict[str, set] | None = None) -> SessionWork:
     """The session's start-ups, measuring and rest at `rates`. `cards`: cell id -> its prompt
     set's data card (read under `root` where built, when not given); `cold`: config ids whose
     first start on this host this is (their compile caches are cold); the set is updated."""
@@ -160,7 +165,7 @@ def session_work(session: Session, cells: dict[str, grid.Cell], rates: Rates,
                                     grid.warm_up_requests(cell, first_of_cell) + wave,
                                     first_of_server)
             measuring += seconds
-            key = level_key(session, cell, load)
+            key = level_key(session, cell, load, kept)
             by_level[key] = by_level.get(key, 0.0) + seconds
             seen.add(level)
             served.add(cell_id)
