@@ -322,12 +322,9 @@ def separable(difference: float, n: int, looks: int, rule: Rule, sigma: float,
     return verdict_chance(difference, n, looks, rule, sigma * math.sqrt(2), df) >= rule.futility
 
 
-def coarse_levels(count: int, coarse: int = 3) -> list[int]:
-    """Indices of the `coarse` levels of `count` a sweep measures first: the lowest, the
-    highest, and the rest evenly spaced (by index) between them."""
-    if count <= coarse:
-        return list(range(count))
-    return sorted({int(math.floor(i * (count - 1) / (coarse - 1) + 0.5)) for i in range(coarse)})
+# the level grid and tree live with the cells' levels (`grid`): the workflow's sessions and
+# their plan both read them
+coarse_levels, level_tree = grid.coarse_levels, grid.level_tree
 
 
 def bisect(measured: dict[int, tuple]) -> list[int]:
@@ -336,23 +333,6 @@ def bisect(measured: dict[int, tuple]) -> list[int]:
     order = sorted(measured)
     return [(a + b) // 2 for a, b in zip(order, order[1:], strict=False)
             if b - a > 1 and measured[a] != measured[b]]
-
-
-def level_tree(count: int, coarse: int = 3) -> dict[int, tuple[int, int | None, int | None]]:
-    """Every level index of `count` -> (its depth, the lower and upper level that decide
-    whether it is measured): the coarse levels depth 0 (measured, no neighbours), then each
-    level `bisect` would add between two neighbours one deeper than the deeper of them. A
-    level is measured iff both its neighbours are and their decisions differ."""
-    tree: dict[int, tuple[int, int | None, int | None]] = {
-        i: (0, None, None) for i in coarse_levels(count, coarse)}
-    pairs = [(a, b, 1) for a, b in zip(sorted(tree), sorted(tree)[1:], strict=False)]
-    while pairs:
-        a, b, depth = pairs.pop()
-        if b - a > 1:
-            mid = (a + b) // 2
-            tree[mid] = (depth, a, b)
-            pairs += [(a, mid, depth + 1), (mid, b, depth + 1)]
-    return tree
 
 
 def level_decisions(cells: dict, rule: Rule) -> dict:

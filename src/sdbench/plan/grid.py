@@ -9,6 +9,7 @@ target, server arguments and workload, without speculation.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -627,13 +628,12 @@ def chain_cells(config: dict, cells: list[Cell]) -> list[Cell]:
     """The cells with their `chain` where the adaptive rule's `chain` is on: every
     speculative cell measured on its own that `chainable` allows, and the baseline of any
     such cell. Each level's depth is its depth in the rule's level tree over the cell's sorted
-    levels (`adaptive.level_tree`; all 0 without `bisect`), as `measure.stopping.GroupStops`
-    builds it."""
-    from sdbench.plan import adaptive  # (adaptive reads grid's cells)
-
-    rule = adaptive.Rule.from_config(config.get("adaptive"))
-    if rule is None or not (config.get("adaptive") or {}).get("chain"):
+    levels (`level_tree`; all 0 without `bisect`), as `measure.stopping.GroupStops` builds
+    it."""
+    section = config.get("adaptive") or {}
+    if not adaptive_on(section) or not section.get("chain"):
         return cells
+    coarse, bisect = int(section.get("coarse", 3)), bool(section.get("bisect", True))
     by_id = {cell.cell_id: cell for cell in cells}
     chained = {cell.cell_id for cell in cells
                if cell.baseline_cell_id in by_id and not cell.is_baseline
@@ -642,12 +642,37 @@ def chain_cells(config: dict, cells: list[Cell]) -> list[Cell]:
 
     def depths(cell: Cell) -> tuple[int, ...]:
         levels = sorted(cell.concurrency)
-        tree = (adaptive.level_tree(len(levels), rule.coarse) if rule.bisect
+        tree = (level_tree(len(levels), coarse) if bisect
                 else {i: (0, None, None) for i in range(len(levels))})
         return tuple(tree[levels.index(c)][0] for c in cell.concurrency)
 
     return [replace(cell, chain=depths(cell) or (0,)) if cell.cell_id in chained else cell
             for cell in cells]
+
+
+def coarse_levels(count: int, coarse: int = 3) -> list[int]:
+    """Indices of the `coarse` levels of `count` a sweep measures first: the lowest, the
+    highest, and the rest evenly spaced (by index) between them."""
+    if count <= coarse:
+        return list(range(count))
+    return sorted({int(math.floor(i * (count - 1) / (coarse - 1) + 0.5)) for i in range(coarse)})
+
+
+def level_tree(count: int, coarse: int = 3) -> dict[int, tuple[int, int | None, int | None]]:
+    """Every level index of `count` -> (its depth, the lower and upper level that decide
+    whether it is measured): the coarse levels depth 0 (measured, no neighbours), then each
+    level `bisect` would add between two neighbours one deeper than the deeper of them. A
+    level is measured iff both its neighbours are and their decisions differ."""
+    tree: dict[int, tuple[int, int | None, int | None]] = {
+        i: (0, None, None) for i in coarse_levels(count, coarse)}
+    pairs = [(a, b, 1) for a, b in zip(sorted(tree), sorted(tree)[1:], strict=False)]
+    while pairs:
+        a, b, depth = pairs.pop()
+        if b - a > 1:
+            mid = (a + b) // 2
+            tree[mid] = (depth, a, b)
+            pairs += [(a, mid, depth + 1), (mid, b, depth + 1)]
+    return tree
 
 
 def level_value(load: dict) -> float:
