@@ -24,19 +24,22 @@ def real():
 def test_the_real_study_starts_each_configuration_instance_once(real, tmp_path):
     result = cost.plan_cost(real, "h100", tmp_path)
     cells = grid.cells_by_id(real)
-    instances = {(sessions.config_id(c.server_config), i) for c in cells.values()
-                 for i in c.used_instances}
+    instances = {(sessions.config_id(c.server_config), i, bool(c.chain))
+                 for c in cells.values() for i in c.used_instances}
     # a derived dynamic-K schedule: three cells (static k, constant and derived schedule)
     derived = 3 * sum(spec["instances"] for spec in grid.dynamic_k_specs(real))
     total = result["total"]
-    # one instance per round configuration under the adaptive rule; the derived dynamic-K
-    # cells take turns on their own 3
-    assert total.starts == len(instances) + derived == 212
+    # one instance per round configuration under the adaptive rule, its chained cells in
+    # stages (adaptive.chain: depth by depth of the level tree, repeat by repeat: 4 x 3 at
+    # round 1's and 3's six levels, 3 x 3 at round 2's four); the derived dynamic-K cells
+    # take turns on their own 3
+    assert {len(c.used_instances) for c in cells.values() if c.chain} == {12, 9}
+    assert total.starts == len(instances) + derived == 944
     assert {spec["instances"] for spec in grid.dynamic_k_specs(real)} == {3}
     assert total.starts_without == sum(len(c.used_instances) for c in cells.values()) + derived
     assert total.exceptions == []
     # sessions cut start-ups (and the rest), not measuring
-    assert total.startup_h < total.startup_without_h / 4  # (4.4x: 212 starts, not 884)
+    assert total.startup_h < total.startup_without_h / 4  # (944 starts, not 7,618)
     assert total.rest_h < total.rest_without_h
     assert 0 < total.startup_h < total.measuring_h
     text = cost.format_plan(result, "config/config.yaml")
@@ -149,7 +152,7 @@ def test_the_adaptive_projection_and_a_short_budget_name_what_is_left_out(demo_c
     round1 = next(line for line in lines if line.strip().startswith("round1"))
     share, fixed, alone, rated, stopped, batches, batches_stopped = re.search(
         r"adaptive [\d.]+ h \((\d+)%; ([\d.]+) h measured in full, ([\d.]+) h of it "
-        r"baselines not interleaved; open-loop rates "
+        r"baselines measured first; open-loop rates "
         r"([\d.]+) h -> ([\d.]+) h; offline and Transformers batches ([\d.]+) h -> "
         r"([\d.]+) h\)", round1).groups()
     assert 0 < int(share) < 100
