@@ -168,3 +168,34 @@ def test_sessions_start_longest_chain_first(config, tmp_path, monkeypatch):
     others = sorted((s for s in planned if s not in waiting), key=own.get)
     assert [priorities[s] for s in others] == sorted(priorities[s] for s in others)
     assert own[others[-1]] > own[others[0]]
+
+
+def test_a_chains_first_stage_starts_before_shorter_sessions(demo_config_raw, tmp_path,
+                                                              monkeypatch):
+    """Under `adaptive.chain` a stage's priority is its own seconds plus the longest of what
+    waits on it (the chain's later stages): the baseline's first stage, the head of the
+    longest chain, comes first, and every stage outranks the stages that wait on it."""
+    from sdbench.plan import rates
+    from sdbench.plan.config import validate_config
+
+    monkeypatch.chdir(tmp_path)
+    demo_config_raw["round1"]["methods"] = [{"method": "ngram", "k": [2, 3]}]
+    demo_config_raw["dynamic_k"] = []
+    demo_config_raw["adaptive"] = {"noise": 0.05, "chain": True}
+    config = validate_config(demo_config_raw)
+    cells = grid.cells_by_id(config)
+    planned = sessions.plan_sessions(cells)
+    priorities, _ = runtimes.job_priorities(config, planned, cells, "cpu-avx2")
+    model = rates.CalibratedRates(config, rates.DEVICES["cpu-avx2"])
+    own = {sid: work.session_work(s, cells, model).total_s for sid, s in planned.items()}
+    chained = {sid: s for sid, s in planned.items() if "-c" in sid}
+    assert chained
+    for sid, session in chained.items():
+        for cell_id in session.cells:
+            for needed in sessions.chain_inputs(cells[cell_id], session.instance, cells):
+                assert priorities[needed] >= priorities[sid] + round(own[needed]) - 1
+    heads = [sid for sid in chained if chained[sid].instance == 0
+             and cells[chained[sid].cells[0]].is_baseline]
+    assert heads and max(priorities, key=priorities.get) in heads
+    assert priorities[heads[0]] > sum(own[s] for s in planned if s.startswith(
+        heads[0].split("-")[0])) - 1  # (at least its own stages, one after another)

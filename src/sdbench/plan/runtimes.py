@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 
 from sdbench.plan import grid, rates
-from sdbench.plan.sessions import Session, standalone
+from sdbench.plan.sessions import Session, chain_inputs, standalone
 from sdbench.plan.settings import settings
 from sdbench.plan.work import session_work
 
@@ -83,10 +83,12 @@ def job_priorities(config: dict, planned: dict[str, Session], cells: dict[str, g
                   device: str, root: str | Path = ".") -> tuple[dict[str, int], dict[tuple, int]]:
     """Snakemake's `priority` of the measuring jobs: (session id -> the estimated seconds, at
     `device`'s calibrated rates (`sdbench.plan.rates`), of the longest chain of work that waits
-    on it, i.e. the session itself plus the derived dynamic-K cells whose schedules read its
-    cells; (target, workload, speculator) -> a derived dynamic-K cell's own seconds). Where
-    several jobs run at once (GPUs or CPU cell slots), the longest chains start first and the
-    run does not end on one long job started late (longest-processing-time first)."""
+    on it, i.e. the session itself plus the longest of what waits on it: the later stages of
+    a chain (`adaptive.chain`: the sessions whose `sessions.chain_inputs` name it, and so on)
+    and the derived dynamic-K cells whose schedules read its cells; (target, workload,
+    speculator) -> a derived dynamic-K cell's own seconds). Where several jobs run at once
+    (GPUs or CPU cell slots), the longest chains start first and the run does not end on one
+    long job started late (longest-processing-time first)."""
     model = rates.CalibratedRates(config, rates.DEVICES[device], root)
     own = {sid: session_work(s, cells, model, root=root).total_s
            for sid, s in planned.items()}
@@ -101,4 +103,17 @@ def job_priorities(config: dict, planned: dict[str, Session], cells: dict[str, g
         for sid, session in planned.items():
             if feeding & set(session.cells):
                 after[sid] = max(after.get(sid, 0.0), seconds)
-    return {sid: round(own[sid] + after.get(sid, 0.0)) for sid in planned}, derived
+    waiting: dict[str, set[str]] = {}  # session -> the chained sessions that wait on it
+    for sid, session in planned.items():
+        for cell_id in session.cells:
+            for needed in chain_inputs(cells[cell_id], session.instance, cells):
+                waiting.setdefault(needed, set()).add(sid)
+    longest: dict[str, float] = {}
+
+    def path(sid: str) -> float:
+        if sid not in longest:
+            longest[sid] = own[sid] + max([after.get(sid, 0.0)] + [
+                path(other) for other in waiting.get(sid, ()) if other in planned])
+        return longest[sid]
+
+    return {sid: round(path(sid)) for sid in planned}, derived
