@@ -25,6 +25,7 @@ and one point on it: sdbench.measure.server.
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -126,13 +127,8 @@ def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
     clock = Clock()
     runs: list[CellRun] = []
     failed: dict[str, str] = {}
-    known: list[dict[str, grid.Cell]] = []
-
-    def everything() -> dict[str, grid.Cell]:
-        """Every cell of the config (a chained stage reads its partners' sessions)."""
-        if not known:
-            known.append(grid.cells_by_id(config))
-        return known[0]
+    # every cell of the config, once (a chained stage reads its partners' sessions)
+    everything = functools.cache(lambda: grid.cells_by_id(config))
 
     def logs(cell_id: str) -> dict:
         return {"log": layout.SESSION_LOG.format(session_id=session.session_id),
@@ -268,25 +264,26 @@ def _chained(run: CellRun, config: dict, cells: dict[str, grid.Cell], stage: int
     if rule is None:
         return
     cell = run.cell
-    mine = stopping.ChainRun(cell, stopping.stage_points(cell, range(stage)), run)
+    earlier, own_missing = stopping.stage_points(cell, range(stage))
+    mine = stopping.ChainRun(cell, earlier, run)
     if cell.is_baseline:
-        partners = [stopping.ChainRun(c, stopping.stage_points(c, range(stage)))
+        partners = [stopping.ChainRun(c, stopping.stage_points(c, range(stage))[0])
                     for c in sessions.chain_partners(cell, cells)]
         keep = groups.paired_elsewhere(mine, [mine, *partners], cells, config)
         run.stops = stopping.GroupStops(rule, mine, partners, keep=keep, chained=True)
     else:
         base = cells[cell.baseline_cell_id]
         # its decisions need every stage before it and its baseline's up to this one
-        missing = [f"its baseline cell {base.cell_id}'s stage {s}"
-                   for s in stopping.stages_not_done(base, range(stage + 1))]
-        missing += [f"its own stage {s}" for s in stopping.stages_not_done(cell, range(stage))]
+        found, base_missing = stopping.stage_points(base, range(stage + 1))
+        missing = ([f"its baseline cell {base.cell_id}'s stage {s}" for s in base_missing]
+                   + [f"its own stage {s}" for s in own_missing])
         if missing:
             raise CellError(f"cell {cell.cell_id} ({cell.label}), stage {stage} of its chain: "
                             f"{', '.join(missing)} not done (adaptive.chain: run those "
                             "sessions first; snakemake runs them in order)")
-        lead = stopping.ChainRun(base, stopping.stage_points(base, range(stage + 1)))
+        lead = stopping.ChainRun(base, found)
         # the group: every chained cell paired with that baseline, as of its stages before
-        others = [stopping.ChainRun(c, stopping.stage_points(c, range(stage)))
+        others = [stopping.ChainRun(c, stopping.stage_points(c, range(stage))[0])
                   for c in sessions.chain_partners(base, cells) if c.cell_id != cell.cell_id]
         run.stops = stopping.GroupStops(rule, lead, [mine, *others], chained=True)
     run.adaptive = rule.to_dict()

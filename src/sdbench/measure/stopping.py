@@ -90,29 +90,24 @@ def full_plan(cell: grid.Cell) -> dict[tuple, tuple[dict, int]]:
             for r in cell.load_repeats(load)}
 
 
-def _stage_entry(cell: grid.Cell, stage: int) -> dict | None:
-    """A chained cell's entry in its stage's session manifest (None: not done there)."""
-    sid = sessions.session_id(sessions.config_id(cell.server_config), stage, True)
-    return (sessions.read_manifest(layout.session_output(sid)) or {}).get(
-        "cells", {}).get(cell.cell_id)
-
-
-def stages_not_done(cell: grid.Cell, stages: range) -> list[int]:
-    """The stages of `stages` whose session has not finished the chained cell."""
-    return [stage for stage in stages if _stage_entry(cell, stage) is None]
-
-
-def stage_points(cell: grid.Cell, stages: range) -> dict[tuple, dict]:
+def stage_points(cell: grid.Cell, stages: range) -> tuple[dict[tuple, dict], list[int]]:
     """What a chained cell's sessions of `stages` kept (their manifests: a measured point's
-    cache file, a stopped or unsupported point's record), by point id."""
-    found = {}
+    cache file, a stopped or unsupported point's record), by point id; and the stages whose
+    session has not finished the cell."""
+    found, not_done = {}, []
     for stage in stages:
-        for entry in (_stage_entry(cell, stage) or {}).get("points", []):
-            point = (point_cache.read_point(entry["file"]) if "file" in entry
-                     else {"record": entry["record"]})
-            if point is not None:
-                found[LoadPoint.of_load(entry["load"], entry["repeat"]).order] = point
-    return found
+        sid = sessions.session_id(sessions.config_id(cell.server_config), stage, True)
+        entry = (sessions.read_manifest(layout.session_output(sid)) or {}).get(
+            "cells", {}).get(cell.cell_id)
+        if entry is None:
+            not_done.append(stage)
+            continue
+        for point in entry["points"]:
+            kept = (point_cache.read_point(point["file"]) if "file" in point
+                    else {"record": point["record"]})
+            if kept is not None:
+                found[LoadPoint.of_load(point["load"], point["repeat"]).order] = kept
+    return found, not_done
 
 
 class ChainRun:
