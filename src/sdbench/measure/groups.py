@@ -69,11 +69,7 @@ def paired_elsewhere(lead: CellRun, members: list[CellRun], cells: dict[str, gri
     measured on its own (not interleaved), or a derived dynamic-K cell (its placeholder,
     `grid.dynamic_k_placeholder`). Such a cell reads the baseline's records later and needs a
     baseline repeat for each of its own, so these may not stop with the group's cells."""
-    inside = {r.cell_id for r in members}
-    outside = [c for c in cells.values()
-               if c.baseline_cell_id == lead.cell_id and c.cell_id not in inside]
-    outside += [grid.dynamic_k_placeholder(config, spec) for spec in grid.dynamic_k_specs(config)
-                if grid.dynamic_k_baseline(config, spec) == lead.cell_id]
+    outside = grid.paired_outside(config, cells, lead.cell_id, {r.cell_id for r in members})
     return frozenset(LoadPoint.of_load(load, r).order for cell in outside
                      for load in cell.load_points() for r in cell.load_repeats(load))
 

@@ -680,21 +680,27 @@ def level_value(load: dict) -> float:
     return load["request_rate"] if load["mode"] == "rate" else load["concurrency"]
 
 
+def paired_outside(config: dict, cells: dict[str, Cell], baseline_id: str,
+                   inside: set[str]) -> list[Cell]:
+    """The cells paired with a baseline but measured outside `inside` (its group, its chain):
+    the others paired with it, and the derived dynamic-K cells (placeholders) it is the
+    baseline of. They read its finished records later, so it measures every repeat of
+    theirs."""
+    return [c for c in cells.values()
+            if c.baseline_cell_id == baseline_id and c.cell_id not in inside] + [
+        dynamic_k_placeholder(config, spec) for spec in dynamic_k_specs(config)
+        if dynamic_k_baseline(config, spec) == baseline_id]
+
+
 def chain_kept(config: dict, cells: dict[str, Cell]) -> dict[str, set]:
     """chained baseline id -> the levels at which a cell outside its chain is paired with it
-    (a speculative cell not chained, a derived dynamic-K cell): it reads the baseline's
-    finished records, so the baseline measures every repeat there
+    (`paired_outside`): the baseline measures every repeat there
     (`measure.groups.paired_elsewhere`)."""
-    outside = [c for c in cells.values() if c.baseline_cell_id in cells and not c.chain]
-    outside += [replace(dynamic_k_placeholder(config, spec),
-                        baseline_cell_id=dynamic_k_baseline(config, spec))
-                for spec in dynamic_k_specs(config)]
-    kept: dict[str, set] = {}
-    for cell in outside:
-        base = cells.get(cell.baseline_cell_id)
-        if base is not None and base.chain:
-            kept.setdefault(base.cell_id, set()).update(map(level_value, cell.load_points()))
-    return kept
+    chained = {c.cell_id for c in cells.values() if c.chain}
+    kept = {base: {level_value(load) for cell in paired_outside(config, cells, base, chained)
+                   for load in cell.load_points()}
+            for base in chained if cells[base].is_baseline}
+    return {base: levels for base, levels in kept.items() if levels}
 
 
 def interleave_groups(cells: list[Cell]) -> dict[str, list[str]]:
