@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from sdbench import layout
-from sdbench.plan import cost, grid, rates, sessions, work
+from sdbench.plan import adaptive, cost, grid, rates, sessions, sweeps, work
 from sdbench.plan.config import load_config, validate_config
 
 from workflow_helpers import REPO
@@ -218,3 +218,33 @@ def test_a_built_head_is_costed_by_its_decoder_layers(tmp_path):
     assert head_layers == pytest.approx(target_layers * 5 / 36)
     assert head_rest == target_rest
     assert rates.head_layers({"method": "dflash", "config": {"num_hidden_layers": 2}}) == 2
+
+
+def test_the_plan_projects_the_adaptive_design_at_the_speedups_it_predicts(real, tmp_path):
+    """Besides the simulation's family of surfaces, `make plan` simulates each race of the
+    real study (a speculator's k values at one chained baseline) with the speedups its own
+    rates predict as the truth: a sweep per race with every level of the round, its hours
+    within the round's measuring, and a share that follows the surface (one far from 1
+    settles sooner than one on it)."""
+    result = cost.plan_cost(real, "h100", tmp_path)
+    found = result["predicted"]
+    cells = grid.cells_by_id(real)
+    ngram = [c for c in cells.values() if c.round == "round1" and c.speculator == "ngram"
+             and c.engine == grid.SERVE and c.workload["name"] == "sharegpt"]
+    race = [s for s in found["round1"] if len(s.surface) == len(ngram)
+            and s.concurrency == tuple(real["round1"]["concurrency"])]
+    assert race and all(len(row) == len(s.concurrency) for s in race for row in s.surface)
+    for name in ("round1", "round2"):
+        assert 0 < sum(s.hours for s in found[name]) < result["parts"][name].measuring_h
+    assert {len(s.surface) for s in found["round2"]} == {1}  # (one k: no race)
+    rule = adaptive.Rule.from_config(real["adaptive"])
+    shape = dict(blocks=(4, 4, 2, 1), weights=(8.0, 4.0, 2.0, 1.0), concurrency=(1, 4, 8, 12),
+                 chained=True)
+    far = sweeps.expected_share(rule, 1, 4, 3, True, surface=((0.4,) * 4,), **shape)
+    on = sweeps.expected_share(rule, 1, 4, 3, True, surface=((0.0,) * 4,), **shape)
+    assert far < 0.5 * on
+    text = cost.format_plan(result, "config/config.yaml", real)
+    total = re.search(r"at the speedups this plan predicts \(.*\): adaptive ([\d.]+) h "
+                      r"\((\d+)%\)", text)
+    full = re.search(r"total measuring: full ([\d.]+) h", text)
+    assert total and full and 0 < float(total[1]) < float(full[1])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import socket
 import statistics
 import sys
@@ -27,7 +28,15 @@ from sdbench import layout
 from sdbench.plan import adaptive, grid, hostcaps, rates, sessions, sweeps
 from sdbench.plan.config import ConfigError, load_config
 from sdbench.plan.settings import settings
-from sdbench.plan.work import BASELINE, BATCH, RATE, SessionWork, read_card, session_work
+from sdbench.plan.work import (
+    BASELINE,
+    BATCH,
+    RATE,
+    SessionWork,
+    point_seconds,
+    read_card,
+    session_work,
+)
 
 PARTS = ("round1", "round2", "round3", "dynamic-K")
 
@@ -174,7 +183,60 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
     return {"device": rates.DEVICES[device], "parts": tallies, "total": total,
             "unsupported": unsupported, "measured_starts": len(measured),
             "sessions": planned, "work": works, "cells": measuring,
-            "cards": prompt_cards(measuring, root)}
+            "cards": prompt_cards(measuring, root),
+            "predicted": predicted_sweeps(config, measuring, model, root)}
+
+
+@dataclass(frozen=True)
+class PredictedSweep:
+    """The settings that race at one baseline's closed-loop levels (one speculator's k values
+    or settings; a cell deciding alone on its own), as the plan's rates predict them: each
+    setting's log speedup at each level (its baseline's point time ÷ its own), the blocks of
+    prompts there, what one repeat of a setting costs there (seconds) and the sweep's hours
+    in full."""
+
+    surface: tuple[tuple[float, ...], ...]
+    blocks: tuple[int, ...]
+    weights: tuple[float, ...]
+    concurrency: tuple[int, ...]
+    hours: float
+
+
+def predicted_sweeps(config: dict, cells: dict[str, grid.Cell], model: rates.CalibratedRates,
+                     root: str | Path = ".") -> dict[str, list[PredictedSweep]]:
+    """Per round, its served speculative cells' closed-loop levels grouped as the adaptive
+    rule races them (by baseline and speculator where the round's cells are interleaved or
+    chained, else each cell alone), with the speedups the request model predicts there
+    (`work.point_seconds` at `model`'s rates: the same model that projects the full design's
+    hours)."""
+    chain = bool((config.get("adaptive") or {}).get("chain"))
+    groups: dict[tuple, list[grid.Cell]] = defaultdict(list)
+    cards: dict[str, dict | None] = {}
+    for cell in cells.values():
+        base = cells.get(cell.baseline_cell_id or "")
+        if cell.is_baseline or cell.engine != grid.SERVE or base is None or not cell.concurrency:
+            continue
+        together = bool(cell.group) or (chain and bool(cell.chain))
+        key = ((cell.round, base.cell_id, cell.speculator, cell.concurrency) if together
+               else (cell.cell_id,))
+        groups[key].append(cell)
+    out: dict[str, list[PredictedSweep]] = defaultdict(list)
+    for members in groups.values():
+        members.sort(key=lambda c: (c.server_config["num_speculative_tokens"] or 0, c.setting))
+        base = cells[members[0].baseline_cell_id]
+        loads = [{"mode": "concurrency", "concurrency": c} for c in members[0].concurrency]
+        card = cards.setdefault(base.cell_id, read_card(base, root))
+        times = {c.cell_id: [point_seconds(c, load, model, card) for load in loads]
+                 for c in [base, *members]}
+        surface = tuple(tuple(math.log(b / s) for b, s in zip(
+            times[base.cell_id], times[c.cell_id], strict=True)) for c in members)
+        weights = tuple(sum(times[c.cell_id][i] for c in members) / len(members)
+                        for i in range(len(loads)))
+        blocks = tuple(grid.point_blocks(members[0], load) for load in loads)
+        hours = sum(map(sum, (times[c.cell_id] for c in members))) * members[0].repeats / 3600
+        out[members[0].round].append(PredictedSweep(surface, blocks, weights,
+                                                    members[0].concurrency, hours))
+    return dict(out)
 
 
 def prompt_cards(cells: dict[str, grid.Cell], root: str | Path = ".") -> tuple[int, int]:
@@ -237,7 +299,30 @@ def batch_shape(tally: Tally) -> tuple[tuple[int, ...], tuple[float, ...]]:
     return tuple(sizes), tuple(tally.levels[(BATCH, size)] for size in sizes)
 
 
-def adaptive_projection(config: dict, parts: dict) -> list[str]:
+def predicted_share(rule: adaptive.Rule, found: list[PredictedSweep], repeats: int,
+                    chained: bool) -> float | None:
+    """The share of a round's closed-loop measuring the adaptive design is expected to spend
+    at the speedups its rates predict (`predicted_sweeps`): each sweep simulated with its own
+    surface as the truth, weighted by its hours; None where there is none."""
+    hours = sum(s.hours for s in found)
+    if not hours:
+        return None
+    spent = 0.0
+    for s in found:
+        surface, blocks, weights, levels = s.surface, s.blocks, s.weights, s.concurrency
+        if len(levels) < 2:  # (one level: simulated as two alike)
+            surface = tuple(row * 2 for row in surface)
+            blocks, weights, levels = blocks * 2, tuple(w / 2 for w in weights) * 2, levels * 2
+        # (rounded: sweeps alike up to the request model's rounding simulate once)
+        spent += s.hours * sweeps.expected_share(
+            rule, len(surface), len(levels), repeats, rule.bisect, blocks=blocks,
+            weights=tuple(round(w, 1) for w in weights), concurrency=levels, chained=chained,
+            surface=tuple(tuple(round(v, 3) for v in row) for row in surface))
+    return spent / hours
+
+
+def adaptive_projection(config: dict, parts: dict,
+                        predicted: dict[str, list[PredictedSweep]] | None = None) -> list[str]:
     """Lines of the plan: each round's measuring under the adaptive rule, as the expected share
     of its closed-loop measuring that `sdbench.plan.sweeps` simulates for a sweep of its shape
     (its methods' most k values x its concurrency levels x loadgen.repeats, each level
@@ -258,7 +343,7 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
              f"{rule.prior_df:g} df, Δ {rule.shape}, futility {rule.futility:g}, "
              f"{rule.coarse} coarse levels, repeats split into at most {rule.blocks} "
              "block(s) of prompts):"]
-    full = live = other = 0.0
+    full = live = other = modelled = 0.0
     needs = {}  # each part's adaptive GPU-hours: start-ups, the rest, its measuring share
     for name, tally in parts.items():
         spec = settings(config).rounds.get(name)
@@ -274,6 +359,7 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
             # a derived schedule's three cells measure every repeat (their ratios pair them
             # all), and a part with nothing the rule stops is measured in full
             live, other = live + tally.measuring_h, other + tally.measuring_h
+            modelled += tally.measuring_h
             needs[name] = tally.startup_h + tally.rest_h + tally.measuring_h
             why = ("its cells' ratios pair every repeat" if name == "dynamic-K"
                    else "no closed-loop point the rule stops")
@@ -312,6 +398,12 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
         live += spent[0]
         needs[name] = tally.startup_h + tally.rest_h + spent[0]
         other += spent[1]
+        share = predicted_share(rule, (predicted or {}).get(name, []), repeats, chained)
+        at_model = spent[0] if share is None else spent[0] - sum(weights) * (
+            sweeps.expected_share(rule, ks, len(blocks), repeats, rule.bisect, blocks=blocks,
+                                  weights=weights, concurrency=levels, chained=chained)
+            - share)
+        modelled += at_model
         split = "" if set(blocks) == {1} else f" (blocks {'/'.join(map(str, blocks))})"
         lines.append(f"  {name:<10} {ks} setting(s) x {len(blocks)} levels{split} x {repeats} "
                      f"repeats: full {tally.measuring_h:.1f} h, adaptive {spent[0]:.1f} h "
@@ -321,9 +413,17 @@ def adaptive_projection(config: dict, parts: dict) -> list[str]:
                         if at_rates else "")
                      + (f"; offline and Transformers batches {sum(at_batches):.1f} h -> "
                         f"{batched[0]:.1f} h" if at_batches else "") + "); "
-                     f"{ways[1]} {spent[1]:.1f} h ({spent[1] / tally.measuring_h:.0%})")
+                     f"{ways[1]} {spent[1]:.1f} h ({spent[1] / tally.measuring_h:.0%})"
+                     + ("" if share is None else
+                        f"; at the speedups this plan predicts {at_model:.1f} h "
+                        f"({at_model / tally.measuring_h:.0%})"))
     lines.append(f"  total measuring: full {full:.1f} h, adaptive {live:.1f} h "
                  f"({live / full if full else 0:.0%}; {ways[0]}); {ways[1]} {other:.1f} h")
+    if predicted:
+        lines.append(f"  at the speedups this plan predicts (its rates and assumed acceptance, "
+                     f"below): adaptive {modelled:.1f} h ({modelled / full if full else 0:.0%}"
+                     "); the line above takes the simulation's whole family of surfaces "
+                     "instead, crossing 1 anywhere in the grid (the budget reads that one)")
     lines.append("  assumptions: every speedup surface of the simulation's family "
                  "(docs/adaptive-simulation.md), the prior σ as the true noise of a repeat at "
                  "each level (level_noise where it names one; a block of 1/b of its prompts √b "
@@ -390,7 +490,7 @@ def format_plan(result: dict, source: str, config: dict | None = None) -> str:
                      "or its vLLM; no start, nothing measured): " + "; ".join(sorted(set(
                          result["unsupported"].values()))))
     if config is not None:
-        lines += adaptive_projection(config, parts)
+        lines += adaptive_projection(config, parts, result.get("predicted"))
     found, sets = result["cards"]
     lines.append(f"request lengths: the data cards' means for {found} of {sets} prompt sets"
                  + ("" if found == sets else "; the others (not built here yet) at their "

@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import asdict, dataclass
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +84,9 @@ class Sweep:
     # group (σ pooled over the k values, the race among them) as it stood at the repeat's
     # first block, since the k values measure a stage one after another
     chained: bool = False
+    # the true log speedups, ks × levels, where they are given (a config's predicted ones:
+    # `sdbench.plan.cost`), instead of the family's surface at a shift drawn per sweep
+    surface: tuple[tuple[float, ...], ...] = ()
 
     def block(self, i: int) -> int:
         return self.blocks[i] if self.blocks else 1
@@ -138,7 +142,10 @@ class Sweep:
 
 
 def truth(sweep: Sweep, shift: float) -> np.ndarray:
-    """The true log speedups, ks × levels."""
+    """The true log speedups, ks × levels: the sweep's `surface` where it has one, else the
+    family's at `shift`."""
+    if sweep.surface:
+        return np.asarray(sweep.surface, dtype=float)
     k = np.arange(1, sweep.ks + 1)[:, None]
     x = np.arange(sweep.levels)[None, :] / (sweep.levels - 1)
     return 0.5 * (1 - np.exp(-k / 2.5)) - (0.3 + 0.1 * k) * x + shift
@@ -347,19 +354,25 @@ def table(sweeps: int, rule: adaptive.Rule | None = None) -> pd.DataFrame:
                          for n, s in enumerate(SWEEPS) for b in (True, False)])
 
 
+@cache
 def expected_share(rule: adaptive.Rule, ks: int, levels: int, repeats: int,
                    bisect: bool, sweeps: int = 40, blocks: tuple[int, ...] = (),
                    weights: tuple[float, ...] = (),
-                   concurrency: tuple[int, ...] = (), chained: bool = False) -> float:
+                   concurrency: tuple[int, ...] = (), chained: bool = False,
+                   surface: tuple[tuple[float, ...], ...] = ()) -> float:
     """The expected share of a sweep's measuring the adaptive design spends (point-repeats,
     each level's weighted by `weights`: what a whole repeat costs there), at the rule's prior
     noise at each level's `concurrency` (taken as the truth: all run noise, no instance
     offsets), with each level's repeats split into its `blocks`; `chained`: measured in a
-    chain (`Sweep.chained`)."""
+    chain (`Sweep.chained`); `surface`: the true log speedups (ks × levels; its shape sets
+    both) instead of the simulation's family of surfaces."""
+    if surface:
+        ks, levels = len(surface), len(surface[0])
     scales = tuple(rule.noise_at(c) / rule.noise for c in concurrency)
     sweep = Sweep(0.0, rule.noise / math.sqrt(2), ks=max(ks, 1), levels=max(levels, 2),
                   repeats=max(repeats, 1), blocks=tuple(blocks), weights=tuple(weights),
-                  scales=scales if set(scales) - {1.0} else (), chained=chained)
+                  scales=scales if set(scales) - {1.0} else (), chained=chained,
+                  surface=tuple(map(tuple, surface)))
     return run(sweep, rule, sweeps, seed=0, bisect=bisect)["cost"]
 
 
