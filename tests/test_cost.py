@@ -245,6 +245,6 @@ def test_the_plan_projects_the_adaptive_design_at_the_speedups_it_predicts(real,
     assert far < 0.5 * on
     text = cost.format_plan(result, "config/config.yaml", real)
     total = re.search(r"at the speedups this plan predicts \(.*\): adaptive ([\d.]+) h "
-                      r"\((\d+)%\)", text)
+                      r"\((\d+)%;", text)
     full = re.search(r"total measuring: full ([\d.]+) h", text)
     assert total and full and 0 < float(total[1]) < float(full[1])

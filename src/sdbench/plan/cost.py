@@ -422,8 +422,10 @@ def adaptive_projection(config: dict, parts: dict,
     if predicted:
         lines.append(f"  at the speedups this plan predicts (its rates and assumed acceptance, "
                      f"below): adaptive {modelled:.1f} h ({modelled / full if full else 0:.0%}"
-                     "); the line above takes the simulation's whole family of surfaces "
-                     "instead, crossing 1 anywhere in the grid (the budget reads that one)")
+                     "; the closed-loop levels' races simulated with them as the truth, the "
+                     "rest as above); the line above takes the simulation's whole family of "
+                     "surfaces instead, crossing 1 anywhere in the grid (the budget reads "
+                     "that one)")
     lines.append("  assumptions: every speedup surface of the simulation's family "
                  "(docs/adaptive-simulation.md), the prior σ as the true noise of a repeat at "
                  "each level (level_noise where it names one; a block of 1/b of its prompts √b "
