@@ -248,3 +248,17 @@ def test_the_plan_projects_the_adaptive_design_at_the_speedups_it_predicts(real,
                       r"\((\d+)%;", text)
     full = re.search(r"total measuring: full ([\d.]+) h", text)
     assert total and full and 0 < float(total[1]) < float(full[1])
+
+
+def test_a_round_of_one_level_is_projected_within_its_full_measuring(tmp_path):
+    """A round measured at one concurrency level is simulated as two alike, each with half
+    its hours: its adaptive share stays within the full design's (it read 105 % of it when
+    both copies carried all the hours)."""
+    demo = load_config(REPO / "config" / "demo.yaml")
+    assert len(demo["round2"]["concurrency"]) == 1
+    result = cost.plan_cost(demo, "h100", tmp_path)
+    round2 = next(line for line in cost.adaptive_projection(demo, result["parts"])
+                  if line.strip().startswith("round2"))
+    full, adapted = map(float, re.search(r"full ([\d.]+) h, adaptive ([\d.]+) h", round2).groups())
+    share = int(re.search(r"adaptive [\d.]+ h \((\d+)%", round2)[1])
+    assert 0 < share <= 100 and adapted <= full

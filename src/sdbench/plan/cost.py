@@ -378,7 +378,7 @@ def adaptive_projection(config: dict, parts: dict,
         ks *= max(len(getattr(spec, "settings", ()) or ()), 1) if racing else 1
         levels = tuple(spec.concurrency)
         if len(blocks) < 2:  # (one level: simulated as two alike)
-            blocks, weights, levels = blocks * 2, weights * 2, levels * 2
+            blocks, weights, levels = blocks * 2, tuple(w / 2 for w in weights) * 2, levels * 2
         # open-loop rates: their repeats stop on the TPOT speedup and their settings race, but
         # every rate is measured (no bisection); at the rule's general prior
         rated = sum(at_rates) * sweeps.expected_share(
