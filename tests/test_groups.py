@@ -397,9 +397,9 @@ def test_a_repeat_split_into_blocks_of_prompts_stops_after_a_block(
     assert row["blocks"] == 4 and row["repeats"] == 20
     assert row["stop_reason"] == "settled after 1 of 20 blocks of prompts"
     assert "prior (σ 0.1 on 20 degrees of freedom)" in row["interval_covers"]
-    assert row["interval_covers"].startswith("1 blocks of 1/4 of a repeat's prompts, ")
+    assert row["interval_covers"].startswith("1 block of 1/4 of a repeat's prompts, ")
     whole = summary[(summary["cell_id"] == pair.cell_id) & (summary["concurrency"] == 24)]
-    assert whole.iloc[0]["interval_covers"].startswith("1 repeats, ")
+    assert whole.iloc[0]["interval_covers"].startswith("1 repeat, ")
     # the check holds a block's stop to a block's prior: recomputed at a whole repeat's, its
     # σ differs
     # the report's account: runs counted as blocks, then in whole repeats (a block a quarter):

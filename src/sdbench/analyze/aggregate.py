@@ -322,8 +322,8 @@ def interval_covers(group: pd.DataFrame, blocks: int = 1) -> str:
     seeding = "per-repeat seeds" if seeds > 1 else "one seed"
     if "interleaved_with" in group and group["interleaved_with"].notna().all():
         servers += ", measured in turn with the other side of its pair (one job)"
-    measured = (f"{n} blocks of 1/{blocks} of a repeat's prompts" if blocks > 1
-                else f"{n} repeats")
+    measured = (f"{n} block{'s' * (n != 1)} of 1/{blocks} of a repeat's prompts" if blocks > 1
+                else f"{n} repeat{'s' * (n != 1)}")
     return f"{measured}, {servers}, {seeding}"
 
 
