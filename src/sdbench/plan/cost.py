@@ -396,7 +396,6 @@ def adaptive_projection(config: dict, parts: dict,
             concurrency=levels, chained=chained) if sum(weights) else 0.0)
             for bisect, batch in zip((rule.bisect, not rule.bisect), batched, strict=True)]
         live += spent[0]
-        needs[name] = tally.startup_h + tally.rest_h + spent[0]
         other += spent[1]
         share = predicted_share(rule, (predicted or {}).get(name, []), repeats, chained)
         at_model = spent[0] if share is None else spent[0] - sum(weights) * (
@@ -404,6 +403,8 @@ def adaptive_projection(config: dict, parts: dict,
                                   weights=weights, concurrency=levels, chained=chained)
             - share)
         modelled += at_model
+        # (the budget reads the larger of the two projections)
+        needs[name] = tally.startup_h + tally.rest_h + max(spent[0], at_model)
         split = "" if set(blocks) == {1} else f" (blocks {'/'.join(map(str, blocks))})"
         lines.append(f"  {name:<10} {ks} setting(s) x {len(blocks)} levels{split} x {repeats} "
                      f"repeats: full {tally.measuring_h:.1f} h, adaptive {spent[0]:.1f} h "
@@ -425,7 +426,7 @@ def adaptive_projection(config: dict, parts: dict,
                      "; the closed-loop levels' races simulated with them as the truth, the "
                      "rest as above); the line above takes the simulation's whole family of "
                      "surfaces instead, crossing 1 anywhere in the grid (the budget reads "
-                     "that one)")
+                     "the larger of the two, part by part)")
     lines.append("  assumptions: every speedup surface of the simulation's family "
                  "(docs/adaptive-simulation.md), the prior σ as the true noise of a repeat at "
                  "each level (level_noise where it names one; a block of 1/b of its prompts √b "
