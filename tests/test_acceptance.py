@@ -237,12 +237,17 @@ def test_the_real_cell_anchors_the_line_where_one_length_is_swept():
         "none")
 
 
+# the verification pass of k = 4 at concurrency 1: the target's step over 5 sequences, on the
+# line through its steps at 1 (30 ms) and 8 (40 ms)
+VERIFY_5 = 30.0 + (40.0 - 30.0) * (5 - 1) / (8 - 1)
+
+
 def _predictable_sweep(scale: float, rng, noise: float = 0.01) -> pd.DataFrame:
     """A draft-model sweep (k = 4 at concurrency 1) whose TPOT speedups are `scale` × the
-    step-time model's (target 30 ms a step at 1 and 40 at 8, so 37.5 over 5 sequences in
-    log-log; draft 6 ms: break-even (4 · 6 + 37.5) / 30 = 2.05 predicted), with the vanilla
+    step-time model's (target 30 ms a step at 1 and 40 at 8, so 35.7 over 5 sequences on
+    their line; draft 6 ms: break-even (4 · 6 + 35.7) / 30 = 1.99 predicted), with the vanilla
     cells of its target and draft."""
-    verify = 30.0 * (40 / 30) ** (np.log(5) / np.log(8))
+    verify = VERIFY_5
     base = {"round": "round1", "workload": "w", "setting": "default", "engine": "serve",
             "load": "concurrency", "target": "big"}
     rows = [{**base, "method": "vanilla", "speculator": "vanilla", "concurrency": c,
@@ -262,13 +267,12 @@ def _predictable_sweep(scale: float, rng, noise: float = 0.01) -> pd.DataFrame:
 
 def test_the_sweep_s_break_even_is_set_beside_the_step_time_model_s():
     """Known answer: TPOT speedups that follow the step-time model cross 1 where it predicts
-    (2.05, from the target's step at concurrency 1 and at 1 × 5 sequences, interpolated
+    (1.99, from the target's step at concurrency 1 and at 1 × 5 sequences, interpolated
     between its measured levels, and the draft's); 30 % faster ones cross earlier, and the
     prediction is then outside the measured interval."""
     rng = np.random.default_rng(0)  # (the interval covers in 93.5 % of 200 seeds)
     row = predicted_break_even(_predictable_sweep(1.0, rng)).iloc[0]
-    assert row["predicted"] == pytest.approx((4 * 6.0 + 30.0 * 5 ** (
-        np.log(40 / 30) / np.log(8))) / 30.0)
+    assert row["predicted"] == pytest.approx((4 * 6.0 + VERIFY_5) / 30.0)
     assert row["measured"] == pytest.approx(row["predicted"], rel=0.03) and row["agrees"]
     assert row["verify_from"] == "target at c=5 (interpolated)"
     # the draft pass a round would need for the measured break-even: its own TPOT here ...
@@ -283,7 +287,7 @@ def test_the_sweep_s_break_even_is_set_beside_the_step_time_model_s():
         (off["measured"] * 30.0 - off["verify_ms"]) / (4 * 6.0))
     assert off["implied_draft_share"] < 0.6
     table = break_even_prediction_table(_predictable_sweep(1.0, rng))
-    assert table["step-time model"].iloc[0].startswith("2.05 = (4 × 6.0 + 37.5) ÷ 30.0 ms")
+    assert table["step-time model"].iloc[0].startswith("1.99 = (4 × 6.0 + 35.7) ÷ 30.0 ms")
     assert table["reading"].iloc[0].startswith("agrees")
     implied = table["a draft pass in a round ÷ the draft's TPOT, as measured (the model: 1)"]
     assert implied.iloc[0].startswith(("0.9", "1.0", "1.1")) and "[" in implied.iloc[0]
@@ -316,7 +320,7 @@ def test_the_step_time_model_s_break_even_carries_its_step_times_spread():
     of 400 simulated studies; one repeat gives none. A sweep 30 % faster than the model is
     told from it when the step times are quiet, and not when they are as noisy as the
     difference ("agrees within the step times' spread")."""
-    truth = (4 * 6.0 + 30.0 * 5 ** (np.log(40 / 30) / np.log(8))) / 30.0
+    truth = (4 * 6.0 + VERIFY_5) / 30.0
     rng = np.random.default_rng(7)
     covered = 0
     for _ in range(400):

@@ -60,17 +60,21 @@ def test_the_deeper_model_computes_exactly_what_the_base_model_does(tmp_path,
                            base.generate(ids, max_new_tokens=8, do_sample=False))
 
 
-def test_step_times_interpolate_and_extrapolate_in_log_log():
-    levels, times = [1.0, 4.0, 16.0], [10.0, 40.0, 80.0]
+def test_step_times_interpolate_and_extrapolate_on_a_line_in_the_sequences():
+    """A step over c sequences costs a fixed part and a part per sequence: between measured
+    levels the step time lies on their straight line, beyond them on the last two's (the
+    log-log curve, used until 2026-11-29, gives 12.65 and 100 here)."""
     import numpy as np
 
-    levels, times = np.array(levels), np.array(times)
-    assert _step_time(levels, times, 4) == (40.0, "measured")
+    levels, times = np.array([1.0, 4.0, 16.0]), np.array([10.0, 16.0, 40.0])
+    assert _step_time(levels, times, 4) == (16.0, "measured")
     value, how = _step_time(levels, times, 2)
-    assert how == "interpolated" and value == pytest.approx(20.0)  # geometric midpoint
+    assert how == "interpolated" and value == pytest.approx(12.0)
     value, how = _step_time(levels, times, 64)
-    assert how == "extrapolated" and value == pytest.approx(160.0)  # slope 1/2 in log-log
+    assert how == "extrapolated" and value == pytest.approx(136.0)  # 2 ms a sequence
     assert math.isnan(_step_time(levels[:1], times[:1], 4)[0])
+    # a line falling to zero or below has no step time there
+    assert math.isnan(_step_time(np.array([4.0, 16.0]), np.array([16.0, 4.0]), 64)[0])
 
 
 def _point(target, method, c, tpot, workload="w", draft=None, k=None, tau=None, measured=None):
@@ -87,7 +91,7 @@ def _point(target, method, c, tpot, workload="w", draft=None, k=None, tau=None, 
 def test_predicted_speedup_uses_each_side_s_own_step_times_and_flags_a_gap():
     target_ms = {1: 10.0, 4: 14.0, 16: 30.0}
     draft_ms = {1: 4.0, 4: 5.0, 16: 9.0}
-    verify_64 = 30.0 * (30.0 / 14.0)  # extrapolated from c=4 -> 16 in log-log
+    verify_64 = 30.0 + (64 - 16) * (30.0 - 14.0) / (16 - 4)  # on the line through 4 and 16
     expected = {1: 3.5 * 10 / (3 * 4 + 14), 4: 3.5 * 14 / (3 * 5 + 30),
                 16: 3.5 * 30 / (3 * 9 + verify_64)}
     rows = []

@@ -543,9 +543,11 @@ PAIR_AGREEMENT = 95.0  # % of drafted tokens a calibration pair (exact draft) sh
 
 
 def _step_weights(levels: np.ndarray, batch: float) -> tuple[dict[float, float], str]:
-    """How `_step_time` weighs the log step times measured at `levels` to get the one at
-    `batch` sequences ({level: weight}, the weights summing to 1) and how ("measured",
-    "interpolated", "extrapolated"; none with "one level measured")."""
+    """How `_step_time` weighs the step times measured at `levels` to get the one at `batch`
+    sequences ({level: weight}, the weights summing to 1; beyond the measured levels one is
+    negative) and how ("measured", "interpolated", "extrapolated"; none with "one level
+    measured"): linearly in the number of sequences between the two neighbouring levels, or
+    from the last two (the first two) beyond them."""
     levels = np.unique(np.asarray(levels, dtype=float))
     if batch in levels:
         return {float(batch): 1.0}, "measured"
@@ -556,20 +558,27 @@ def _step_weights(levels: np.ndarray, batch: float) -> tuple[dict[float, float],
     else:
         j = int(np.searchsorted(levels, batch))
         i, how = j - 1, "interpolated"
-    w = (math.log(batch) - math.log(levels[i])) / (math.log(levels[j]) - math.log(levels[i]))
+    w = (batch - levels[i]) / (levels[j] - levels[i])
     return {float(levels[i]): 1 - w, float(levels[j]): w}, how
 
 
 def _step_time(levels: np.ndarray, times: np.ndarray, batch: float) -> tuple[float, str]:
     """A no-speculation step time at `batch` sequences from the times measured at `levels`
-    (mean TPOT at each concurrency): measured there, else interpolated linearly in
-    log(batch)-log(time) between the neighbouring levels, or extrapolated from the last two
-    (the report says which)."""
+    (mean TPOT at each concurrency): measured there, else on the straight line through the
+    neighbouring levels (beyond them, through the last two; the report says which). A decode
+    step costs a fixed part (the weights read once, the step's own overhead) and a part per
+    sequence (its attention, sampling and output), the plan's rates model (`plan.rates.
+    step_ms`): on an H100 the 7B-shape target's steps at 4 and 16 sequences lay within 1 %
+    of the line through 1 and 64 (6.1 and 6.4 ms measured, 6.07 and 6.36 on the line) and
+    5-8 % under the log-log curve this took until 2026-11-29 (6.45, 6.96), its draft's within
+    2 % of the line and 15-23 % under the curve (docs/validation.md 9). NaN where it would not
+    be positive."""
     weights, how = _step_weights(levels, batch)
     if not weights:
         return np.nan, how
     at = dict(zip(np.asarray(levels, dtype=float), np.asarray(times, dtype=float), strict=True))
-    return float(np.exp(sum(w * math.log(at[level]) for level, w in weights.items()))), how
+    value = float(sum(w * at[level] for level, w in weights.items()))
+    return (value if value > 0 else np.nan), how
 
 
 def _log_step_se(part: pd.DataFrame, level: float) -> tuple[float, float]:
@@ -598,7 +607,10 @@ def break_even_spread(points: pd.DataFrame, row, times: tuple) -> tuple[float, f
     target, draft = _vanilla_steps(points, row)
     share = k * t_draft / (k * t_draft + t_verify)  # d log(k t_D + t_V) / d log t_D
     weights, _ = _step_weights(target["concurrency"].to_numpy(dtype=float), c * (k + 1))
-    gradient = {level: (1 - share) * w for level, w in weights.items()}
+    # t_V = Σ w_l t_l: d log t_V / d log t_l = w_l t_l / t_V
+    step = target.set_index("concurrency")["mean_tpot_ms_mean"].astype(float)
+    gradient = {level: (1 - share) * w * float(step.get(level, np.nan)) / t_verify
+                for level, w in weights.items()}
     gradient[c] = gradient.get(c, 0.0) - 1.0  # ÷ t_T
     terms = [(share, *_log_step_se(draft, c))] + [
         (g, *_log_step_se(target, level)) for level, g in gradient.items()]
@@ -713,7 +725,7 @@ def predicted_speedups(points: pd.DataFrame) -> pd.DataFrame:
 
     with t_T and t_D the target's and the draft's mean TPOT without speculation at that
     concurrency (their own vanilla cells) and the verification pass taken as one target step
-    over c·(k+1) sequences (interpolated or extrapolated in log-log over the target's measured
+    over c·(k+1) sequences (interpolated or extrapolated linearly over the target's measured
     levels). The prediction is compared with the measured TPOT speedup (decode only, as the
     model is): `ratio` = measured ÷ predicted, its interval the measured one's (the variance
     over repeats of the speculative and vanilla points; the prediction's own inputs are
