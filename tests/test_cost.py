@@ -237,6 +237,12 @@ def test_the_plan_projects_the_adaptive_design_at_the_speedups_it_predicts(real,
     for name in ("round1", "round2"):
         assert 0 < sum(s.hours for s in found[name]) < result["parts"][name].measuring_h
     assert {len(s.surface) for s in found["round2"]} == {1}  # (one k: no race)
+    # the open-loop rates race apart from the closed-loop levels; an offline or Transformers
+    # cell decides alone over its batch sizes
+    assert {s.kind for s in found["round1"]} == {cost.CLOSED, cost.RATES, cost.BATCHES}
+    assert {len(s.surface) for s in found["round1"] if s.kind == cost.BATCHES} == {1}
+    rated = [s for s in found["round1"] if s.kind == cost.RATES and len(s.surface) == len(ngram)]
+    assert rated and {s.concurrency for s in rated} == {tuple(real["round1"]["request_rates"])}
     rule = adaptive.Rule.from_config(real["adaptive"])
     shape = dict(blocks=(4, 4, 2, 1), weights=(8.0, 4.0, 2.0, 1.0), concurrency=(1, 4, 8, 12),
                  chained=True)

@@ -35,6 +35,7 @@ from sdbench.plan.work import (
     SessionWork,
     point_seconds,
     read_card,
+    request_tokens,
     session_work,
 )
 
@@ -187,55 +188,80 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
             "predicted": predicted_sweeps(config, measuring, model, root)}
 
 
+# what a predicted sweep's levels are: closed-loop concurrency, open-loop request rates (their
+# repeats stop on the TPOT speedup), or an offline or Transformers engine's batch sizes
+CLOSED, RATES, BATCHES = "concurrency", "rate", "batch"
+
+
 @dataclass(frozen=True)
 class PredictedSweep:
-    """The settings that race at one baseline's closed-loop levels (one speculator's k values
-    or settings; a cell deciding alone on its own), as the plan's rates predict them: each
-    setting's log speedup at each level (its baseline's point time ÷ its own), the blocks of
-    prompts there, what one repeat of a setting costs there (seconds) and the sweep's hours
-    in full."""
+    """The settings that race at one baseline's levels (one speculator's k values or
+    settings; a cell deciding alone on its own), as the plan's rates predict them: each
+    setting's log speedup at each level (closed loop and batches: its baseline's point time ÷
+    its own; open-loop rates: the baseline's TPOT ÷ its own, at the requests each has in
+    flight there), the blocks of prompts there, what one repeat of a setting costs there
+    (seconds), the levels' values, what they are (`CLOSED`, `RATES`, `BATCHES`) and the
+    sweep's hours in full."""
 
     surface: tuple[tuple[float, ...], ...]
     blocks: tuple[int, ...]
     weights: tuple[float, ...]
-    concurrency: tuple[int, ...]
+    concurrency: tuple[float, ...]
     hours: float
+    kind: str = CLOSED
+
+
+def _rate_tpot_ms(cell: grid.Cell, load: dict, model: rates.CalibratedRates,
+                  card: dict | None) -> float:
+    """A cell's TPOT at an open-loop rate: at the requests it has in flight there, about the
+    rate × one request's time (as `work.point_seconds` counts them)."""
+    prompt, output = request_tokens(cell, card)
+    single = model.request_s(cell, prompt, output, 1)
+    level = max(1, min(grid.point_prompts(cell, load), math.ceil(load["request_rate"] * single)))
+    return model.tpot_ms(cell, level)
 
 
 def predicted_sweeps(config: dict, cells: dict[str, grid.Cell], model: rates.CalibratedRates,
                      root: str | Path = ".") -> dict[str, list[PredictedSweep]]:
-    """Per round, its served speculative cells' closed-loop levels grouped as the adaptive
-    rule races them (by baseline and speculator where the round's cells are interleaved or
-    chained, else each cell alone), with the speedups the request model predicts there
-    (`work.point_seconds` at `model`'s rates: the same model that projects the full design's
-    hours)."""
+    """Per round, its speculative cells' levels grouped as the adaptive rule races them (a
+    served cell's closed-loop levels and its open-loop rates apart, by baseline and speculator
+    where the round's cells are interleaved or chained, else each cell alone; an offline or
+    Transformers cell's batch sizes alone), with the speedups the request model predicts
+    there (at `model`'s rates: the same model that projects the full design's hours)."""
     chain = bool((config.get("adaptive") or {}).get("chain"))
     groups: dict[tuple, list[grid.Cell]] = defaultdict(list)
     cards: dict[str, dict | None] = {}
     for cell in cells.values():
         base = cells.get(cell.baseline_cell_id or "")
-        if cell.is_baseline or cell.engine != grid.SERVE or base is None or not cell.concurrency:
+        if cell.is_baseline or base is None:
             continue
-        together = bool(cell.group) or (chain and bool(cell.chain))
-        key = ((cell.round, base.cell_id, cell.speculator, cell.concurrency) if together
-               else (cell.cell_id,))
-        groups[key].append(cell)
+        together = cell.engine == grid.SERVE and (bool(cell.group) or (chain and bool(cell.chain)))
+        kinds = ([CLOSED] * bool(cell.concurrency) + [RATES] * bool(cell.request_rates)
+                 if cell.engine == grid.SERVE else [BATCHES] * bool(cell.concurrency))
+        for kind in kinds:
+            groups[(kind, cell.round, base.cell_id, cell.speculator, cell.concurrency,
+                    cell.request_rates) if together else (kind, cell.cell_id)].append(cell)
     out: dict[str, list[PredictedSweep]] = defaultdict(list)
-    for members in groups.values():
+    for (kind, *_), members in groups.items():
         members.sort(key=lambda c: (c.server_config["num_speculative_tokens"] or 0, c.setting))
         base = cells[members[0].baseline_cell_id]
-        loads = [{"mode": "concurrency", "concurrency": c} for c in members[0].concurrency]
+        loads = [load for load in members[0].load_points()
+                 if (load["mode"] == "rate") == (kind == RATES)]
         card = cards.setdefault(base.cell_id, read_card(base, root))
         times = {c.cell_id: [point_seconds(c, load, model, card) for load in loads]
                  for c in [base, *members]}
+        cost = (times if kind != RATES else
+                {c.cell_id: [_rate_tpot_ms(c, load, model, card) for load in loads]
+                 for c in [base, *members]})
         surface = tuple(tuple(math.log(b / s) for b, s in zip(
-            times[base.cell_id], times[c.cell_id], strict=True)) for c in members)
+            cost[base.cell_id], cost[c.cell_id], strict=True)) for c in members)
         weights = tuple(sum(times[c.cell_id][i] for c in members) / len(members)
                         for i in range(len(loads)))
         blocks = tuple(grid.point_blocks(members[0], load) for load in loads)
         hours = sum(map(sum, (times[c.cell_id] for c in members))) * members[0].repeats / 3600
-        out[members[0].round].append(PredictedSweep(surface, blocks, weights,
-                                                    members[0].concurrency, hours))
+        levels = tuple(grid.level_value(load) for load in loads)
+        out[members[0].round].append(PredictedSweep(surface, blocks, weights, levels, hours,
+                                                    kind))
     return dict(out)
 
 
@@ -300,10 +326,14 @@ def batch_shape(tally: Tally) -> tuple[tuple[int, ...], tuple[float, ...]]:
 
 
 def predicted_share(rule: adaptive.Rule, found: list[PredictedSweep], repeats: int,
-                    chained: bool) -> float | None:
-    """The share of a round's closed-loop measuring the adaptive design is expected to spend
-    at the speedups its rates predict (`predicted_sweeps`): each sweep simulated with its own
-    surface as the truth, weighted by its hours; None where there is none."""
+                    chained: bool, kind: str = CLOSED) -> float | None:
+    """The share of a round's measuring of one `kind` of levels the adaptive design is
+    expected to spend at the speedups its rates predict (`predicted_sweeps`): each sweep
+    simulated with its own surface as the truth, as the family's line simulates that kind
+    (closed-loop levels bisected, in blocks, chained where the round is; open-loop rates each
+    measured, at the general prior; batch sizes bisected), weighted by its hours; None where
+    there is none."""
+    found = [s for s in found if s.kind == kind]
     hours = sum(s.hours for s in found)
     if not hours:
         return None
@@ -314,10 +344,14 @@ def predicted_share(rule: adaptive.Rule, found: list[PredictedSweep], repeats: i
             surface = tuple(row * 2 for row in surface)
             blocks, weights, levels = blocks * 2, tuple(w / 2 for w in weights) * 2, levels * 2
         # (rounded: sweeps alike up to the request model's rounding simulate once)
-        spent += s.hours * sweeps.expected_share(
-            rule, len(surface), len(levels), repeats, rule.bisect, blocks=blocks,
-            weights=tuple(round(w, 1) for w in weights), concurrency=levels, chained=chained,
-            surface=tuple(tuple(round(v, 3) for v in row) for row in surface))
+        shape = dict(weights=tuple(round(w, 1) for w in weights),
+                     surface=tuple(tuple(round(v, 3) for v in row) for row in surface))
+        if kind == CLOSED:
+            shape.update(blocks=blocks, concurrency=levels, chained=chained)
+        elif kind == BATCHES:
+            shape.update(concurrency=tuple(int(level) for level in levels))
+        spent += s.hours * sweeps.expected_share(rule, len(surface), len(levels), repeats,
+                                                 rule.bisect and kind != RATES, **shape)
     return spent / hours
 
 
@@ -397,11 +431,20 @@ def adaptive_projection(config: dict, parts: dict,
             for bisect, batch in zip((rule.bisect, not rule.bisect), batched, strict=True)]
         live += spent[0]
         other += spent[1]
-        share = predicted_share(rule, (predicted or {}).get(name, []), repeats, chained)
-        at_model = spent[0] if share is None else spent[0] - sum(weights) * (
-            sweeps.expected_share(rule, ks, len(blocks), repeats, rule.bisect, blocks=blocks,
-                                  weights=weights, concurrency=levels, chained=chained)
-            - share)
+        # the same parts at the speedups the plan predicts, where it predicts them
+        found = (predicted or {}).get(name, [])
+        share = predicted_share(rule, found, repeats, chained)
+        at_model = spent[0]
+        if share is not None and sum(weights):
+            at_model -= sum(weights) * (sweeps.expected_share(
+                rule, ks, len(blocks), repeats, rule.bisect, blocks=blocks, weights=weights,
+                concurrency=levels, chained=chained) - share)
+        for kind, hours, family in ((RATES, sum(at_rates), rated),
+                                    (BATCHES, sum(at_batches), batched[0])):
+            part = predicted_share(rule, found, repeats, chained, kind)
+            if part is not None and hours:
+                at_model -= family - hours * part
+        share = share if share is not None else (0.0 if found else None)
         modelled += at_model
         # (the budget reads the larger of the two projections)
         needs[name] = tally.startup_h + tally.rest_h + max(spent[0], at_model)
@@ -423,8 +466,8 @@ def adaptive_projection(config: dict, parts: dict,
     if predicted:
         lines.append(f"  at the speedups this plan predicts (its rates and assumed acceptance, "
                      f"below): adaptive {modelled:.1f} h ({modelled / full if full else 0:.0%}"
-                     "; the closed-loop levels' races simulated with them as the truth, the "
-                     "rest as above); the line above takes the simulation's whole family of "
+                     "; each race simulated with them as the truth, what no rule stops as "
+                     "above); the line above takes the simulation's whole family of "
                      "surfaces instead, crossing 1 anywhere in the grid (the budget reads "
                      "the larger of the two, part by part)")
     lines.append("  assumptions: every speedup surface of the simulation's family "
