@@ -444,7 +444,6 @@ def adaptive_projection(config: dict, parts: dict,
             part = predicted_share(rule, found, repeats, chained, kind)
             if part is not None and hours:
                 at_model -= family - hours * part
-        share = share if share is not None else (0.0 if found else None)
         modelled += at_model
         # (the budget reads the larger of the two projections)
         needs[name] = tally.startup_h + tally.rest_h + max(spent[0], at_model)
@@ -458,7 +457,7 @@ def adaptive_projection(config: dict, parts: dict,
                      + (f"; offline and Transformers batches {sum(at_batches):.1f} h -> "
                         f"{batched[0]:.1f} h" if at_batches else "") + "); "
                      f"{ways[1]} {spent[1]:.1f} h ({spent[1] / tally.measuring_h:.0%})"
-                     + ("" if share is None else
+                     + ("" if not found else
                         f"; at the speedups this plan predicts {at_model:.1f} h "
                         f"({at_model / tally.measuring_h:.0%})"))
     lines.append(f"  total measuring: full {full:.1f} h, adaptive {live:.1f} h "
