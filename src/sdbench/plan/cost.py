@@ -33,9 +33,9 @@ from sdbench.plan.work import (
     BATCH,
     RATE,
     SessionWork,
+    in_flight,
     point_seconds,
     read_card,
-    request_tokens,
     session_work,
 )
 
@@ -211,16 +211,6 @@ class PredictedSweep:
     kind: str = CLOSED
 
 
-def _rate_tpot_ms(cell: grid.Cell, load: dict, model: rates.CalibratedRates,
-                  card: dict | None) -> float:
-    """A cell's TPOT at an open-loop rate: at the requests it has in flight there, about the
-    rate × one request's time (as `work.point_seconds` counts them)."""
-    prompt, output = request_tokens(cell, card)
-    single = model.request_s(cell, prompt, output, 1)
-    level = max(1, min(grid.point_prompts(cell, load), math.ceil(load["request_rate"] * single)))
-    return model.tpot_ms(cell, level)
-
-
 def predicted_sweeps(config: dict, cells: dict[str, grid.Cell], model: rates.CalibratedRates,
                      root: str | Path = ".") -> dict[str, list[PredictedSweep]]:
     """Per round, its speculative cells' levels grouped as the adaptive rule races them (a
@@ -251,7 +241,7 @@ def predicted_sweeps(config: dict, cells: dict[str, grid.Cell], model: rates.Cal
         times = {c.cell_id: [point_seconds(c, load, model, card) for load in loads]
                  for c in [base, *members]}
         cost = (times if kind != RATES else
-                {c.cell_id: [_rate_tpot_ms(c, load, model, card) for load in loads]
+                {c.cell_id: [model.tpot_ms(c, in_flight(c, load, model, card)) for load in loads]
                  for c in [base, *members]})
         surface = tuple(tuple(math.log(b / s) for b, s in zip(
             cost[base.cell_id], cost[c.cell_id], strict=True)) for c in members)
@@ -425,10 +415,11 @@ def adaptive_projection(config: dict, parts: dict,
         batched = [sum(at_batches) * sweeps.expected_share(
             rule, 1, len(sizes), repeats, bisect, weights=at_batches, concurrency=sizes)
             if sum(at_batches) else 0.0 for bisect in (rule.bisect, not rule.bisect)]
-        spent = [fixed + rated + batch + (sum(weights) * sweeps.expected_share(
-            rule, ks, len(blocks), repeats, bisect, blocks=blocks, weights=weights,
-            concurrency=levels, chained=chained) if sum(weights) else 0.0)
-            for bisect, batch in zip((rule.bisect, not rule.bisect), batched, strict=True)]
+        closed = [sweeps.expected_share(rule, ks, len(blocks), repeats, bisect, blocks=blocks,
+                                        weights=weights, concurrency=levels, chained=chained)
+                  if sum(weights) else 0.0 for bisect in (rule.bisect, not rule.bisect)]
+        spent = [fixed + rated + batch + sum(weights) * share
+                 for share, batch in zip(closed, batched, strict=True)]
         live += spent[0]
         other += spent[1]
         # the same parts at the speedups the plan predicts, where it predicts them
@@ -436,9 +427,7 @@ def adaptive_projection(config: dict, parts: dict,
         share = predicted_share(rule, found, repeats, chained)
         at_model = spent[0]
         if share is not None and sum(weights):
-            at_model -= sum(weights) * (sweeps.expected_share(
-                rule, ks, len(blocks), repeats, rule.bisect, blocks=blocks, weights=weights,
-                concurrency=levels, chained=chained) - share)
+            at_model -= sum(weights) * (closed[0] - share)
         for kind, hours, family in ((RATES, sum(at_rates), rated),
                                     (BATCHES, sum(at_batches), batched[0])):
             part = predicted_share(rule, found, repeats, chained, kind)

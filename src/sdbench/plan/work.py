@@ -97,6 +97,14 @@ class SessionWork:
         return self.startup_s + self.measuring_s + self.rest_s
 
 
+def in_flight(cell: grid.Cell, load: dict, rates: Rates, card: dict | None) -> int:
+    """The requests a cell has in flight at an open-loop rate: about the rate × one request's
+    time (at least 1, at most the point's prompts)."""
+    prompt, output = request_tokens(cell, card)
+    single = rates.request_s(cell, prompt, output, 1)
+    return max(1, min(grid.point_prompts(cell, load), math.ceil(load["request_rate"] * single)))
+
+
 def point_seconds(cell: grid.Cell, load: dict, rates: Rates, card: dict | None,
                   warm_ups: int = 0, ready_check: bool = False) -> float:
     """One point of the cell: its prompts in waves of its concurrency (or at its rate), the
@@ -104,9 +112,7 @@ def point_seconds(cell: grid.Cell, load: dict, rates: Rates, card: dict | None,
     prompt, output = request_tokens(cell, card)
     prompts = grid.point_prompts(cell, load)
     if load["mode"] == "rate":
-        # requests in flight at a rate: about rate x one request's time (at least 1)
-        single = rates.request_s(cell, prompt, output, 1)
-        level = max(1, min(prompts, math.ceil(load["request_rate"] * single)))
+        level = in_flight(cell, load, rates, card)
         seconds = prompts / load["request_rate"] + rates.request_s(cell, prompt, output, level)
     else:
         level = max(1, min(load["concurrency"], prompts))
