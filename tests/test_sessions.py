@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from stand_ins import Stand, use
+from test_hostcaps import cpu_caps
 
 from sdbench import layout
 from sdbench.analyze import aggregate, stops
@@ -620,3 +621,24 @@ def test_a_chained_baseline_stops_with_its_pairs(served_dir, demo_config_raw, mo
     frame = aggregate.summarize([layout.cell_output(c.cell_id) for c in (base, *pairs)])
     checks_ = stops.recheck_frame(frame)
     assert len(checks_) and checks_["holds"].all(), checks_.to_dict("records")
+
+
+def test_the_first_session_asks_vllm_about_every_quantized_checkpoint_the_host_runs(
+        demo_config, monkeypatch, tmp_path):
+    """A session asks vLLM once about the quantized checkpoints of the whole config that this
+    host can run (one child process importing vLLM), so that the sessions of quantized targets
+    after it find them cached; on a CPU without AVX-512 the int4 ones are not asked about."""
+    cells, vanilla = vanilla_session(demo_config)
+    own = {name for cell_id in vanilla.cells for name in grid.cell_models(cells[cell_id])}
+    quantized = ["smollm2-135m-awq", "smollm2-135m-gptq", "smollm2-135m-w8a8"]
+    assert not own & set(quantized)  # the session serves none of them itself
+    monkeypatch.chdir(tmp_path)
+    for name in quantized:
+        (tmp_path / grid.model_dir(demo_config, name)).mkdir(parents=True)
+    asked = []
+    monkeypatch.setattr(hostcaps, "model_facts", lambda folders: asked.append(folders) or {})
+    for avx512, expected in ((True, quantized), (False, ["smollm2-135m-w8a8"])):
+        monkeypatch.setattr(hostcaps, "host_caps", lambda avx512=avx512: cpu_caps(avx512))
+        asked.clear()
+        session._read_checkpoints(vanilla, cells, demo_config)
+        assert asked == [[grid.model_dir(demo_config, name) for name in expected]]

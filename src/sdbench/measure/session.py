@@ -139,7 +139,7 @@ def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
     try:
         with signals_raise():
             with clock.timed("asking vLLM about the checkpoints"):
-                _read_checkpoints(session, cells, config)
+                _read_checkpoints(session, everything(), config)
             with clock.timed("preparing cells"):
                 for cell_id in session.cells:
                     cell = cells[cell_id]
@@ -290,16 +290,19 @@ def _chained(run: CellRun, config: dict, cells: dict[str, grid.Cell], stage: int
 
 
 def _read_checkpoints(session: Session, cells: dict[str, grid.Cell], config: dict) -> None:
-    """vLLM's reading of the session's quantized checkpoints (`hostcaps.quantized_dirs`), asked
-    once (one child process that imports vLLM, for those it has not read on this host before):
-    each cell's host verdict then finds it cached."""
+    """vLLM's reading of the quantized checkpoints of every cell in `cells` (the whole config's)
+    that this host can run (`hostcaps.quantized_dirs`; those already built), asked once (one
+    child process that imports vLLM, for those it has not read on this host before): each
+    cell's host verdict, in this session and the later ones, then finds it cached. Asked per
+    session's own cells, each session of quantized targets paid for importing vLLM again (three
+    sessions of 14-22 s each in the demo on a 2-core Xeon guest)."""
     try:
         caps = hostcaps.host_caps()
     except hostcaps.ProbeError:
         caps = None
-    names = {name for cell_id in session.cells for name in grid.cell_models(cells[cell_id])
-             if cells[cell_id].engine != grid.TRANSFORMERS and caps is not None
-             and hostcaps.plan_reason(config, cells[cell_id], caps) is None}
+    names = {name for cell in cells.values() for name in grid.cell_models(cell)
+             if cell.engine != grid.TRANSFORMERS and caps is not None
+             and hostcaps.plan_reason(config, cell, caps) is None}
     folders = hostcaps.quantized_dirs(config, sorted(names))
     try:
         hostcaps.model_facts(sorted(f for f in folders if Path(f).is_dir()))
