@@ -14,7 +14,8 @@ class Stand:
     status) makes that workload's points invalid ("invalid") or kills the server ("failed");
     `throughput`: "<speculator> k=<k>" or speculator -> the output throughput its server's
     points measure (10 else), or a function of the point's concurrency that gives it; `tpot`:
-    the same for the mean TPOT (ms) they report (none else)."""
+    the same for the mean TPOT (ms) they report (none else), a function of the point's request
+    rate (0 at a closed-loop point)."""
 
     def __init__(self, kill_at=None, fail=None, throughput=None, tpot=None):
         self.events, self.kill_at, self.fail = [], kill_at, fail or {}
@@ -77,6 +78,9 @@ class Stand:
         if callable(throughput):
             throughput = throughput(int(args.get("--max-concurrency", 0)))
         tpot = self.tpot.get(setting, self.tpot.get(speculator))
+        if callable(tpot):
+            rate = args.get("--request-rate", "inf")
+            tpot = tpot(0.0 if rate == "inf" else float(rate))
         if tpot is not None:
             tpot = {"mean_tpot_ms": float(tpot)}
         return {**(tpot or {}), "completed": n - failed, "failed": failed, "duration": 1.0,

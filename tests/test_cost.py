@@ -156,7 +156,7 @@ def test_the_adaptive_projection_and_a_short_budget_name_what_is_left_out(demo_c
         r"([\d.]+) h -> ([\d.]+) h; offline and Transformers batches ([\d.]+) h -> "
         r"([\d.]+) h\)", round1).groups()
     assert 0 < int(share) < 100
-    # the open-loop rates stop on their TPOT speedup (simulated apart: no bisection), the
+    # the open-loop rates stop on their TPOT speedup (simulated apart, bisected), the
     # speculative offline and Transformers cells' batches stop (each cell on its own), their
     # baselines' batches are measured in full
     tally = result["parts"]["round1"]

@@ -532,6 +532,57 @@ def test_an_open_loop_rate_stops_on_the_tpot_speedup(demo_config_raw, served_dir
     assert (unread["status"] == "ok").sum() == pair.repeats
 
 
+def test_open_loop_rates_are_bisected_where_the_verdict_changes(demo_config_raw, served_dir,
+                                                                monkeypatch):
+    """Four open-loop rates, the lowest and highest first (a tree of their own, beside the
+    concurrency levels'): the pair halves the time per token at 1 request/s and doubles it
+    from 2 on, so 2 is measured (the verdict changes between 1 and 8) and 4 is not (it agrees
+    at 2 and 8). The rate left out is a stopped record saying why, for the pair and its
+    baseline, and the report's check recomputes the decision from the TPOT speedups."""
+    from sdbench.analyze import aggregate, stops
+
+    raw = demo_config_raw
+    raw["round1"]["request_rates"] = [1.0, 2.0, 4.0, 8.0]
+    raw["adaptive"] = {**ADAPTIVE, "coarse": 2}
+    del raw["dynamic_k"]
+    config = validate_config(raw)
+    cells = grid.cells_by_id(config)
+    members = [cells[i] for i in next(c.group for c in cells.values() if c.group)]
+    base = next(c for c in members if c.is_baseline)
+    pair = next(c for c in members if not c.is_baseline)
+    (sid,) = sessions.cell_sessions(pair, cells)
+    use(Stand(tpot={base.speculator: 10.0,
+                    "calibration": lambda rate: 5.0 if rate <= 1 else 20.0}), monkeypatch)
+    manifest = session.run_session(sessions.plan_sessions(cells)[sid], cells, config,
+                                   layout.session_output(sid))
+    assert manifest["not_done"] == {}
+    for cell in members:
+        cellmod.assemble(cell, [layout.session_output(sid)], layout.cell_output(cell.cell_id))
+    frame = aggregate.summarize([layout.cell_output(c.cell_id) for c in members])
+    rates = frame[frame["request_rate"].notna()]
+    measured = rates[rates["status"] == "ok"].groupby("cell_id")["request_rate"].unique()
+    assert sorted(measured[pair.cell_id]) == [1.0, 2.0, 8.0]
+    assert sorted(measured[base.cell_id]) == [1.0, 2.0, 8.0]
+    at4 = rates[rates["request_rate"] == 4.0]
+    assert len(at4) and (at4["status"] == "stopped").all()
+    stop = json.loads(at4[at4["cell_id"] == pair.cell_id]["stop"].iloc[0])
+    assert stop["reason"] == "level" and stop["metric"] == "tpot_speedup"
+    assert (stop["lower"], stop["upper"]) == (2.0, 8.0)
+    error = at4[at4["cell_id"] == pair.cell_id]["error"].iloc[0]
+    assert "not measured at this rate: every method's verdict agrees" in error
+    assert "request rates 2 and 8/s" in error
+    checks = stops.recheck_frame(frame)
+    assert checks["holds"].all() and (checks["request_rate"] == 4.0).sum() == 1
+    # a stored decision the records do not support is caught (read as the throughput's, or
+    # with another verdict at a neighbour)
+    for wrong in ('"metric": "tpot_speedup", ', ', -1]'):
+        tampered = frame.copy()
+        at = tampered["request_rate"] == 4.0
+        tampered.loc[at, "stop"] = tampered.loc[at, "stop"].str.replace(
+            wrong, "" if "metric" in wrong else ", 1]", regex=False)
+        assert not stops.recheck_frame(tampered)["holds"].all()
+
+
 def test_a_stopped_cell_beside_one_still_measuring_keeps_its_baseline_and_no_pair_issue(
         demo_config_raw, served_dir, monkeypatch):
     """n-gram settles at once, the EAGLE cell does not (futility off): the baseline goes on

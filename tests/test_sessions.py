@@ -524,14 +524,16 @@ def test_an_offline_child_that_dies_keeps_what_it_measured(
     assert len(again) == len(batches) - 1  # the first batch size's first repeat was kept
 
 
-def _chained_pair(served_dir, demo_config_raw, monkeypatch):
+def _chained_pair(served_dir, demo_config_raw, monkeypatch, rates=()):
     """Round 1 of the demo with two k values of n-gram measured on their own (not
-    interleaved), at three levels, under the rule with `chain`."""
+    interleaved), at three levels (and open-loop `rates`), under the rule with `chain`."""
     round1 = demo_config_raw["round1"]
     round1.update(workloads=["spec_bench"], concurrency=[1, 2, 4], methods=[
         {"method": "ngram", "k": [2, 3], "options": {"prompt_lookup_min": 2}}])
     for extra in ("request_rates", "offline", "transformers"):
         round1.pop(extra, None)
+    if rates:
+        round1["request_rates"] = list(rates)
     demo_config_raw["dynamic_k"] = []
     demo_config_raw["loadgen"]["prompts_per_concurrency"] = 16  # (4 blocks of 4 at 1)
     demo_config_raw["workloads"]["spec_bench"]["num_prompts"] = 48
@@ -621,6 +623,37 @@ def test_a_chained_baseline_stops_with_its_pairs(served_dir, demo_config_raw, mo
     frame = aggregate.summarize([layout.cell_output(c.cell_id) for c in (base, *pairs)])
     checks_ = stops.recheck_frame(frame)
     assert len(checks_) and checks_["holds"].all(), checks_.to_dict("records")
+
+
+def test_a_chain_bisects_its_open_loop_rates_in_stages_of_their_own_depth(
+        served_dir, demo_config_raw, monkeypatch):
+    """A chained cell's open-loop rates have their own level tree: the lowest and highest
+    rate in the first stages, the rate between them one depth later; where the pairs halve the
+    time per token at both, no stage measures the rate between (pairs nor baseline), and the
+    report's check recomputes the decision."""
+    config, cells, pairs, base = _chained_pair(served_dir, demo_config_raw, monkeypatch,
+                                               rates=(1.0, 2.0, 4.0))
+    assert base.chain == pairs[0].chain == (0, 1, 0, 0, 1, 0)
+    rate = {"mode": "rate", "request_rate": 2.0, "burstiness": 1.0}
+    assert base.stage_of(0, rate) == base.repeats
+    assert base.stage_of(0, {**rate, "request_rate": 4.0}) == 0
+    stand = Stand(throughput={"ngram": lambda c: 25.0 if c == 1 else 10.0},
+                  tpot={base.speculator: 10.0, "ngram": 5.0})
+    use(stand, monkeypatch)
+    _run_chain(config, cells, base, pairs, stand)
+    for cell in (base, *pairs):
+        cellmod.assemble(cell, [layout.session_output(s)
+                                for s in sessions.cell_sessions(cell, cells)],
+                         layout.cell_output(cell.cell_id))
+    frame = aggregate.summarize([layout.cell_output(c.cell_id) for c in (base, *pairs)])
+    at_rates = frame[frame["request_rate"].notna()]
+    assert set(at_rates[at_rates["status"] == "ok"]["request_rate"]) == {1.0, 4.0}
+    at2 = at_rates[at_rates["request_rate"] == 2.0]
+    assert len(at2) and (at2["status"] == "stopped").all()
+    assert {json.loads(s)["reason"] for s in at2[at2["method"] != "vanilla"]["stop"]} == {
+        "level"}
+    checks_ = stops.recheck_frame(frame)
+    assert (checks_["request_rate"] == 2.0).sum() == len(pairs) and checks_["holds"].all()
 
 
 def test_the_first_session_asks_vllm_about_every_quantized_checkpoint_the_host_runs(

@@ -74,24 +74,29 @@ def _recheck(level: pd.DataFrame, row, stop: dict) -> str | None:
     return adaptive.recheck(stop, ys)
 
 
-def _level_decisions(frame: pd.DataFrame, concurrency: int, cells: list, rule) -> dict | None:
-    """`adaptive.level_decisions` at a closed-loop level from the records of `cells` there;
+def _level_decisions(frame: pd.DataFrame, level: float, cells: list, rule,
+                     metric: str = "speedup") -> dict | None:
+    """`adaptive.level_decisions` at a level from the records of `cells` there (a closed-loop
+    concurrency; an open-loop request rate where `metric` is the TPOT speedup its stops read);
     None where none of them was measured there."""
-    at = frame[(frame["concurrency"] == concurrency) & frame["cell_id"].isin(cells)]
+    column = "request_rate" if metric == "tpot_speedup" else "concurrency"
+    at = frame[(frame[column] == level) & frame["cell_id"].isin(cells)]
     if not (at["status"] == "ok").any():
         return None
     return adaptive.level_decisions(
-        {cell_id: (str(rows["speculator"].iloc[0]), list(_log_speedups(rows, math.inf)),
+        {cell_id: (str(rows["speculator"].iloc[0]), list(_log_speedups(rows, math.inf, metric)),
                    len(rows)) for cell_id, rows in at.groupby("cell_id")}, rule)
 
 
 def _level_recheck(frame: pd.DataFrame, cell_id: str, stop: dict) -> str | None:
-    """A level the bisection left out (for `cell_id`), recomputed: its neighbours' decisions
-    from their records, and whether they leave this cell out."""
+    """A level (or open-loop rate) the bisection left out (for `cell_id`), recomputed: its
+    neighbours' decisions from their records, and whether they leave this cell out."""
     rule = adaptive.Rule(**stop["rule"])
     blocks = stop.get("blocks") or {}
-    found = {str(c): _level_decisions(frame, c, stop["pooled_cells"],
-                                      rule.at(blocks.get(str(c), 1), c))
+    metric = stop.get("metric", "speedup")
+    found = {str(c): _level_decisions(
+        frame, c, stop["pooled_cells"],
+        rule.at(blocks.get(str(c), 1), c if metric == "speedup" else None), metric)
              for c in (stop["lower"], stop["upper"])}
     if any(d is None for d in found.values()):
         return None if "decisions" not in stop else "a neighbour has no measured repeats"

@@ -10,8 +10,9 @@ its records later and needs a baseline repeat for every repeat it measures.
 At a closed-loop level (concurrency) the rule reads the output-token throughput's paired ratio;
 at an open-loop request rate the throughput is the offered load's, so there it reads the time
 per output token's (the baseline's mean TPOT ÷ the speculative cell's: the TPOT speedup), and
-the stop says which (`METRICS`). Rates are not bisected (every rate of the grid is measured);
-their repeats stop and their settings race as a level's do.
+the stop says which (`METRICS`). Rates are levels of their own: their repeats stop, their
+settings race and they are bisected (the lowest and highest rate first, the rates between where
+the decision differs) as the concurrency levels are, in a tree of their own.
 
 A speculative cell measured on its own (not interleaved) follows the same rule against its
 baseline cell's finished records (`RecordedBaseline`: with the rule on, its session waits for
@@ -135,13 +136,17 @@ class GroupStops:
         # a session's run -> how the rule sees it (a chained stage's `ChainRun`)
         self.views = {id(v.run): v for v in (lead, *partners) if getattr(v, "run", None)}
         self.decided: dict[tuple[str, tuple], dict | None] = {}
-        levels = sorted({_level(pid) for p in self.partners for pid in p.plan if pid[0] == "c"})
-        tree = (adaptive.level_tree(len(levels), self.rule.coarse) if self.rule.bisect
-                else {i: (0, None, None) for i in range(len(levels))})
-        # level -> (depth, lower neighbour, upper neighbour)
-        self.tree = {levels[i]: (depth, None if a is None else levels[a],
-                                 None if b is None else levels[b])
-                     for i, (depth, a, b) in tree.items()}
+        # level -> (depth, lower neighbour, upper neighbour): the concurrency levels' tree and
+        # the open-loop rates' (`METRICS`' kinds), each bisected on its own
+        self.tree: dict[tuple, tuple] = {}
+        for kind in METRICS:
+            levels = sorted({_level(pid) for p in self.partners for pid in p.plan
+                             if pid[0] == kind})
+            tree = (adaptive.level_tree(len(levels), self.rule.coarse) if self.rule.bisect
+                    else {i: (0, None, None) for i in range(len(levels))})
+            self.tree.update({levels[i]: (depth, None if a is None else levels[a],
+                                          None if b is None else levels[b])
+                              for i, (depth, a, b) in tree.items()})
         self.gates: dict[tuple, dict] = {}
         # level -> the blocks of prompts its repeats are split into (`grid.point_blocks`)
         self.blocks = {_level(pid): grid.point_blocks(p.cell, p.plan[pid][0])
@@ -153,8 +158,8 @@ class GroupStops:
         return self.rule.at(self.blocks.get(level, 1), level[1] if level[0] == "c" else None)
 
     def order(self, pids: list[tuple]) -> list[tuple]:
-        """`pids` in the order the rule needs them measured: depth by depth of the level tree
-        (open-loop rates with the coarse levels), each depth repeat by repeat."""
+        """`pids` in the order the rule needs them measured: depth by depth of the level trees
+        (concurrency levels and open-loop rates alike), each depth repeat by repeat."""
         def key(item):
             i, pid = item
             return (self.tree.get(_level(pid), (0,))[0], pid[-1], i)
@@ -175,8 +180,9 @@ class GroupStops:
             if depth == 0:
                 self.gates[level] = {"cells": None}
             elif [] in (self.gate(lower)["cells"], self.gate(upper)["cells"]):  # not measured
-                self.gates[level] = {"cells": [], "lower": lower[1],
-                                     "upper": upper[1], "why": "a neighbour was not measured"}
+                self.gates[level] = {"cells": [], "lower": lower[1], "upper": upper[1],
+                                     "metric": metric_of(level),
+                                     "why": "a neighbour was not measured"}
             else:
                 found = {str(lower[1]): self.decisions(lower),
                          str(upper[1]): self.decisions(upper)}
@@ -185,6 +191,7 @@ class GroupStops:
                     "cells": sorted(cells or []),
                     "lower": lower[1], "upper": upper[1], "decisions": found,
                     "blocks": {str(n[1]): self.blocks.get(n, 1) for n in (lower, upper)},
+                    "metric": metric_of(level),
                     "why": ("every method's verdict agrees at its neighbours" if cells is None
                             else "not the best of its method at either neighbour")}
         return self.gates[level]
@@ -316,6 +323,10 @@ def reason_line(stop: dict) -> str:
     if stop["reason"] == "baseline":
         return "stopped: every speculative cell paired with it at this level has stopped"
     if stop["reason"] == adaptive.LEVEL:
+        if stop.get("metric") == "tpot_speedup":
+            return (f"not measured at this rate: {stop['why']} (request rates "
+                    f"{stop['lower']:g} and {stop['upper']:g}/s; rates bisected where "
+                    "decisions differ)")
         return (f"not measured at this level: {stop['why']} (concurrency {stop['lower']} and "
                 f"{stop['upper']}; levels bisected where decisions differ)")
     interval = f"{stop['speedup']:.3f}x [{stop['low']:.3f}, {stop['high']:.3f}]"

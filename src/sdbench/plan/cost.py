@@ -320,8 +320,8 @@ def predicted_share(rule: adaptive.Rule, found: list[PredictedSweep], repeats: i
     """The share of a round's measuring of one `kind` of levels the adaptive design is
     expected to spend at the speedups its rates predict (`predicted_sweeps`): each sweep
     simulated with its own surface as the truth, as the family's line simulates that kind
-    (closed-loop levels bisected, in blocks, chained where the round is; open-loop rates each
-    measured, at the general prior; batch sizes bisected), weighted by its hours; None where
+    (closed-loop levels bisected, in blocks, chained where the round is; open-loop rates
+    bisected, at the general prior; batch sizes bisected), weighted by its hours; None where
     there is none."""
     found = [s for s in found if s.kind == kind]
     hours = sum(s.hours for s in found)
@@ -341,7 +341,7 @@ def predicted_share(rule: adaptive.Rule, found: list[PredictedSweep], repeats: i
         elif kind == BATCHES:
             shape.update(concurrency=tuple(int(level) for level in levels))
         spent += s.hours * sweeps.expected_share(rule, len(surface), len(levels), repeats,
-                                                 rule.bisect and kind != RATES, **shape)
+                                                 rule.bisect, **shape)
     return spent / hours
 
 
@@ -403,11 +403,12 @@ def adaptive_projection(config: dict, parts: dict,
         levels = tuple(spec.concurrency)
         if len(blocks) < 2:  # (one level: simulated as two alike)
             blocks, weights, levels = blocks * 2, tuple(w / 2 for w in weights) * 2, levels * 2
-        # open-loop rates: their repeats stop on the TPOT speedup and their settings race, but
-        # every rate is measured (no bisection); at the rule's general prior
-        rated = sum(at_rates) * sweeps.expected_share(
-            rule, ks, max(len(at_rates), 2), repeats, False,
+        # open-loop rates: their repeats stop on the TPOT speedup, their settings race and they
+        # are bisected as levels (a tree of their own); at the rule's general prior
+        rated = [sum(at_rates) * sweeps.expected_share(
+            rule, ks, max(len(at_rates), 2), repeats, bisect,
             weights=at_rates * (2 if len(at_rates) < 2 else 1)) if sum(at_rates) else 0.0
+            for bisect in (rule.bisect, not rule.bisect)]
         # speculative offline and Transformers cells: each stops against its baseline's
         # records on its own (one setting: no race), its batch sizes bisected as levels
         if len(sizes) == 1:
@@ -418,8 +419,8 @@ def adaptive_projection(config: dict, parts: dict,
         closed = [sweeps.expected_share(rule, ks, len(blocks), repeats, bisect, blocks=blocks,
                                         weights=weights, concurrency=levels, chained=chained)
                   if sum(weights) else 0.0 for bisect in (rule.bisect, not rule.bisect)]
-        spent = [fixed + rated + batch + sum(weights) * share
-                 for share, batch in zip(closed, batched, strict=True)]
+        spent = [fixed + rate + batch + sum(weights) * share
+                 for share, rate, batch in zip(closed, rated, batched, strict=True)]
         live += spent[0]
         other += spent[1]
         # the same parts at the speedups the plan predicts, where it predicts them
@@ -428,7 +429,7 @@ def adaptive_projection(config: dict, parts: dict,
         at_model = spent[0]
         if share is not None and sum(weights):
             at_model -= sum(weights) * (closed[0] - share)
-        for kind, hours, family in ((RATES, sum(at_rates), rated),
+        for kind, hours, family in ((RATES, sum(at_rates), rated[0]),
                                     (BATCHES, sum(at_batches), batched[0])):
             part = predicted_share(rule, found, repeats, chained, kind)
             if part is not None and hours:
@@ -441,7 +442,7 @@ def adaptive_projection(config: dict, parts: dict,
                      f"repeats: full {tally.measuring_h:.1f} h, adaptive {spent[0]:.1f} h "
                      f"({spent[0] / tally.measuring_h:.0%}; {fixed:.1f} h measured in full"
                      + (f", {alone:.1f} h of it baselines measured first" if alone else "")
-                     + (f"; open-loop rates {sum(at_rates):.1f} h -> {rated:.1f} h"
+                     + (f"; open-loop rates {sum(at_rates):.1f} h -> {rated[0]:.1f} h"
                         if at_rates else "")
                      + (f"; offline and Transformers batches {sum(at_batches):.1f} h -> "
                         f"{batched[0]:.1f} h" if at_batches else "") + "); "
@@ -463,7 +464,7 @@ def adaptive_projection(config: dict, parts: dict,
                  "each level (level_noise where it names one; a block of 1/b of its prompts √b "
                  "times it), no instance offsets; a level's "
                  "share of the measuring as this plan projects it; open-loop rates stop on "
-                 "the TPOT speedup at the general prior, each rate measured; the dynamic-K "
+                 "the TPOT speedup at the general prior, bisected as levels; the dynamic-K "
                  "cells measured in full; a baseline's repeats stop with its pairs "
                  "where they are interleaved (interleave: true) or chained (adaptive.chain: "
                  "counted as stopping with them, though a chained baseline measures a "

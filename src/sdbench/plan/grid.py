@@ -72,7 +72,8 @@ class Cell:
     # anchors the sweep's break-even line (`analyze.acceptance.break_even`). Not in the identity
     sweep_anchor: bool = False
     # under the adaptive rule's `chain` (`chain_cells`): the depth of each of its concurrency
-    # levels (in `concurrency`'s order) in the rule's level tree, and its points are measured
+    # levels (in `concurrency`'s order), then of each open-loop request rate (in
+    # `request_rates`' order), in the rule's level tree of each, and its points are measured
     # in stages, one session (server start) each: depth by depth, repeat by repeat (all of a
     # repeat's blocks), each stage after its pair's or baseline's stage before it
     # (`stage_of`). Empty: not chained. Not in the identity
@@ -84,9 +85,10 @@ class Cell:
 
     def stage_of(self, repeat: int, load: dict) -> int:
         """A chained cell's stage of `repeat` at `load`: depth x repeats + the whole repeat
-        (open-loop rates at depth 0, with the coarse levels)."""
-        depth = (self.chain[self.concurrency.index(load["concurrency"])]
-                 if load["mode"] == "concurrency" else 0)
+        (an open-loop rate at its depth in the rates' own tree)."""
+        index = (len(self.concurrency) + self.request_rates.index(load["request_rate"])
+                 if load["mode"] == "rate" else self.concurrency.index(load["concurrency"]))
+        depth = self.chain[index] if index < len(self.chain) else 0
         return depth * self.repeats + repeat // point_blocks(self, load)
 
     def instance_of(self, repeat: int, load: dict | None = None) -> int:
@@ -628,8 +630,8 @@ def chain_cells(config: dict, cells: list[Cell]) -> list[Cell]:
     """The cells with their `chain` where the adaptive rule's `chain` is on: every
     speculative cell measured on its own that `chainable` allows, and the baseline of any
     such cell. Each level's depth is its depth in the rule's level tree over the cell's sorted
-    levels (`level_tree`; all 0 without `bisect`), as `measure.stopping.GroupStops` builds
-    it."""
+    levels (`level_tree`; all 0 without `bisect`): its concurrency levels', then its open-loop
+    request rates' (a tree of their own), as `measure.stopping.GroupStops` builds them."""
     section = config.get("adaptive") or {}
     if not adaptive_on(section) or not section.get("chain"):
         return cells
@@ -640,14 +642,14 @@ def chain_cells(config: dict, cells: list[Cell]) -> list[Cell]:
                and chainable(cell, by_id[cell.baseline_cell_id])}
     chained |= {by_id[c].baseline_cell_id for c in chained}
 
-    def depths(cell: Cell) -> tuple[int, ...]:
-        levels = sorted(cell.concurrency)
+    def depths(values: tuple) -> tuple[int, ...]:
+        levels = sorted(values)
         tree = (level_tree(len(levels), coarse) if bisect
                 else {i: (0, None, None) for i in range(len(levels))})
-        return tuple(tree[levels.index(c)][0] for c in cell.concurrency)
+        return tuple(tree[levels.index(v)][0] for v in values)
 
-    return [replace(cell, chain=depths(cell) or (0,)) if cell.cell_id in chained else cell
-            for cell in cells]
+    return [replace(cell, chain=depths(cell.concurrency) + depths(cell.request_rates) or (0,))
+            if cell.cell_id in chained else cell for cell in cells]
 
 
 def coarse_levels(count: int, coarse: int = 3) -> list[int]:
