@@ -268,3 +268,31 @@ def test_a_round_of_one_level_is_projected_within_its_full_measuring(tmp_path):
     full, adapted = map(float, re.search(r"full ([\d.]+) h, adaptive ([\d.]+) h", round2).groups())
     share = int(re.search(r"adaptive [\d.]+ h \((\d+)%", round2)[1])
     assert 0 < share <= 100 and adapted <= full
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_a_chained_baseline_keeps_only_the_levels_a_derived_schedule_reads(demo_config_raw,
+                                                                           tmp_path, split):
+    """A chained baseline measures in full only the levels a cell outside its chain reads: a
+    derived dynamic-K schedule measured alone (`split: false`, its net over this baseline's
+    repeats) reads its concurrency levels, never its open-loop rates (a rate of 2 per second
+    is not concurrency 2); measured in turn with the static k (split) it reads none. The plan
+    counts the baseline's kept levels as measured first and its rates as rates."""
+    round1 = demo_config_raw["round1"]
+    round1.update(workloads=["spec_bench"], concurrency=[1, 2, 4], request_rates=[1.0, 2.0],
+                  methods=[{"method": "ngram", "k": [2, 3],
+                            "options": {"prompt_lookup_min": 2}}])
+    for extra in ("offline", "transformers"):
+        round1.pop(extra, None)
+    demo_config_raw["dynamic_k"] = [{"speculator": "ngram", "workloads": ["spec_bench"],
+                                     "split": split}]
+    demo_config_raw["adaptive"] = {"noise": 0.05, "coarse": 2, "chain": True}
+    config = validate_config(demo_config_raw)
+    cells = grid.cells_by_id(config)
+    base = next(c for c in cells.values() if c.chain and c.is_baseline)
+    kept = grid.chain_kept(config, cells)
+    assert kept == ({} if split else {base.cell_id: {(False, 1), (False, 2), (False, 4)}})
+    levels = cost.plan_cost(config, "h100", tmp_path)["parts"]["round1"].levels
+    first = sorted(level for kind, level in levels if kind == work.BASELINE)
+    assert first == ([] if split else [1, 2, 4])
+    assert sorted(level for kind, level in levels if kind == work.RATE) == [1.0, 2.0]

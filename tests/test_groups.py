@@ -285,7 +285,8 @@ def test_a_baseline_a_later_cell_pairs_with_keeps_the_repeats_that_cell_needs(
     """The demo's dynamic-K cell is measured later, on its own, against the calibration pair's
     baseline records, every one of its 3 repeats: when the pair settles at its first look, the
     baseline still measures its first 3 repeats at every level (then stops with the pair),
-    so that every repeat of the dynamic-K cell has its baseline repeat."""
+    so that every repeat of the dynamic-K cell has its baseline repeat. Split (measured in
+    turn with the static k) the dynamic-K cells pair among themselves and keep none."""
     (base, pair), cells, planned = group
     demo_config["adaptive"] = dict(ADAPTIVE)
     later = grid.dynamic_k_repeats(demo_config)[base.cell_id]
@@ -301,6 +302,13 @@ def test_a_baseline_a_later_cell_pairs_with_keeps_the_repeats_that_cell_needs(
         statuses.setdefault(r["repeat"], set()).add(r["status"])
     assert statuses == {**{r: {"ok"} for r in range(later)},
                         **{r: {"stopped"} for r in range(later, base.repeats)}}
+    # measured in turn with the static k (`split`, the default), the dynamic-K cells pair
+    # among themselves: the baseline stops with the pair, after its first repeat
+    demo_config["dynamic_k"] = [{**e, "split": True} for e in demo_config["dynamic_k"]]
+    shutil.rmtree("results", ignore_errors=True)
+    stand = Stand(throughput={"calibration": 20.0})
+    assert run(group, demo_config, stand, monkeypatch)["not_done"] == {}
+    assert len(measured(stand)) == levels * 2  # the pair once, its baseline once
 
 
 def test_an_acceptance_sweep_cell_is_measured_twice_before_it_stops(demo_config_raw, served_dir,

@@ -66,9 +66,10 @@ def turns(session: Session, cells: dict[str, grid.Cell], runs: list[CellRun]
 def paired_elsewhere(lead: CellRun, members: list[CellRun], cells: dict[str, grid.Cell],
                      config: dict) -> frozenset[tuple]:
     """The baseline's points (point ids) that a cell outside the group measures with it: one
-    measured on its own (not interleaved), or a derived dynamic-K cell (its placeholder,
-    `grid.dynamic_k_placeholder`). Such a cell reads the baseline's records later and needs a
-    baseline repeat for each of its own, so these may not stop with the group's cells."""
+    measured on its own (not interleaved), or a derived dynamic-K cell measured alone (`split:
+    false`; its placeholder, `grid.dynamic_k_placeholder`). Such a cell reads the baseline's
+    records later and needs a baseline repeat for each of its own, so these may not stop with
+    the group's cells."""
     outside = grid.paired_outside(config, cells, lead.cell_id, {r.cell_id for r in members})
     return frozenset(LoadPoint.of_load(load, r).order for cell in outside
                      for load in cell.load_points() for r in cell.load_repeats(load))

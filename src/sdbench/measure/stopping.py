@@ -4,8 +4,9 @@ repeats that level already has, paired with the baseline's, and the point either
 stops: its later repeats there are recorded as "stopped" (with why, and the numbers the rule
 decided on) instead of being measured. The baseline's repeat at a level is measured while any
 cell paired with it there still needs it, and always at the points a cell outside the group
-measures with it (`keep`: a cell measured on its own, a derived dynamic-K cell), which reads
-its records later and needs a baseline repeat for every repeat it measures.
+measures with it (`keep`: a cell measured on its own, a derived dynamic-K cell measured alone,
+`split: false`: `grid.paired_outside`), which reads its records later and needs a baseline
+repeat for every repeat it measures.
 
 At a closed-loop level (concurrency) the rule reads the output-token throughput's paired ratio;
 at an open-loop request rate the throughput is the offered load's, so there it reads the time

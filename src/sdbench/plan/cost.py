@@ -471,7 +471,8 @@ def adaptive_projection(config: dict, parts: dict,
                  "repeat's blocks all or none); a cell measured on its own otherwise "
                  "stops against its baseline's records, which are measured first and in full "
                  "(counted in full: 'baselines measured first'; so is a chained baseline at "
-                 "the levels a cell outside its chain, e.g. a derived dynamic-K cell, reads); "
+                 "the levels a cell outside its chain, e.g. a derived dynamic-K cell measured "
+                 "alone (split: false), reads); "
                  "a speculative offline or Transformers cell stops on its own (no race), its "
                  "batch sizes bisected as levels")
     budget = (config.get("plan") or {}).get("budget_gpu_hours")

@@ -682,24 +682,33 @@ def level_value(load: dict) -> float:
     return load["request_rate"] if load["mode"] == "rate" else load["concurrency"]
 
 
+def load_level(load: dict) -> tuple[bool, float]:
+    """A load point's level told apart from the other kind's (a request rate of 4 per second
+    is not concurrency 4): (whether it is an open-loop rate, its `level_value`)."""
+    return load["mode"] == "rate", level_value(load)
+
+
 def paired_outside(config: dict, cells: dict[str, Cell], baseline_id: str,
                    inside: set[str]) -> list[Cell]:
     """The cells paired with a baseline but measured outside `inside` (its group, its chain):
     the others paired with it, and the derived dynamic-K cells (placeholders) it is the
-    baseline of. They read its finished records later, so it measures every repeat of
-    theirs."""
+    baseline of where they are measured without the static k beside them (`split: false`:
+    their net is against round 1's best static k, each repeat's speedup over this baseline's
+    same repeat). They read its finished records later, so it measures every repeat of
+    theirs. A split schedule's cells pair among themselves, repeat by repeat
+    (`analyze.analysis.dynamic_k_comparison`), and need none of its repeats."""
     return [c for c in cells.values()
             if c.baseline_cell_id == baseline_id and c.cell_id not in inside] + [
         dynamic_k_placeholder(config, spec) for spec in dynamic_k_specs(config)
-        if dynamic_k_baseline(config, spec) == baseline_id]
+        if dynamic_k_baseline(config, spec) == baseline_id and not spec.get("split", True)]
 
 
 def chain_kept(config: dict, cells: dict[str, Cell]) -> dict[str, set]:
-    """chained baseline id -> the levels at which a cell outside its chain is paired with it
-    (`paired_outside`): the baseline measures every repeat there
+    """chained baseline id -> the levels (`load_level`) at which a cell outside its chain is
+    paired with it (`paired_outside`): the baseline measures every repeat there
     (`measure.groups.paired_elsewhere`)."""
     chained = {c.cell_id for c in cells.values() if c.chain}
-    kept = {base: {level_value(load) for cell in paired_outside(config, cells, base, chained)
+    kept = {base: {load_level(load) for cell in paired_outside(config, cells, base, chained)
                    for load in cell.load_points()}
             for base in chained if cells[base].is_baseline}
     return {base: levels for base, levels in kept.items() if levels}

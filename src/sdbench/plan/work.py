@@ -130,7 +130,7 @@ def level_key(session: Session, cell: grid.Cell, load: dict,
     """Where a point's measuring counts in `SessionWork.levels` (see there). `kept`: chained
     baselines' levels measured in full (`grid.chain_kept`)."""
     if cell.is_baseline and not session.interleaved and (
-            not cell.chain or grid.level_value(load) in (kept or {}).get(cell.cell_id, ())):
+            not cell.chain or grid.load_level(load) in (kept or {}).get(cell.cell_id, ())):
         return BASELINE, grid.level_value(load)
     if load["mode"] == "concurrency":
         return load["concurrency"], grid.point_blocks(cell, load)
