@@ -317,7 +317,7 @@ def test_an_acceptance_sweep_cell_is_measured_twice_before_it_stops(demo_config_
     repeat, and so does the real cell beside it, which anchors the line (where the rule alone
     settles it at its first): the break-even line pools their spread over repeats. The
     report's check recomputes both stops."""
-    from sdbench.analyze import aggregate, stops
+    from sdbench.analyze import stops
 
     raw = demo_config_raw
     raw["round1"]["request_rates"] = []
@@ -333,12 +333,7 @@ def test_an_acceptance_sweep_cell_is_measured_twice_before_it_stops(demo_config_
     (sid,) = sessions.cell_sessions(swept, cells)
     stand = Stand(throughput={"calibration": 20.0, swept.speculator: 20.0})
     use(stand, monkeypatch)
-    manifest = session.run_session(sessions.plan_sessions(cells)[sid], cells, config,
-                                   layout.session_output(sid))
-    assert manifest["not_done"] == {}
-    for cell in members:
-        cellmod.assemble(cell, [layout.session_output(sid)], layout.cell_output(cell.cell_id))
-    frame = aggregate.summarize([layout.cell_output(c.cell_id) for c in members])
+    frame = _session_frame(config, cells, members, sid)
     measured_ok = frame[frame["status"] == "ok"].groupby("speculator")["repeat"].nunique()
     assert measured_ok["calibration"] == 2 and measured_ok[swept.speculator] == 2
     real = next(c for c in members if c.speculator == "calibration")
@@ -473,6 +468,33 @@ def test_a_level_with_its_own_prior_stops_where_the_general_prior_goes_on(
     assert not stops.recheck_frame(frame)["holds"].all()
 
 
+def _session_frame(config: dict, cells: dict, members: list, sid: str) -> pd.DataFrame:
+    """Run session `sid` to the end and summarize its `members`' records."""
+    from sdbench.analyze import aggregate
+
+    manifest = session.run_session(sessions.plan_sessions(cells)[sid], cells, config,
+                                   layout.session_output(sid))
+    assert manifest["not_done"] == {}
+    for cell in members:
+        cellmod.assemble(cell, [layout.session_output(sid)], layout.cell_output(cell.cell_id))
+    return aggregate.summarize([layout.cell_output(c.cell_id) for c in members])
+
+
+def _rated_group(raw: dict, rates: list[float], rule: dict) -> tuple:
+    """The demo's first interleaved group with open-loop `rates` under the adaptive `rule`:
+    (config, cells, its members, its baseline, its pair, its session id)."""
+    raw["round1"]["request_rates"] = rates
+    raw["adaptive"] = dict(rule)
+    del raw["dynamic_k"]
+    config = validate_config(raw)
+    cells = grid.cells_by_id(config)
+    members = [cells[i] for i in next(c.group for c in cells.values() if c.group)]
+    base = next(c for c in members if c.is_baseline)
+    pair = next(c for c in members if not c.is_baseline)
+    (sid,) = sessions.cell_sessions(pair, cells)
+    return config, cells, members, base, pair, sid
+
+
 def test_an_open_loop_rate_stops_on_the_tpot_speedup(demo_config_raw, served_dir, monkeypatch):
     """At an open-loop rate the throughput is the offered load's (here the same on both sides):
     the rule reads the TPOT speedup there (the baseline's mean TPOT ÷ the pair's), so a pair
@@ -482,16 +504,7 @@ def test_an_open_loop_rate_stops_on_the_tpot_speedup(demo_config_raw, served_dir
     rate's repeats are all measured."""
     from sdbench.analyze import aggregate, stops
 
-    raw = demo_config_raw
-    raw["round1"]["request_rates"] = [2.0]
-    raw["adaptive"] = dict(ADAPTIVE)
-    del raw["dynamic_k"]
-    config = validate_config(raw)
-    cells = grid.cells_by_id(config)
-    members = [cells[i] for i in next(c.group for c in cells.values() if c.group)]
-    base = next(c for c in members if c.is_baseline)
-    pair = next(c for c in members if not c.is_baseline)
-    (sid,) = sessions.cell_sessions(pair, cells)
+    config, cells, members, base, pair, sid = _rated_group(demo_config_raw, [2.0], ADAPTIVE)
 
     def measure(stand: Stand) -> pd.DataFrame:
         use(stand, monkeypatch)
@@ -547,26 +560,13 @@ def test_open_loop_rates_are_bisected_where_the_verdict_changes(demo_config_raw,
     from 2 on, so 2 is measured (the verdict changes between 1 and 8) and 4 is not (it agrees
     at 2 and 8). The rate left out is a stopped record saying why, for the pair and its
     baseline, and the report's check recomputes the decision from the TPOT speedups."""
-    from sdbench.analyze import aggregate, stops
+    from sdbench.analyze import stops
 
-    raw = demo_config_raw
-    raw["round1"]["request_rates"] = [1.0, 2.0, 4.0, 8.0]
-    raw["adaptive"] = {**ADAPTIVE, "coarse": 2}
-    del raw["dynamic_k"]
-    config = validate_config(raw)
-    cells = grid.cells_by_id(config)
-    members = [cells[i] for i in next(c.group for c in cells.values() if c.group)]
-    base = next(c for c in members if c.is_baseline)
-    pair = next(c for c in members if not c.is_baseline)
-    (sid,) = sessions.cell_sessions(pair, cells)
+    config, cells, members, base, pair, sid = _rated_group(
+        demo_config_raw, [1.0, 2.0, 4.0, 8.0], {**ADAPTIVE, "coarse": 2})
     use(Stand(tpot={base.speculator: 10.0,
                     "calibration": lambda rate: 5.0 if rate <= 1 else 20.0}), monkeypatch)
-    manifest = session.run_session(sessions.plan_sessions(cells)[sid], cells, config,
-                                   layout.session_output(sid))
-    assert manifest["not_done"] == {}
-    for cell in members:
-        cellmod.assemble(cell, [layout.session_output(sid)], layout.cell_output(cell.cell_id))
-    frame = aggregate.summarize([layout.cell_output(c.cell_id) for c in members])
+    frame = _session_frame(config, cells, members, sid)
     rates = frame[frame["request_rate"].notna()]
     measured = rates[rates["status"] == "ok"].groupby("cell_id")["request_rate"].unique()
     assert sorted(measured[pair.cell_id]) == [1.0, 2.0, 8.0]
