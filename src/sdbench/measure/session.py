@@ -299,13 +299,13 @@ def _read_checkpoints(session: Session, cells: dict[str, grid.Cell], config: dic
     try:
         caps = hostcaps.host_caps()
     except hostcaps.ProbeError:
-        caps = None
+        return  # (each cell's verdict says so)
     names = {name for cell in cells.values() for name in grid.cell_models(cell)
-             if cell.engine != grid.TRANSFORMERS and caps is not None
+             if cell.engine != grid.TRANSFORMERS
              and hostcaps.plan_reason(config, cell, caps) is None}
-    folders = hostcaps.quantized_dirs(config, sorted(names))
     try:
-        hostcaps.model_facts(sorted(f for f in folders if Path(f).is_dir()))
+        # (model_facts skips a checkpoint not built yet)
+        hostcaps.model_facts(sorted(hostcaps.quantized_dirs(config, sorted(names))))
     except hostcaps.ProbeError as exc:  # each cell's verdict says so again
         print(f"[sdbench] session {session.session_id}: {exc}", file=sys.stderr, flush=True)
 

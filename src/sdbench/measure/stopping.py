@@ -143,8 +143,7 @@ class GroupStops:
         for kind in METRICS:
             levels = sorted({_level(pid) for p in self.partners for pid in p.plan
                              if pid[0] == kind})
-            tree = (adaptive.level_tree(len(levels), self.rule.coarse) if self.rule.bisect
-                    else {i: (0, None, None) for i in range(len(levels))})
+            tree = adaptive.level_tree(len(levels), self.rule.coarse, self.rule.bisect)
             self.tree.update({levels[i]: (depth, None if a is None else levels[a],
                                           None if b is None else levels[b])
                               for i, (depth, a, b) in tree.items()})

@@ -88,8 +88,7 @@ class Cell:
         (an open-loop rate at its depth in the rates' own tree)."""
         index = (len(self.concurrency) + self.request_rates.index(load["request_rate"])
                  if load["mode"] == "rate" else self.concurrency.index(load["concurrency"]))
-        depth = self.chain[index] if index < len(self.chain) else 0
-        return depth * self.repeats + repeat // point_blocks(self, load)
+        return self.chain[index] * self.repeats + repeat // point_blocks(self, load)
 
     def instance_of(self, repeat: int, load: dict | None = None) -> int:
         """The server instance that measures `repeat` (at `load`: a chained cell's stage,
@@ -644,8 +643,7 @@ def chain_cells(config: dict, cells: list[Cell]) -> list[Cell]:
 
     def depths(values: tuple) -> tuple[int, ...]:
         levels = sorted(values)
-        tree = (level_tree(len(levels), coarse) if bisect
-                else {i: (0, None, None) for i in range(len(levels))})
+        tree = level_tree(len(levels), coarse, bisect)
         return tuple(tree[levels.index(v)][0] for v in values)
 
     return [replace(cell, chain=depths(cell.concurrency) + depths(cell.request_rates) or (0,))
@@ -660,11 +658,15 @@ def coarse_levels(count: int, coarse: int = 3) -> list[int]:
     return sorted({int(math.floor(i * (count - 1) / (coarse - 1) + 0.5)) for i in range(coarse)})
 
 
-def level_tree(count: int, coarse: int = 3) -> dict[int, tuple[int, int | None, int | None]]:
+def level_tree(count: int, coarse: int = 3, bisect: bool = True
+               ) -> dict[int, tuple[int, int | None, int | None]]:
     """Every level index of `count` -> (its depth, the lower and upper level that decide
     whether it is measured): the coarse levels depth 0 (measured, no neighbours), then each
     level `bisect` would add between two neighbours one deeper than the deeper of them. A
-    level is measured iff both its neighbours are and their decisions differ."""
+    level is measured iff both its neighbours are and their decisions differ. Without
+    `bisect` every level is depth 0."""
+    if not bisect:
+        return {i: (0, None, None) for i in range(count)}
     tree: dict[int, tuple[int, int | None, int | None]] = {
         i: (0, None, None) for i in coarse_levels(count, coarse)}
     pairs = [(a, b, 1) for a, b in zip(sorted(tree), sorted(tree)[1:], strict=False)]
