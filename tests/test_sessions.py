@@ -657,7 +657,7 @@ def test_a_chain_bisects_its_open_loop_rates_in_stages_of_their_own_depth(
 
 
 def test_the_first_session_asks_vllm_about_every_quantized_checkpoint_the_host_runs(
-        demo_config, monkeypatch, tmp_path):
+        demo_config, monkeypatch):
     """A session asks vLLM once about the quantized checkpoints of the whole config that this
     host can run (one child process importing vLLM), so that the sessions of quantized targets
     after it find them cached; on a CPU without AVX-512 the int4 ones are not asked about."""
@@ -665,9 +665,6 @@ def test_the_first_session_asks_vllm_about_every_quantized_checkpoint_the_host_r
     own = {name for cell_id in vanilla.cells for name in grid.cell_models(cells[cell_id])}
     quantized = ["smollm2-135m-awq", "smollm2-135m-gptq", "smollm2-135m-w8a8"]
     assert not own & set(quantized)  # the session serves none of them itself
-    monkeypatch.chdir(tmp_path)
-    for name in quantized:
-        (tmp_path / grid.model_dir(demo_config, name)).mkdir(parents=True)
     asked = []
     monkeypatch.setattr(hostcaps, "model_facts", lambda folders: asked.append(folders) or {})
     for avx512, expected in ((True, quantized), (False, ["smollm2-135m-w8a8"])):

@@ -291,9 +291,10 @@ def _chained(run: CellRun, config: dict, cells: dict[str, grid.Cell], stage: int
 
 def _read_checkpoints(session: Session, cells: dict[str, grid.Cell], config: dict) -> None:
     """vLLM's reading of the quantized checkpoints of every cell in `cells` (the whole config's)
-    that this host can run (`hostcaps.quantized_dirs`; those already built), asked once (one
-    child process that imports vLLM, for those it has not read on this host before): each
-    cell's host verdict, in this session and the later ones, then finds it cached. Asked per
+    that this host can run (`hostcaps.quantized_dirs`; `model_facts` skips those not built
+    yet), asked once (one child process that imports vLLM, for those it has not read on this
+    host before): each cell's host verdict, in this session and the later ones, then finds it
+    cached. Asked per
     session's own cells, each session of quantized targets paid for importing vLLM again (three
     sessions of 14-22 s each in the demo on a 2-core Xeon guest)."""
     try:
