@@ -8,6 +8,7 @@ import pytest
 
 from sdbench.analyze.aggregate import ARM_SETTINGS
 from sdbench.analyze.analysis import (
+    ALIKE,
     best_settings,
     best_static_k,
     crossover,
@@ -210,6 +211,40 @@ def test_dynamic_k_is_split_into_the_mechanisms_cost_and_the_schedules_value():
                                             "static k measured in turn with the schedule")
     assert "schedule value: derived ÷ constant schedule" not in shown
     assert shown.loc["all", "mechanism cost: constant schedule ÷ static k"].startswith("0.84")
+
+
+def test_the_constant_schedule_is_measured_only_where_the_derived_one_differs():
+    """Known answer: the schedule runs the static k 2 at batch sizes 1-2 and switches
+    speculation off above (`[[1, 2, 2], [3, 8, 0]]`), so at concurrency 1 and 2 it serves as
+    the constant schedule does and the constant one is measured at 8 only
+    (`grid.alike_levels`). There the derived cell stands in for it: the mechanism costs 0.7x at
+    every level, the schedule gains 1.5x at 8 and is 1 by construction at 1 and 2."""
+    levels, cost, gain = (1, 2, 8), 0.7, 1.5
+    static = _arm([(2, c, 1.3) for c in levels], "+static-k")
+    constant = _arm([(2, 8, 1.3 * cost)], "+constant-k")
+    derived = _arm([(2, 1, 1.3 * cost), (2, 2, 1.3 * cost), (2, 8, 1.3 * cost * gain)],
+                   "+dynamic-k")
+    round1 = measurements([("ngram", 2, c, 1.3) for c in levels])
+    frame = pd.concat([round1, static, constant, derived])
+    schedules = {derived["cell_id"].iloc[0]: [[1, 2, 2], [3, 8, 0]]}
+    table = dynamic_k_comparison(frame, schedules).set_index("concurrency")
+    assert table["mechanism_mean"].to_numpy() == pytest.approx(cost, rel=1e-9)
+    assert (table["mechanism_repeats"] == 4).all()
+    assert list(table["schedule_alike"]) == [True, True, False, False]
+    assert table.loc[[1, 2], "schedule_verdict"].eq(ALIKE).all()
+    assert table.loc[8, "schedule_mean"] == pytest.approx(gain, rel=1e-9)
+    assert table.loc[8, "schedule_verdict"] == "the schedule gains"
+    # over all levels: the geometric mean of 1, 1 and 1.5
+    assert table.loc["all", "schedule_mean"] == pytest.approx(gain ** (1 / 3), rel=1e-9)
+    assert table["net_mean"].to_numpy() == pytest.approx(
+        [cost, cost, cost * gain, cost * gain ** (1 / 3)], rel=1e-9)
+    # without the schedule nothing stands in: the mechanism and the schedule at 8 only
+    blind = dynamic_k_comparison(frame).set_index("concurrency")
+    assert blind["mechanism_mean"].isna().tolist() == [True, True, False, True]
+    assert not blind["schedule_alike"].any()
+    shown = dynamic_k_table(frame, schedules).set_index("concurrency")
+    assert shown.loc["1", "schedule value: derived ÷ constant schedule"] == ALIKE
+    assert shown.loc["8", "schedule value: derived ÷ constant schedule"].startswith("1.50")
 
 
 def test_each_model_runner_s_cells_are_split_among_themselves():

@@ -296,3 +296,35 @@ def test_a_chained_baseline_keeps_only_the_levels_a_derived_schedule_reads(demo_
     first = sorted(level for kind, level in levels if kind == work.BASELINE)
     assert first == ([] if split else [1, 2, 4])
     assert sorted(level for kind, level in levels if kind == work.RATE) == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("slow_at_24", [True, False])
+def test_the_plan_measures_a_constant_schedule_only_where_the_predicted_schedule_differs(
+        demo_config_raw, tmp_path, monkeypatch, slow_at_24):
+    """Known answer through the request model's point times: the calibration pair (k = 5)
+    takes half its baseline's time at concurrency 1 and, where `slow_at_24`, twice it at 24.
+    Its predicted schedule is then k = 5 at 1 and off at 24, so the constant schedule of the
+    static k 5 is planned at 24 only (what `grid.dynamic_k_arms` measures), and the dynamic-K
+    part costs less; where the pair gains at both levels the schedule is the constant one
+    (the workflow then measures two cells; the plan keeps the third at every level)."""
+    demo_config_raw["dynamic_k"][0]["split"] = True
+    config = validate_config(demo_config_raw)
+    real = cost.point_seconds
+
+    def timed(cell, load, model, card):
+        if cell.speculator != "calibration" or cell.round != "round1":
+            return real(cell, load, model, card)
+        ratio = 0.5 if grid.level_value(load) == 1 else (2.0 if slow_at_24 else 0.8)
+        return real(cells[cell.baseline_cell_id], load, model, card) * ratio
+
+    cells = grid.cells_by_id(config)
+    monkeypatch.setattr(cost, "point_seconds", timed)
+    model = cost.PlanRates(config, rates.DEVICES["h100"], cost.MeasuredStarts(tmp_path), tmp_path)
+    differs = cost.predicted_differs(config, cells, model, tmp_path)
+    assert differs == {0: (24,) if slow_at_24 else ()}
+    arms = cost.derived_cells(config, differs)
+    assert [c.concurrency for c in arms] == [(1, 24), (24,) if slow_at_24 else (1, 24), (1, 24)]
+    hours = cost.plan_cost(config, "h100", tmp_path)["parts"]["dynamic-K"].measuring_h
+    monkeypatch.setattr(cost, "predicted_differs", lambda *args: {})
+    every = cost.plan_cost(config, "h100", tmp_path)["parts"]["dynamic-K"].measuring_h
+    assert hours < every if slow_at_24 else hours == every

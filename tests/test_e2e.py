@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from sdbench.analyze.aggregate import DYNAMIC_K_SETTINGS
+from sdbench.plan import grid
 
 from workflow_helpers import (
     E2E_OUTPUT_TOKENS,
@@ -96,6 +97,17 @@ def arms_of(workdir):
                            ).read_text())["arms"]
 
 
+def arm_levels(workdir, levels=(1, 2)):
+    """The concurrency levels each of those cells measured: every level, but the constant
+    schedule only where the derived one differs from it (`grid.alike_levels`)."""
+    entry = json.loads(next((workdir / "results" / "derived").rglob("*.schedule.json")
+                            ).read_text())
+    alike = grid.alike_levels(entry["schedule"], entry["static_k"], levels)
+    constant = [c for c in levels if c not in alike]
+    return [constant if n == 1 and len(entry["arms"]) == 3 else list(levels)
+            for n in range(len(entry["arms"]))]
+
+
 def test_the_record_schema_validates_every_record_the_run_writes(e2e_run):
     from sdbench.records import SCHEMA_ID, read_records
 
@@ -156,7 +168,8 @@ def test_records_carry_metrics_and_provenance(e2e_run, host):
             assert argv[argv.index("--request-rate") + 1] == "2"
             assert "--max-concurrency" not in argv
         elif path not in grid_cells:  # the derived schedule's cells, one after another
-            assert points == closed * len(arms_of(e2e_run["workdir"]))
+            assert points == [p for levels in arm_levels(e2e_run["workdir"]) for p in closed
+                              if p[0] in levels]
         else:
             assert points == closed
         for r in records:
@@ -239,8 +252,9 @@ def test_records_carry_metrics_and_provenance(e2e_run, host):
 def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
     frame = pd.read_parquet(e2e_run["workdir"] / "results" / "summary.parquet")
     # round 1: 5 server cells x 6 points, 2 offline cells x 4, 2 Transformers cells x 2;
-    # rounds 2 and 3: 10 cells x 4; the derived schedule's cells (2 or 3): 4 each
-    assert len(frame) == 30 + 8 + 4 + 40 + 4 * len(arms_of(e2e_run["workdir"]))
+    # rounds 2 and 3: 10 cells x 4; the derived schedule's cells (2 or 3): 2 a level each
+    derived = 2 * sum(map(len, arm_levels(e2e_run["workdir"])))
+    assert len(frame) == 30 + 8 + 4 + 40 + derived
     skipped = frame["target"].isin(host["unsupported"])
     assert (frame.loc[skipped, "status"] == "unsupported").all()
     assert frame.loc[skipped, "speedup"].isna().all()  # never a speedup from nothing
@@ -258,7 +272,7 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
     # paired by repeat with vanilla of the same engine, target, server arguments, workload
     # and load point (concurrency, batch size or request rate)
     round2_targets = 4 - len(host["unsupported"])
-    assert len(spec) == 18 + 4 + 2 + 4 * round2_targets + 4 + 4 * len(arms_of(e2e_run["workdir"]))
+    assert len(spec) == 18 + 4 + 2 + 4 * round2_targets + 4 + derived
     assert (spec["target"] == spec["target_vanilla"]).all()
     assert (spec["engine"] == spec["engine_vanilla"]).all()
     assert spec["request_rate"].notna().sum() == 3 * 2
@@ -326,9 +340,10 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
 def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run, host):
     points = pd.read_parquet(e2e_run["workdir"] / "results" / "summary_points.parquet")
     # round 1: 5 server cells x 3 points, offline 2 x 2, Transformers 2 x 1; rounds 2 and 3:
-    # 10 x 2; the derived schedule's cells (2 or 3): 2 each
+    # 10 x 2; the derived schedule's cells (2 or 3): 1 a level each
     arms = arms_of(e2e_run["workdir"])
-    assert len(points) == 15 + 4 + 2 + 20 + 2 * len(arms) and (points["repeats"] == 2).all()
+    assert len(points) == 15 + 4 + 2 + 20 + sum(map(len, arm_levels(e2e_run["workdir"])))
+    assert (points["repeats"] == 2).all()
     skipped = points["target"].isin(host["unsupported"])
     assert (points.loc[skipped, "status"] == "2 unsupported").all()
     assert points.loc[skipped, "speedup_mean"].isna().all()

@@ -135,6 +135,11 @@ def test_a_derived_schedule_is_measured_with_its_static_k_and_that_k_as_constant
         "num_speculative_tokens_per_batch_size"] == [[1, 24, 5]]
     assert derived.server_config["method_options"][
         "num_speculative_tokens_per_batch_size"] == [[1, 1, 5], [2, 24, 0]]
+    # at concurrency 1 the schedule runs k = 5 at every batch size: the constant schedule is
+    # measured where they differ only, the others at every level
+    assert static.concurrency == derived.concurrency == (1, 24) and constant.concurrency == (24,)
+    other = grid.dynamic_k_arms(demo_config, spec, [[1, 1, 3], [2, 24, 5]], 5)
+    assert [c.concurrency for c in other] == [(1, 24)] * 3
     # a schedule that is the constant one: two cells, the derived one measuring it
     once = grid.dynamic_k_arms(demo_config, spec, [[1, 24, 5]], 5)
     assert [c.speculator for c in once] == ["calibration+static-k", "calibration+dynamic-k"]

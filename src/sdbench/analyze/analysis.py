@@ -389,6 +389,8 @@ def switch_gain(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.Da
 SPLIT = {"mechanism": "mechanism cost: constant schedule ÷ static k",
          "schedule": "schedule value: derived ÷ constant schedule",
          "net": "net: derived ÷ static k"}
+# the schedule's value where it runs the static k at every batch size up to the level
+ALIKE = "1 by construction: the schedule runs the static k here"
 SPLIT_VERDICTS = {"mechanism": ("the mechanism gains", "the mechanism costs"),
                   "schedule": ("the schedule gains", "the schedule loses"),
                   "net": ("dynamic K faster", "static k faster")}
@@ -419,7 +421,8 @@ def _ratio_row(logs: pd.DataFrame, level, name: str) -> dict:
             f"{name}_verdict": {"speculate": faster, "no speculation": slower}.get(said, said)}
 
 
-def dynamic_k_comparison(frame: pd.DataFrame) -> pd.DataFrame:
+def dynamic_k_comparison(frame: pd.DataFrame,
+                         schedules: dict[str, list] | None = None) -> pd.DataFrame:
     """Each derived dynamic-K schedule split three ways, paired by level and repeat: the
     mechanism's cost (the best static k as a constant schedule through vLLM's dynamic
     mechanism ÷ that static k), the schedule's value (derived ÷ constant schedule) and the net
@@ -433,7 +436,13 @@ def dynamic_k_comparison(frame: pd.DataFrame) -> pd.DataFrame:
     (`model_runner`). Without the cells measured in turn (a schedule
     derived before they were, or `split: false`), the net is against round 1's best static k
     (`best_static_k`), chosen on the data it is judged by (which favours it), and there is no
-    split."""
+    split.
+
+    schedules: derived cell id -> the schedule it measured. At a level where the schedule runs
+    the static k at every batch size up to the level (`grid.alike_levels`) the constant
+    schedule is not measured (`grid.dynamic_k_arms`): the derived cell serves as it would, so
+    it stands in for it there (the mechanism: derived ÷ static k) and the schedule's value is 1
+    by construction (`schedule_alike`)."""
     spec = speculative(frame)
     rows = []
     for (target, workload, speculator), cell in spec[
@@ -469,6 +478,13 @@ def dynamic_k_comparison(frame: pd.DataFrame) -> pd.DataFrame:
                  for name, part in (("static", static), ("constant", constant),
                                     ("derived", cell)) if not part.empty}
         constant_schedule = in_turn and constant.empty
+        # levels where the schedule is the constant one's (its cell not measured there)
+        schedule = (schedules or {}).get(cell["cell_id"].iloc[0])
+        alike = [c for c in grid.alike_levels(schedule, int(static["k"].iloc[0]), levels)
+                 if c not in table.get("constant", pd.DataFrame()).columns] if (
+            in_turn and not constant_schedule and schedule) else []
+        if alike:
+            table["constant"] = table["constant"].combine_first(table["derived"][alike])
         logs = {"net": _log_ratio(table["derived"], table["static"], levels),
                 "mechanism": (_log_ratio(table["derived" if constant_schedule else "constant"],
                                          table["static"], levels) if in_turn else None),
@@ -482,9 +498,12 @@ def dynamic_k_comparison(frame: pd.DataFrame) -> pd.DataFrame:
             row = {**base, "concurrency": level, "best static k": int(static["k"].iloc[0]),
                    "static measured": ("in turn with the schedule" if in_turn else
                                        "in round 1 (chosen on the data it is judged by)"),
-                   "constant": constant_schedule, "engine_differs": differs}
+                   "constant": constant_schedule, "engine_differs": differs,
+                   "schedule_alike": level in alike}
             for name in SPLIT:
                 row.update(_ratio_row(logs[name], level, name))
+            if level in alike:
+                row["schedule_verdict"] = ALIKE
             rows.append(row)
     return pd.DataFrame(rows)
 

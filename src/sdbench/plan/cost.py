@@ -120,17 +120,50 @@ def _supported(config: dict, cells: dict[str, grid.Cell], here: bool) -> tuple[d
     return {c: cell for c, cell in cells.items() if c not in skipped}, skipped
 
 
-def derived_cells(config: dict) -> list[grid.Cell]:
+def derived_cells(config: dict, differs: dict[int, tuple] | None = None) -> list[grid.Cell]:
     """The cells of the derived dynamic-K schedules as the plan sees them before the schedules
     exist: per schedule its three (`grid.dynamic_k_placeholders`: the static k, the constant
     and the derived schedule; two where the schedule turns out constant), one configuration
-    each."""
+    each; the constant schedule at the levels `differs` gives for its entry (by its place in
+    the config), where it gives some (`predicted_differs`), else at every level."""
     out = []
     for n, spec in enumerate(grid.dynamic_k_specs(config)):
         for cell in grid.dynamic_k_placeholders(config, spec):
             server = {**cell.server_config, "method_options": {
                 **cell.server_config["method_options"], "derived": n}}
-            out.append(replace(cell, cell_id=f"{cell.cell_id}{n}", server_config=server))
+            levels = (differs or {}).get(n) if cell.speculator.endswith(
+                grid.CONSTANT_ARM) else None
+            out.append(replace(cell, cell_id=f"{cell.cell_id}{n}", server_config=server,
+                               concurrency=levels or cell.concurrency))
+    return out
+
+
+def predicted_differs(config: dict, cells: dict[str, grid.Cell], model: rates.CalibratedRates,
+                      root: str | Path = ".") -> dict[int, tuple]:
+    """Per dynamic-K entry (by its place in the config): the levels at which the schedule the
+    plan's rates predict differs from its static k's constant schedule, as the workflow derives
+    both from round 1's speedups (at each level the best k, 0 where none beats 1; the static k
+    best in geometric mean over the levels: `analyze.analysis.derive_schedule`,
+    `best_static_k`) and measures the constant schedule only there (`grid.alike_levels`)."""
+    out = {}
+    for n, spec in enumerate(grid.dynamic_k_specs(config)):
+        sources = grid.dynamic_k_sources(spec, cells)
+        base = next((c for c in sources if c.is_baseline), None)
+        ks = [c for c in sources if not c.is_baseline and c.concurrency]
+        if base is None or not ks:
+            continue
+        card = read_card(base, root)
+        loads = [load for load in base.load_points() if load["mode"] != "rate"]
+        levels = [grid.level_value(load) for load in loads]
+        speedups = {c.server_config["num_speculative_tokens"]: [
+            point_seconds(base, load, model, card) / point_seconds(c, load, model, card)
+            for load in loads] for c in ks}
+        best = [max(speedups, key=lambda k: speedups[k][i]) for i in range(len(levels))]
+        schedule = [[level, level, k if speedups[k][i] > 1 else 0]
+                    for i, (level, k) in enumerate(zip(levels, best, strict=True))]
+        static = max(speedups, key=lambda k: sum(map(math.log, speedups[k])))
+        alike = grid.alike_levels(schedule, static, levels)
+        out[n] = tuple(level for level in levels if level not in alike)
     return out
 
 
@@ -168,7 +201,7 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
             tallies[cell.round].add(session_work(session, {cell.cell_id: cell}, model,
                                                  cold=cold, root=root), without=True,
                                     gpu=model.device.gpu)
-    for cell in derived_cells(config):
+    for cell in derived_cells(config, predicted_differs(config, measuring, model, root)):
         tallies["dynamic-K"].cells += 1
         cold.add(sessions.config_id(cell.server_config))
         for session in sessions.standalone(cell).values():
@@ -385,7 +418,8 @@ def adaptive_projection(config: dict, parts: dict,
             live, other = live + tally.measuring_h, other + tally.measuring_h
             modelled += tally.measuring_h
             needs[name] = tally.startup_h + tally.rest_h + tally.measuring_h
-            why = ("its cells' ratios pair every repeat" if name == "dynamic-K"
+            why = ("its cells' ratios pair every repeat; the constant schedule only where the "
+                   "predicted schedule differs from it" if name == "dynamic-K"
                    else "no closed-loop point the rule stops")
             lines.append(f"  {name:<10} measured in full ({why}): {tally.measuring_h:.1f} h")
             continue

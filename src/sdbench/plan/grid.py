@@ -916,12 +916,20 @@ def constant_schedule(schedule: list[list[int]], k: int) -> list[list[int]]:
     return [[1, schedule[-1][1], k]]
 
 
+def alike_levels(schedule: list[list[int]], k: int, levels) -> list[int]:
+    """The closed-loop levels at which a schedule runs `k` at every batch size up to the level
+    (a closed loop at concurrency c never batches more than c requests; vLLM carries the last
+    range on): there the schedule serves exactly as `k`'s constant schedule does."""
+    return [c for c in levels if all(step == k for low, _, step in schedule if low <= c)]
+
+
 def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]],
-                   arm: str = DERIVED_ARM, runner: str | None = None) -> Cell:
+                   arm: str = DERIVED_ARM, runner: str | None = None,
+                   levels: list[int] | None = None) -> Cell:
     """A cell that measures a num_speculative_tokens_per_batch_size schedule (Round 3), paired
     with the same vanilla cell as round 1's; for `arm` STATIC_ARM the (constant) schedule's k
     served as a static k, without the dynamic mechanism; under vLLM's model `runner` where one
-    is named (`RUNNER_VALUES`)."""
+    is named (`RUNNER_VALUES`); at round 1's concurrency levels, or at `levels`."""
     method = dynamic_k_method(config, spec)
     if arm == STATIC_ARM:
         k, options = schedule[0][2], thawed(method.options)
@@ -934,8 +942,8 @@ def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]],
     return Cell(cell_id_of(server, workload), "round3",
                 f"{spec['speculator']}{_runner_tag(runner)}{arm}", server,
                 workload, dynamic_k_baseline(config, spec),
-                settings(config).rounds["round1"].concurrency, spec["repeats"],
-                instances=spec["instances"], blocks=config_blocks(config))
+                settings(config).rounds["round1"].concurrency if levels is None else tuple(levels),
+                spec["repeats"], instances=spec["instances"], blocks=config_blocks(config))
 
 
 def dynamic_k_arms(config: dict, spec: dict, schedule: list[list[int]],
@@ -943,17 +951,21 @@ def dynamic_k_arms(config: dict, spec: dict, schedule: list[list[int]],
     """The cells a derived schedule is measured with, in turn: the best static k of round 1
     (`static_k`), that k as a constant schedule through the dynamic mechanism, and the derived
     schedule; a derived schedule that is that constant one is measured once (its cell is the
-    derived one). Without the spec's `split`: the derived schedule alone. With `model_runners`:
-    those cells under each runner, one runner's after the other's."""
+    derived one), and the constant schedule only at the levels where the derived one differs
+    from it (`alike_levels`: at the others the derived cell serves as it would). Without the
+    spec's `split`: the derived schedule alone. With `model_runners`: those cells under each
+    runner, one runner's after the other's."""
     arms = []
+    levels = settings(config).rounds["round1"].concurrency
+    differs = [c for c in levels if c not in alike_levels(schedule, static_k, levels)]
     for runner in _runners(spec):
         if not spec.get("split", True):
             arms.append(dynamic_k_cell(config, spec, schedule, runner=runner))
             continue
         constant = constant_schedule(schedule, static_k)
         arms.append(dynamic_k_cell(config, spec, constant, STATIC_ARM, runner))
-        if {k for _, _, k in schedule} != {static_k}:
-            arms.append(dynamic_k_cell(config, spec, constant, CONSTANT_ARM, runner))
+        if {k for _, _, k in schedule} != {static_k} and differs:
+            arms.append(dynamic_k_cell(config, spec, constant, CONSTANT_ARM, runner, differs))
         arms.append(dynamic_k_cell(config, spec, schedule, runner=runner))
     return arms
 

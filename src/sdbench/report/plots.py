@@ -26,6 +26,7 @@ from sdbench.analyze.acceptance import (
 )
 from sdbench.analyze.aggregate import DERIVED_SETTING, DYNAMIC_K_SETTINGS
 from sdbench.analyze.analysis import (
+    ALIKE,
     SPLIT,
     best_settings,
     crossover,
@@ -735,7 +736,7 @@ def dynamic_k_table(frame: pd.DataFrame, schedules: dict[str, list]) -> pd.DataF
 
     frame: per-measurement rows (round 1 and the derived cells); schedules: cell_id -> the
     schedule it measured."""
-    table = dynamic_k_comparison(frame)
+    table = dynamic_k_comparison(frame, schedules)
     if table.empty:
         return table
     derived = frame[frame["setting"] == DERIVED_SETTING]
@@ -764,9 +765,11 @@ def dynamic_k_table(frame: pd.DataFrame, schedules: dict[str, list]) -> pd.DataF
     def ratio(name: str) -> list[str]:
         if f"{name}_mean" not in table:
             return ["–"] * len(table)
-        return [("–" if pd.isna(m) else with_interval(m, lo, hi)) for m, lo, hi in zip(
-            table[f"{name}_mean"], table[f"{name}_ci_low"], table[f"{name}_ci_high"],
-            strict=True)]
+        return [ALIKE if said == ALIKE else "–" if pd.isna(m) else with_interval(m, lo, hi)
+                for m, lo, hi, said in zip(
+                    table[f"{name}_mean"], table[f"{name}_ci_low"], table[f"{name}_ci_high"],
+                    table.get(f"{name}_verdict", pd.Series(None, index=table.index)),
+                    strict=True)]
 
     def method_name(name: str) -> str:
         method, runner = grid.runner_method(name)
