@@ -183,8 +183,9 @@ def test_dynamic_k_is_split_into_the_mechanisms_cost_and_the_schedules_value():
     assert table.loc["all", "net_verdict"] == "static k faster"
     # the adaptive rule measured the baseline's repeats 1-3 at concurrency 1 no more: the
     # cells that took turns keep their pairs (throughput against throughput), all 4 of them
-    stopped = [f.assign(speedup=f["speedup"].where((f["concurrency"] != 1) | (f["repeat"] == 0)))
-               for f in (static, constant, derived)]
+    kept = [(f["concurrency"] != 1) | (f["repeat"] == 0) for f in (static, constant, derived)]
+    stopped = [f.assign(speedup=f["speedup"].where(k), paired=k)
+               for f, k in zip((static, constant, derived), kept, strict=True)]
     table = dynamic_k_comparison(pd.concat([round1, *stopped])).set_index(
         "concurrency")
     assert (table["mechanism_repeats"] == 4).all() and (table["net_repeats"] == 4).all()

@@ -443,7 +443,13 @@ def dynamic_k_comparison(frame: pd.DataFrame,
     schedule is not measured (`grid.dynamic_k_arms`): the derived cell serves as it would, so
     it stands in for it there (the mechanism: derived ÷ static k) and the schedule's value is 1
     by construction (`schedule_alike`)."""
-    spec = speculative(frame)
+    # the cells that took turns pair their own throughputs: every repeat they measured, whether
+    # its baseline repeat was measured (`paired`) or not
+    ok = frame["status"].eq("ok") if "status" in frame else frame["method"].notna()
+    measured = frame.get("output_throughput", pd.Series(np.nan, index=frame.index)).notna()
+    arm = frame["speculator"].map(lambda name: name.endswith(grid.ARMS)).astype(bool)
+    paired = frame["paired"] if "paired" in frame else frame["speedup"].notna()
+    spec = frame[(frame["method"] != "vanilla") & (paired | (arm & ok & measured))]
     rows = []
     for (target, workload, speculator), cell in spec[
             spec["speculator"].str.endswith(grid.DERIVED_ARM)].groupby(
