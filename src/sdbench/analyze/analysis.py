@@ -445,7 +445,7 @@ def dynamic_k_comparison(frame: pd.DataFrame,
     by construction (`schedule_alike`)."""
     # the cells that took turns pair their own throughputs: every repeat they measured, whether
     # its baseline repeat was measured (`paired`) or not
-    ok = frame["status"].eq("ok") if "status" in frame else frame["method"].notna()
+    ok = frame["status"].eq("ok") if "status" in frame else pd.Series(True, index=frame.index)
     measured = frame.get("output_throughput", pd.Series(np.nan, index=frame.index)).notna()
     arm = frame["speculator"].map(lambda name: name.endswith(grid.ARMS)).astype(bool)
     paired = frame["paired"] if "paired" in frame else frame["speedup"].notna()
@@ -486,9 +486,10 @@ def dynamic_k_comparison(frame: pd.DataFrame,
         constant_schedule = in_turn and constant.empty
         # levels where the schedule is the constant one's (its cell not measured there)
         schedule = (schedules or {}).get(cell["cell_id"].iloc[0])
-        alike = [c for c in grid.alike_levels(schedule, int(static["k"].iloc[0]), levels)
-                 if c not in table.get("constant", pd.DataFrame()).columns] if (
-            in_turn and not constant_schedule and schedule) else []
+        alike = []
+        if in_turn and not constant_schedule and schedule:
+            alike = [c for c in grid.alike_levels(schedule, int(static["k"].iloc[0]), levels)
+                     if c not in table["constant"].columns]
         if alike:
             table["constant"] = table["constant"].combine_first(table["derived"][alike])
         logs = {"net": _log_ratio(table["derived"], table["static"], levels),

@@ -964,7 +964,7 @@ def dynamic_k_arms(config: dict, spec: dict, schedule: list[list[int]],
             continue
         constant = constant_schedule(schedule, static_k)
         arms.append(dynamic_k_cell(config, spec, constant, STATIC_ARM, runner))
-        if {k for _, _, k in schedule} != {static_k} and differs:
+        if differs:  # (none where the schedule is the constant one)
             arms.append(dynamic_k_cell(config, spec, constant, CONSTANT_ARM, runner, differs))
         arms.append(dynamic_k_cell(config, spec, schedule, runner=runner))
     return arms
