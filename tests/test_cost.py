@@ -309,6 +309,7 @@ def test_the_plan_measures_a_constant_schedule_only_where_the_predicted_schedule
     (the workflow then measures two cells; the plan keeps the third at every level)."""
     demo_config_raw["dynamic_k"][0]["split"] = True
     config = validate_config(demo_config_raw)
+    cells = grid.cells_by_id(config)
     real = cost.point_seconds
 
     def timed(cell, load, model, card):
@@ -317,7 +318,6 @@ def test_the_plan_measures_a_constant_schedule_only_where_the_predicted_schedule
         ratio = 0.5 if grid.level_value(load) == 1 else (2.0 if slow_at_24 else 0.8)
         return real(cells[cell.baseline_cell_id], load, model, card) * ratio
 
-    cells = grid.cells_by_id(config)
     monkeypatch.setattr(cost, "point_seconds", timed)
     model = cost.PlanRates(config, rates.DEVICES["h100"], cost.MeasuredStarts(tmp_path), tmp_path)
     differs = cost.predicted_differs(config, cells, model, tmp_path)

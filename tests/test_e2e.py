@@ -91,17 +91,21 @@ def test_session_logs_have_one_line_per_point(e2e_run):
     assert all(r["speculator"] != "vanilla" for r in served if r["cell_id"] in accepting)
 
 
+def schedule_entry(workdir):
+    """The derived dynamic-K schedule's file: its schedule, static k and cells."""
+    return json.loads(next((workdir / "results" / "derived").rglob("*.schedule.json")
+                           ).read_text())
+
+
 def arms_of(workdir):
     """The cells the derived dynamic-K schedule was measured with (its schedule file says)."""
-    return json.loads(next((workdir / "results" / "derived").rglob("*.schedule.json")
-                           ).read_text())["arms"]
+    return schedule_entry(workdir)["arms"]
 
 
 def arm_levels(workdir, levels=(1, 2)):
     """The concurrency levels each of those cells measured: every level, but the constant
     schedule only where the derived one differs from it (`grid.alike_levels`)."""
-    entry = json.loads(next((workdir / "results" / "derived").rglob("*.schedule.json")
-                            ).read_text())
+    entry = schedule_entry(workdir)
     alike = grid.alike_levels(entry["schedule"], entry["static_k"], levels)
     constant = [c for c in levels if c not in alike]
     return [constant if n == 1 and len(entry["arms"]) == 3 else list(levels)
@@ -318,8 +322,7 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
     # the derived cell drafts where its schedule says k > 0, and never where no batch size up
     # to the concurrency has k > 0 (as requests finish, a batch shrinks below the concurrency:
     # at concurrency 2 the last request runs alone, at the k of batch size 1)
-    schedule = json.loads(next((e2e_run["workdir"] / "results" / "derived").rglob(
-        "*.schedule.json")).read_text())["schedule"]
+    schedule = schedule_entry(e2e_run["workdir"])["schedule"]
 
     def k_at(batch):
         return next((k for low, high, k in schedule if low <= batch <= high), schedule[-1][2])
@@ -368,8 +371,7 @@ def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run, ho
     assert set(points.loc[points["round"] == "round3", "setting"]) == {
         "default", "draft-len-512", static, schedule} | ({constant} if len(arms) == 3 else set())
     assert set(points.loc[points["setting"].isin(DYNAMIC_K_SETTINGS), "cell_id"]) == set(arms)
-    schedule = json.loads(next((e2e_run["workdir"] / "results" / "derived").rglob(
-        "*.schedule.json")).read_text())
+    schedule = schedule_entry(e2e_run["workdir"])
     assert schedule["schedule"][0][0] == 1 and schedule["cell_id"] in set(derived["cell_id"])
 
 
