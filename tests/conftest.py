@@ -12,6 +12,21 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Two groups for pytest-xdist's `--dist loadgroup` (pyproject's addopts: two workers):
+    the tests that read the end-to-end run (real vLLM, ~30 minutes of one worker, mostly on
+    both cores while the workflow runs two cells at once) and the others, which run on the
+    second worker meanwhile (one core, where they would otherwise wait for the run or leave
+    the second core idle). The end-to-end group comes first, so that a run on one worker
+    (`-n 0`) fails early where the workflow does."""
+    def reads_the_run(item):
+        return "e2e_run" in getattr(item, "fixturenames", ())
+
+    items.sort(key=lambda item: not reads_the_run(item))  # (stable: the order within each kept)
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group("e2e" if reads_the_run(item) else "unit"))
+
+
 @pytest.fixture(autouse=True)
 def fresh_session_clock(monkeypatch):
     """Each test's sessions run as in a job process of their own: a session's time split
