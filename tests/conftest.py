@@ -12,19 +12,43 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 
-def pytest_collection_modifyitems(config, items):
-    """Two groups for pytest-xdist's `--dist loadgroup` (pyproject's addopts: two workers):
-    the tests that read the end-to-end run (real vLLM, ~30 minutes of one worker, mostly on
-    both cores while the workflow runs two cells at once) and the others, which run on the
-    second worker meanwhile (one core, where they would otherwise wait for the run or leave
-    the second core idle). The end-to-end group comes first, so that a run on one worker
-    (`-n 0`) fails early where the workflow does."""
-    def reads_the_run(item):
-        return "e2e_run" in getattr(item, "fixturenames", ())
+# the modules whose tests read the end-to-end run (`e2e_run`), one pytest-xdist worker's
+E2E_MODULES = ("test_e2e.py", "test_faults.py", "test_point_cache.py")
 
-    items.sort(key=lambda item: not reads_the_run(item))  # (stable: the order within each kept)
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group("e2e" if reads_the_run(item) else "unit"))
+
+def _group(nodeid: str) -> str:
+    return "e2e" if nodeid.split("::", 1)[0].rsplit("/", 1)[-1] in E2E_MODULES else "unit"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Two work units for pyproject's two workers (addopts: `-n 2 --dist loadscope`): the
+    modules that read the end-to-end run (real vLLM, ~30 minutes of one worker, mostly on both
+    cores while the workflow runs two cells at once) and everything else, run on the second
+    worker meanwhile (one core, which would otherwise idle while the workflow's fault tests
+    start one server at a time). xdist's own `loadgroup` cannot say so under pytest 9.2: it
+    renames `item._nodeid`, which pytest 9.2's nodes no longer read."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TwoGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return TwoGroups(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The end-to-end modules first (a run on one worker, `-n 0`, fails early where the
+    workflow does), and no test outside them reads the end-to-end run (its worker would run
+    the workflow a second time)."""
+    stray = [item.nodeid for item in items if "e2e_run" in getattr(item, "fixturenames", ())
+             and _group(item.nodeid) != "e2e"]
+    if stray:
+        raise pytest.UsageError(f"{stray[0]} reads the end-to-end run: put it in one of "
+                                f"{', '.join(E2E_MODULES)} (tests/conftest.py, E2E_MODULES)")
+    items.sort(key=lambda item: _group(item.nodeid) != "e2e")  # (stable: each group's order kept)
 
 
 @pytest.fixture(autouse=True)
