@@ -31,6 +31,7 @@ include: "workflow/rules/reports.smk"
 # summary and the reports take seconds
 localrules:
     all,
+    inputs,
     fetch_source,
     download_model,
     cell,
@@ -57,3 +58,11 @@ rule all:
         # directly too: after a failed run the reports exist (listing the failures) and only
         # the missing cells make a rerun redo the cells, the summary and the reports
         all_cell_records(),
+
+
+# `snakemake inputs`: every prompt set and every model the cells this host runs read, built
+# before any server starts (e.g. on a CPU node, before the GPU time is booked)
+rule inputs:
+    input:
+        all_prompt_sets(),
+        all_models(),

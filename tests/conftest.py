@@ -12,8 +12,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 
-# the modules whose tests read the end-to-end run (`e2e_run`), one pytest-xdist worker's
-E2E_MODULES = ("test_e2e.py", "test_faults.py", "test_point_cache.py")
+# the modules whose tests read the end-to-end run (`e2e_run`): one pytest-xdist worker's
+E2E_MODULES = ("test_e2e.py",)
 
 
 def _group(nodeid: str) -> str:
@@ -23,11 +23,12 @@ def _group(nodeid: str) -> str:
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
     """Two work units for pyproject's two workers (addopts: `-n 2 --dist loadscope`): the
-    modules that read the end-to-end run (real vLLM, ~30 minutes of one worker, mostly on both
-    cores while the workflow runs two cells at once) and everything else, run on the second
-    worker meanwhile (one core, which would otherwise idle while the workflow's fault tests
-    start one server at a time). xdist's own `loadgroup` cannot say so under pytest 9.2: it
-    renames `item._nodeid`, which pytest 9.2's nodes no longer read."""
+    modules that read the end-to-end run (real vLLM, ~20 minutes of one worker, on both cores
+    while the workflow runs two cells at once) and everything else, on the second worker
+    meanwhile: the unit tests, and the fault and point-cache tests on prompt sets and models
+    of their own (`e2e_inputs`; mostly one core, one server start at a time). Run one after
+    the other they left a core idle for most of the suite. xdist's own `loadgroup` cannot say
+    so under pytest 9.2: it renames `item._nodeid`, which pytest 9.2's nodes no longer read."""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
@@ -127,14 +128,29 @@ def e2e_run(tmp_path_factory):
     return {"workdir": workdir, "configfile": configfile, "result": result, "raw": raw}
 
 
+@pytest.fixture(scope="session")
+def e2e_inputs(tmp_path_factory):
+    """The shrunk demo's prompt sets and models (`snakemake inputs`, ~2 minutes on 2 cores), for
+    the fault and point-cache tests: built apart from the end-to-end run, so that those tests
+    run on the other pytest-xdist worker while the end-to-end run goes on."""
+    from workflow_helpers import e2e_config, snakemake, write_config
+
+    raw = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
+    workdir = tmp_path_factory.mktemp("inputs")
+    configfile = write_config(workdir / "e2e.yaml", e2e_config(raw))
+    result = snakemake("inputs", workdir=workdir, configfile=configfile, timeout=1800)
+    return {"workdir": workdir, "configfile": configfile, "result": result, "raw": raw}
+
+
 @pytest.fixture(scope="module")
-def workdir(e2e_run, tmp_path_factory, request):
-    """A fresh working directory per test module with the end-to-end run's data and models
-    (mtimes kept), for tests that run cells of their own (faults, point cache)."""
-    assert e2e_run["result"].returncode == 0, "the end-to-end run failed; see test_e2e"
+def workdir(e2e_inputs, tmp_path_factory, request):
+    """A fresh working directory per test module with the shrunk demo's data and models (mtimes
+    kept), for tests that run cells of their own (faults, point cache)."""
+    result = e2e_inputs["result"]
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     root = tmp_path_factory.mktemp(request.module.__name__.removeprefix("test_"))
     for folder in ("data", "resources"):
-        shutil.copytree(e2e_run["workdir"] / folder, root / folder)
+        shutil.copytree(e2e_inputs["workdir"] / folder, root / folder)
     return root
 
 

@@ -37,9 +37,9 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def base(e2e_run):
+def base(e2e_inputs):
     """A small grid: vanilla + ngram k=2 on the Spec-Bench prompts, concurrency 1."""
-    config = one_round(e2e_config(e2e_run["raw"]))
+    config = one_round(e2e_config(e2e_inputs["raw"]))
     config["round1"].update(workloads=["spec_bench"], concurrency=[1],
                             methods=[{"method": "ngram", "k": [2],
                                       "options": {"prompt_lookup_min": 2,
@@ -350,14 +350,14 @@ def test_10_draft_vocabulary_mismatch(workdir, base):
 
 # 11. a failed data job: listed in the index with its reason and log --------------------------
 
-def test_11_failed_data_job_is_listed_with_its_cause(e2e_run, base, tmp_path):
+def test_11_failed_data_job_is_listed_with_its_cause(e2e_inputs, base, tmp_path):
     workdir = tmp_path / "w"
-    shutil.copytree(e2e_run["workdir"] / "data", workdir / "data")
+    shutil.copytree(e2e_inputs["workdir"] / "data", workdir / "data")
     # without the Spec-Bench copy and its prompt set (a copied file has no Snakemake metadata
     # that would tell that its source changed), the fetch runs on the corrupt file
     for folder in ("raw", "processed"):
         shutil.rmtree(workdir / "data" / folder / "spec_bench")
-    (workdir / "resources").symlink_to(e2e_run["workdir"] / "resources")
+    (workdir / "resources").symlink_to(e2e_inputs["workdir"] / "resources")
     bad = tmp_path / "question.jsonl"
     bad.write_text("not json\nnor this\n")
     config = copy.deepcopy(base)
@@ -411,8 +411,10 @@ def test_12_a_session_killed_at_its_limit_resumes_on_retry(workdir, base):
     while not finished():
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.1)
-    job = [p for p in psutil.process_iter(["cmdline"])
-           if any("run_session.py" in part for part in p.info["cmdline"] or [])]
+    # (this test's: the end-to-end run may be measuring beside it, on another pytest worker)
+    job = [p for p in psutil.process_iter(["cmdline", "cwd"])
+           if any("run_session.py" in part for part in p.info["cmdline"] or [])
+           and p.info["cwd"] == str(workdir)]
     assert len(job) == 1
     job[0].send_signal(signal.SIGTERM)  # as SLURM at the job's time limit
     job[0].wait(timeout=120)

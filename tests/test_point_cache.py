@@ -26,8 +26,8 @@ from workflow_helpers import (
 pytestmark = pytest.mark.e2e
 
 
-def one_cell(e2e_run, concurrency):
-    config = one_round(e2e_config(e2e_run["raw"]))
+def one_cell(e2e_inputs, concurrency):
+    config = one_round(e2e_config(e2e_inputs["raw"]))
     config["round1"].update(workloads=["spec_bench"], concurrency=concurrency, methods=[])
     config["loadgen"]["repeats"] = 1
     config["dynamic_k"] = []
@@ -44,8 +44,8 @@ def measured_levels(log_text):
                                        r"instance \d+: ", log_text, re.M)]
 
 
-def test_adding_a_level_measures_only_that_level(e2e_run, workdir):
-    first = write_config(workdir / "c1.yaml", one_cell(e2e_run, [1]))
+def test_adding_a_level_measures_only_that_level(e2e_inputs, workdir):
+    first = write_config(workdir / "c1.yaml", one_cell(e2e_inputs, [1]))
     run = [sys.executable, "-m", "sdbench.measure.cell", "--config"]
     listing = subprocess.run([*run, str(first), "--list"], cwd=workdir, capture_output=True,
                              text=True, check=True)
@@ -57,7 +57,7 @@ def test_adding_a_level_measures_only_that_level(e2e_run, workdir):
     before = points_of(workdir, cell_id)
     old = json.loads((workdir / layout.cell_output(cell_id)).read_text())
 
-    second = write_config(workdir / "c12.yaml", one_cell(e2e_run, [1, 2]))
+    second = write_config(workdir / "c12.yaml", one_cell(e2e_inputs, [1, 2]))
     again = subprocess.run([*run, str(second), "--cell", cell_id], cwd=workdir,
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
@@ -76,7 +76,7 @@ def test_adding_a_level_measures_only_that_level(e2e_run, workdir):
 
     # a finished cell with every point cached starts no server at all
     (sid,) = sessions.standalone(grid.cells_by_id(validate_config(copy.deepcopy(
-        one_cell(e2e_run, [1, 2]))))[cell_id])
+        one_cell(e2e_inputs, [1, 2]))))[cell_id])
     server_log = workdir / layout.session_server_log(sid, sid.split("-")[0])
     starts = server_log.read_text().count("### sdbench: starting")
     cached = subprocess.run([*run, str(second), "--cell", cell_id], cwd=workdir,
@@ -85,8 +85,8 @@ def test_adding_a_level_measures_only_that_level(e2e_run, workdir):
     assert server_log.read_text().count("### sdbench: starting") == starts
 
 
-def test_another_vllm_build_measures_again(e2e_run, workdir, monkeypatch):
-    config = validate_config(copy.deepcopy(one_cell(e2e_run, [1, 2])))
+def test_another_vllm_build_measures_again(e2e_inputs, workdir, monkeypatch):
+    config = validate_config(copy.deepcopy(one_cell(e2e_inputs, [1, 2])))
     cell = grid.all_cells(config)[0]
     monkeypatch.chdir(workdir)
     measure_cell(cell, config, layout.cell_output(cell.cell_id))  # all points exist

@@ -194,6 +194,8 @@ def server_processes(workdir):
     """vLLM processes (API server, engine core: 'VLLM::EngineCore') working in `workdir`."""
     found = []
     for proc in psutil.process_iter(["cmdline", "cwd"]):
+        if proc.pid == os.getpid():  # (a pytest-xdist worker's title names its test)
+            continue
         cmdline = " ".join(proc.info["cmdline"] or [])
         if "vllm" in cmdline.lower() and str(proc.info["cwd"] or "").startswith(str(workdir)):
             found.append((proc.pid, cmdline))

@@ -240,6 +240,14 @@ def all_prompt_sets():
     ]
 
 
+def all_models():
+    """The model folders every cell this host can run reads (targets and drafts; a model of
+    kind `path` as the user's folder, which no rule builds)."""
+    return sorted({model_input(name) for cell in CELLS.values()
+                   if not HOST_PLAN[cell.cell_id]["unsupported_here"]
+                   for name in grid.cell_models(cell)})
+
+
 def all_cell_records():
     """Every cell's records: the grid's, then the derived dynamic-K cells'."""
     return [layout.cell_output(cell_id) for cell_id in CELLS] + [
