@@ -61,7 +61,7 @@ rule all:
 
 
 # `snakemake inputs`: every prompt set and every model the cells this host runs read, built
-# before any server starts (e.g. on a CPU node, before the GPU time is booked)
+# without starting a server (their cards read, a failed build fixed, before any measuring)
 rule inputs:
     input:
         all_prompt_sets(),

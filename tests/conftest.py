@@ -3,6 +3,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,12 +24,13 @@ def _group(nodeid: str) -> str:
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
     """Two work units for pyproject's two workers (addopts: `-n 2 --dist loadscope`): the
-    modules that read the end-to-end run (real vLLM, ~20 minutes of one worker, on both cores
-    while the workflow runs two cells at once) and everything else, on the second worker
-    meanwhile: the unit tests, and the fault and point-cache tests on prompt sets and models
-    of their own (`e2e_inputs`; mostly one core, one server start at a time). Run one after
-    the other they left a core idle for most of the suite. xdist's own `loadgroup` cannot say
-    so under pytest 9.2: it renames `item._nodeid`, which pytest 9.2's nodes no longer read."""
+    end-to-end run and the tests that read it (real vLLM, ~20 minutes on both cores while the
+    workflow runs two cells at once), and everything else on the second worker meanwhile, the
+    fault and point-cache tests last (`e2e_inputs`: they take the run's prompt sets and models
+    once it has built them). One after the other, the unit tests and the fault tests (one
+    server start at a time) left a core idle for most of the suite. xdist's own `loadgroup`
+    cannot say so under pytest 9.2: it renames `item._nodeid`, which pytest 9.2's nodes no
+    longer read."""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
@@ -40,16 +42,20 @@ def pytest_xdist_make_scheduler(config, log):
     return TwoGroups(config, log)
 
 
+def _reads(item, fixture: str) -> bool:
+    return fixture in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(config, items):
-    """The end-to-end modules first (a run on one worker, `-n 0`, fails early where the
-    workflow does), and no test outside them reads the end-to-end run (its worker would run
-    the workflow a second time)."""
-    stray = [item.nodeid for item in items if "e2e_run" in getattr(item, "fixturenames", ())
+    """The end-to-end module first (a run on one worker, `-n 0`, fails early where the workflow
+    does, and the fault tests find its run done), the tests on its inputs last; no test outside
+    it reads the end-to-end run (the second worker would run the workflow a second time)."""
+    stray = [item.nodeid for item in items if _reads(item, "e2e_run")
              and _group(item.nodeid) != "e2e"]
     if stray:
         raise pytest.UsageError(f"{stray[0]} reads the end-to-end run: put it in one of "
                                 f"{', '.join(E2E_MODULES)} (tests/conftest.py, E2E_MODULES)")
-    items.sort(key=lambda item: _group(item.nodeid) != "e2e")  # (stable: each group's order kept)
+    items.sort(key=lambda item: (_group(item.nodeid) != "e2e", _reads(item, "e2e_inputs")))
 
 
 @pytest.fixture(autouse=True)
@@ -114,40 +120,77 @@ def demo_tokenizer_dir(tmp_path_factory) -> Path:
     return folder
 
 
+def _handoff(tmp_path_factory) -> Path | None:
+    """Where the end-to-end run says it is done, for the other pytest-xdist worker (the
+    workers' common temporary root); None outside xdist."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return None
+    return tmp_path_factory.getbasetemp().parent / "e2e-run.json"
+
+
 @pytest.fixture(scope="session")
 def e2e_run(tmp_path_factory):
     """One run of the shrunk demo study (real vLLM on the CPU) in a temporary working directory;
-    the end-to-end and fault tests inspect it and reuse its models and data."""
+    the end-to-end tests inspect it, and the fault and point-cache tests reuse its models and
+    data (`e2e_inputs`)."""
+    from sdbench.files import atomic_write_json
+
     from workflow_helpers import e2e_config, snakemake, write_config
 
     raw = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
     workdir = tmp_path_factory.mktemp("e2e")
     configfile = write_config(workdir / "e2e.yaml", e2e_config(raw))
-    # ~21 minutes on a 2-core AVX2 EPYC (2026-11); the limit leaves room for a slower CI host
-    result = snakemake(workdir=workdir, configfile=configfile, timeout=2700, gpus=2)
+    handoff = _handoff(tmp_path_factory)
+    try:
+        # ~21 minutes on a 2-core AVX2 EPYC (2026-11); the limit leaves room for a slower CI host
+        result = snakemake(workdir=workdir, configfile=configfile, timeout=2700, gpus=2)
+    except BaseException as exc:
+        if handoff is not None:
+            atomic_write_json(handoff, {"workdir": str(workdir), "returncode": None,
+                                        "error": repr(exc)})
+        raise
+    if handoff is not None:
+        atomic_write_json(handoff, {"workdir": str(workdir), "returncode": result.returncode,
+                                    "error": (result.stdout + result.stderr)[-3000:]})
     return {"workdir": workdir, "configfile": configfile, "result": result, "raw": raw}
 
 
 @pytest.fixture(scope="session")
-def e2e_inputs(tmp_path_factory):
-    """The shrunk demo's prompt sets and models (`snakemake inputs`, ~2 minutes on 2 cores), for
-    the fault and point-cache tests: built apart from the end-to-end run, so that those tests
-    run on the other pytest-xdist worker while the end-to-end run goes on."""
+def e2e_inputs(request, tmp_path_factory):
+    """A working directory with the shrunk demo's prompt sets and models (its `data/` and
+    `resources/`), and the demo's config as written: the end-to-end run's. On the second
+    pytest-xdist worker (`pytest_xdist_make_scheduler`) it is the run the first worker makes,
+    once done (it says so in `_handoff`); where no test of this session runs it, the prompt
+    sets and models alone (`snakemake inputs`, ~2 minutes on 2 cores)."""
     from workflow_helpers import e2e_config, snakemake, write_config
 
     raw = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
+    handoff = _handoff(tmp_path_factory)
+    beside = any(_reads(item, "e2e_run") for item in request.session.items)
+    if handoff is None:
+        run = request.getfixturevalue("e2e_run")  # (on this worker: before, or now)
+        result = run["result"]
+        assert result.returncode == 0, "the end-to-end run failed; see test_e2e"
+        return {"workdir": run["workdir"], "raw": raw}
+    if beside:
+        deadline = time.monotonic() + 3600  # (the run's own limit is 2,700 s)
+        while not handoff.exists():
+            assert time.monotonic() < deadline, "the end-to-end run on the other worker never ended"
+            time.sleep(5)
+        done = json.loads(handoff.read_text())
+        assert done["returncode"] == 0, f"the end-to-end run failed; see test_e2e: {done['error']}"
+        return {"workdir": Path(done["workdir"]), "raw": raw}
     workdir = tmp_path_factory.mktemp("inputs")
     configfile = write_config(workdir / "e2e.yaml", e2e_config(raw))
     result = snakemake("inputs", workdir=workdir, configfile=configfile, timeout=1800)
-    return {"workdir": workdir, "configfile": configfile, "result": result, "raw": raw}
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return {"workdir": workdir, "raw": raw}
 
 
 @pytest.fixture(scope="module")
 def workdir(e2e_inputs, tmp_path_factory, request):
     """A fresh working directory per test module with the shrunk demo's data and models (mtimes
     kept), for tests that run cells of their own (faults, point cache)."""
-    result = e2e_inputs["result"]
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     root = tmp_path_factory.mktemp(request.module.__name__.removeprefix("test_"))
     for folder in ("data", "resources"):
         shutil.copytree(e2e_inputs["workdir"] / folder, root / folder)

@@ -232,3 +232,24 @@ def test_duration_bounded_speculative_cells_wait_for_their_baseline(tmp_path):
                            configfile=configfile, timeout=300)
         assert result.returncode == 0, result.stderr + result.stdout
         assert job_counts(result.stdout + result.stderr)["cell"] == cells
+
+
+def test_inputs_builds_what_the_cells_read_and_starts_no_server(tmp_path):
+    """`snakemake inputs`: every prompt set and every model of the cells this host runs (as on
+    a CPU without AVX-512: not the GPTQ and AWQ copies, whose cells are unsupported there),
+    and no session, cell, summary or report."""
+    configfile = write_config(tmp_path / "left-out.yaml", without_sweeps(greedy_only(
+        with_left_out(yaml.safe_load((REPO / "config" / "demo.yaml").read_text())))))
+    result = snakemake("-n", "inputs", workdir=tmp_path, configfile=configfile,
+                       env={"SDBENCH_CPU_ISA": "avx2"}, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    counts = job_counts(output)
+    assert set(counts) == {"fetch_source", "prompts", "model", "inputs"}, counts
+    built = set(re.findall(r"^\s+wildcards: model=(\S+)$", output, flags=re.M))
+    assert built and not {"smollm2-135m-gptq", "smollm2-135m-awq"} & built
+    assert "smollm2-135m-w8a8" in built and counts["model"] == len(built)
+    everything = snakemake("-n", workdir=tmp_path, configfile=configfile,
+                           env={"SDBENCH_CPU_ISA": "avx2"}, timeout=300)
+    whole = job_counts(everything.stdout + everything.stderr)
+    assert all(counts[rule] == whole[rule] for rule in ("fetch_source", "prompts", "model"))
