@@ -28,7 +28,7 @@ def pytest_xdist_make_scheduler(config, log):
     workflow runs two cells at once), and everything else on the second worker meanwhile, the
     fault and point-cache tests last (`e2e_inputs`: they take the run's prompt sets and models
     once it has built them). One after the other, the unit tests and the fault tests (one
-    server start at a time) left a core idle for most of the suite. xdist's own `loadgroup`
+    server start at a time) left a core idle for much of the suite. xdist's own `loadgroup`
     cannot say so under pytest 9.2: it renames `item._nodeid`, which pytest 9.2's nodes no
     longer read."""
     if config.getvalue("dist") != "loadscope":
