@@ -99,6 +99,62 @@ def test_the_bottom_line_gives_each_workload_its_own_line_of_levels():
         assert line.count("concurrency 1:") == 1 and line.count("concurrency 64:") == 1
 
 
+def _one_repeat(settings: dict, intervals: dict, adaptive: bool = True):
+    """A round-1 summary of one repeat per setting ({(speculator, k): speedup}) at concurrency
+    24, and its point table with the given intervals ({(speculator, k): (low, high)})."""
+    rows = [r for (speculator, k), s in settings.items()
+            for r in _rows(speculator, k, 24, [s])]
+    frame = pd.DataFrame(rows).assign(round="round1", engine="serve", setting="default",
+                                      quantization=None, num_prompts=24)
+    points = pd.DataFrame([
+        {**_point("ngram", speculator, k, "w", 24, DEPLOYABLE, 1, 1, s),
+         "speedup_ci_low": intervals[(speculator, k)][0],
+         "speedup_ci_high": intervals[(speculator, k)][1],
+         "sequential_factor": 1.4 if adaptive else 1.0, "repeats_ok": 1}
+        for (speculator, k), s in settings.items()])
+    return frame, points
+
+
+def test_one_repeat_judged_on_the_point_interval_the_point_table_shows():
+    from html import unescape
+
+    from sdbench.report import decision
+
+    def bottom_line_html(*args):
+        return unescape(decision.bottom_line_html(*args))
+
+    # a loss the adaptive rule settled after one repeat: the bottom line says so, with the
+    # point's (sequential) interval, not "no clear gain, no interval"
+    frame, points = _one_repeat({("ngram", 3): 0.617}, {("ngram", 3): (0.488, 0.779)})
+    html = bottom_line_html(frame, points, "round1")
+    assert "speculation costs throughput, 0.62× (95 % interval [0.49, 0.78]" in html
+    assert "the adaptive rule's where it stopped" in html and "no interval" not in html
+    # a gain: the one setting beside speculation off is read against 1 on its own interval
+    frame, points = _one_repeat({("ngram", 3): 1.25}, {("ngram", 3): (1.08, 1.45)},
+                                adaptive=False)
+    table = recommendations(frame, points).iloc[0]
+    assert table["verdict"] == "speculate" and table["gain_ci_low"] == 1.08
+    assert "pooled noise model" in table["gain_from"]
+    assert "speculation pays, 1.25× (95 % interval [1.08, 1.45]; 1 repeat × 24 prompts; " \
+        "the point's interval" in bottom_line_html(frame, points, "round1")
+    # spanning 1: no clear winner, with the interval and what it could have seen
+    frame, points = _one_repeat({("ngram", 3): 1.05}, {("ngram", 3): (0.9, 1.2)})
+    assert recommendations(frame, points).iloc[0]["verdict"] == "no clear winner"
+    assert "could not see gains below" in bottom_line_html(frame, points, "round1")
+    # several settings: the choice among them was made on the only repeat, so no interval
+    frame, points = _one_repeat({("ngram", 3): 1.25, ("ngram", 5): 1.2},
+                                {("ngram", 3): (1.08, 1.45), ("ngram", 5): (1.05, 1.4)})
+    table = recommendations(frame, points).iloc[0]
+    assert table["run"] == "ngram k=3" and table["verdict"] == "no clear winner"
+    assert pd.isna(table["gain_ci_low"]) and table["gain_from"] is None
+    shown = decision.recommendation_table(frame, points).iloc[0]
+    assert shown["gain judged on"] == "one repeat: none to hold out"
+    assert "no interval; 1 repeat × 24 prompts: none to hold out" in bottom_line_html(
+        frame, points, "round1")
+    # without the point table (or a point without an interval): as before
+    assert recommendations(frame.iloc[:1]).iloc[0]["gain_from"] is None
+
+
 def test_what_round_2_could_not_answer_is_said():
     from sdbench.report.decision import unanswered
 

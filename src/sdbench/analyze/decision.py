@@ -98,7 +98,35 @@ def direction_of(low: float, high: float) -> str:
 
 # --- the recommendation -------------------------------------------------------------------
 
-def recommendations(frame: pd.DataFrame) -> pd.DataFrame:
+HELD_OUT = "held-out repeats"
+
+
+def point_interval(points: pd.DataFrame | None, target: str, workload: str, level,
+                   speculator: str, k) -> tuple[float, float, float, str] | None:
+    """One deployable setting's point at one closed-loop load as the point table gives it: its
+    speedup and interval (the pooled noise model's; the repeated confidence interval where the
+    adaptive rule stopped it, valid at whatever look it stopped: `aggregate`), and what that
+    interval is, in words. None where `points` has no single such row with an interval (a
+    round 3 setting measured under several server settings: which one is meant is unknown)."""
+    if points is None or points.empty or "speedup_ci_low" not in points:
+        return None
+    rows = by_role(points, DEPLOYABLE)
+    if "engine" in rows:
+        rows = rows[(rows["engine"] == "serve") & (rows["load"] == "concurrency")]
+    rows = rows[(rows["target"] == target) & (rows["workload"] == workload)
+                & (rows["concurrency"] == level) & (rows["speculator"] == speculator)
+                & (rows["k"] == int(k)) & rows["speedup_ci_low"].notna()]
+    if len(rows) != 1:
+        return None
+    row = rows.iloc[0]
+    sequential = pd.notna(row.get("sequential_factor")) and row["sequential_factor"] != 1.0
+    basis = ("the point's interval, the adaptive rule's where it stopped" if sequential
+             else "the point's interval, σ from the pooled noise model")
+    return (float(row["speedup_mean"]), float(row["speedup_ci_low"]),
+            float(row["speedup_ci_high"]), basis)
+
+
+def recommendations(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per target, workload and concurrency: the deployable setting to run, speculation off a
     candidate. The choice is judged on repeats it did not see (chosen on all repeats but one,
     measured on the one left out, each in turn): `gain_mean`/`gain_ci_low`/`gain_ci_high` (the
@@ -106,7 +134,13 @@ def recommendations(frame: pd.DataFrame) -> pd.DataFrame:
     interval lies above 1, "speculation off" where the choice is off or its interval lies below
     1, else "no clear winner". `rivals`: the candidates whose interval over their own repeats
     overlaps the chosen one's (speculation off: 1), as good as far as the data tell.
-    `repeats`, `prompts`: what the choice rests on."""
+    `repeats`, `prompts`: what the choice rests on; `gain_from`: what the gain's interval is.
+
+    With one repeat there is none to hold out. Where the one deployable setting is the only
+    candidate beside speculation off, choosing between them is reading its interval against 1,
+    so the gain is the point's own interval from `points` (`point_interval`: the one the point
+    table shows, which exists after one repeat); with several settings the choice among them
+    would be judged on the repeat it was made on, and the gain stays without an interval."""
     spec = by_role(speculative(frame), DEPLOYABLE)
     spec = spec[spec["load"] == "concurrency"] if "load" in spec else spec
     rows = []
@@ -118,6 +152,11 @@ def recommendations(frame: pd.DataFrame) -> pd.DataFrame:
             choice, held = _held_out(cube, level)
             at = cube.xs(level, axis=1, level="concurrency")
             gain, low, high = ratio_interval(np.array(held)) if held else (np.nan,) * 3
+            gain_from = HELD_OUT if held else None
+            speculator, _, k = choice.partition(" k=")
+            if not held and choice != OFF and len(at.index) == 2 and (
+                    found := point_interval(points, target, workload, level, speculator, k)):
+                gain, low, high, gain_from = found
             mean, c_low, c_high = ratio_interval(at.loc[choice].to_numpy())
             rivals = []
             for label in at.index.drop(choice):
@@ -132,13 +171,12 @@ def recommendations(frame: pd.DataFrame) -> pd.DataFrame:
                 decided = "speculate"
             else:
                 decided = NO_WINNER
-            speculator, _, k = choice.partition(" k=")
             rows.append({"target": target, "workload": workload, "concurrency": int(level),
                          "run": "speculation off" if choice == OFF else choice,
                          "speculator": None if choice == OFF else speculator,
                          "k": None if choice == OFF else int(k),
                          "mean": mean, "gain_mean": gain, "gain_ci_low": low,
-                         "gain_ci_high": high, "verdict": decided,
+                         "gain_ci_high": high, "gain_from": gain_from, "verdict": decided,
                          "rivals": ", ".join(rivals) or None,
                          "candidates": len(at.index), "repeats": int(at.shape[1]),
                          "prompts": int(prompts.get(level)) if pd.notna(

@@ -10,11 +10,13 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from sdbench.analyze.decision import (
+    HELD_OUT,
     Claim,
     by_role,
     decision_rows,
     direction_of,
     front_points,
+    point_interval,
     recommendations,
 )
 from sdbench.analyze.slo import frame_slos
@@ -43,13 +45,19 @@ def _count(n, noun: str) -> str:
     return f"{int(n)} {noun}{'' if int(n) == 1 else 's'}"
 
 
-def _sample(repeats, prompts) -> str:
+def _sample(repeats, prompts, gain_from=HELD_OUT) -> str:
     per = f" × {_count(prompts, 'prompt')}" if prompts is not None and pd.notna(prompts) else ""
-    return f"{_count(repeats, 'repeat')}{per}, held out"
+    if gain_from == HELD_OUT:
+        return f"{_count(repeats, 'repeat')}{per}, held out"
+    if isinstance(gain_from, str):  # one setting, one repeat: its point's own interval
+        return f"{_count(repeats, 'repeat')}{per}; {gain_from}"
+    return f"{_count(repeats, 'repeat')}{per}: none to hold out"
 
 
-def _level_claim(row, frame: pd.DataFrame) -> str:
-    """One workload-and-load sentence of the bottom line."""
+def _level_claim(row, frame: pd.DataFrame, points: pd.DataFrame | None = None) -> str:
+    """One workload-and-load sentence of the bottom line. Where speculation off is chosen, the
+    best deployable setting it is judged against is cited with its point's interval, the one
+    the point table shows (`point_interval`); over its repeats where the points lack it."""
     where = f"{row['workload']} at concurrency {int(row['concurrency'])}"
     if row["run"] == "speculation off":
         # the best deployable setting there, over its own repeats: what off is judged against
@@ -62,28 +70,33 @@ def _level_claim(row, frame: pd.DataFrame) -> str:
         means = at.groupby(["speculator", "k"])["speedup"].apply(
             lambda s: ratio_interval(s.to_numpy()))
         (speculator, k), (mean, low, high) = max(means.items(), key=lambda kv: kv[1][0])
+        sample = (f"{_count(at['repeat'].nunique(), 'repeat')} × "
+                  f"{_count(at['num_prompts'].max(), 'prompt')}")
+        if found := point_interval(points, row["target"], row["workload"], row["concurrency"],
+                                   speculator, k):
+            mean, low, high, basis = found
+            sample = f"{sample}; {basis}"
         claim = Claim(f"{where}, best deployable setting {speculator} k={int(k)}",
-                      direction_of(low, high), mean, low, high,
-                      f"{_count(at['repeat'].nunique(), 'repeat')} × "
-                      f"{_count(at['num_prompts'].max(), 'prompt')}")
+                      direction_of(low, high), mean, low, high, sample)
         return f"Run without speculation — {claim.text()}"
     claim = Claim(f"{where}, {row['run']}", direction_of(row["gain_ci_low"],
                                                           row["gain_ci_high"]),
                   row["gain_mean"], row["gain_ci_low"], row["gain_ci_high"],
-                  _sample(row["repeats"], row["prompts"]))
+                  _sample(row["repeats"], row["prompts"], row.get("gain_from")))
     rivals = (f" As good within the intervals: {row['rivals']}."
               if isinstance(row.get("rivals"), str) else "")
     return claim.text() + rivals
 
 
-def deployable_sentences(frame: pd.DataFrame) -> list[str]:
+def deployable_sentences(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> list[str]:
     """The bottom line's sentences about deployable settings: per workload, its loads in turn
-    (the recommendation at each, judged on held-out repeats), at most MAX_SENTENCES."""
-    table = recommendations(frame)
+    (the recommendation at each, judged on held-out repeats; `points`: the point table, whose
+    intervals a sentence cites where no repeat can be held out), at most MAX_SENTENCES."""
+    table = recommendations(frame, points)
     if table.empty:
         return ["No deployable speculative setting was measured with a paired baseline: this "
                 "run decides nothing about what to deploy."]
-    sentences = [_level_claim(row, frame) for _, row in table.iterrows()]
+    sentences = [_level_claim(row, frame, points) for _, row in table.iterrows()]
     if len(sentences) > MAX_SENTENCES:
         rest = len(sentences) - MAX_SENTENCES + 1
         sentences = sentences[:MAX_SENTENCES - 1] + [
@@ -172,7 +185,7 @@ def bottom_line_html(frame: pd.DataFrame, points: pd.DataFrame, round_name: str,
              "<p>Deployable settings only, each verdict from a 95 % interval of the speedup "
              "(output tokens/s with speculation ÷ without) judged on repeats the choice did not "
              "see:</p><ul>"]
-    parts += [f"<li>{html.escape(s)}</li>" for s in deployable_sentences(closed)]
+    parts += [f"<li>{html.escape(s)}</li>" for s in deployable_sentences(closed, points)]
     parts.append("</ul>")
     for role, title, what in (
             (CHECK, "Pipeline checks", "the calibration pair, untrained heads and truncated "
@@ -201,7 +214,7 @@ def show_bottom_line(frame: pd.DataFrame, points: pd.DataFrame, round_name: str)
 
 def recommendation_table(frame: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     """The setting to run per target, workload and load, with whether it meets each SLO."""
-    table = recommendations(frame)
+    table = recommendations(frame, points)
     if table.empty:
         return table
     out = pd.DataFrame({
@@ -209,6 +222,7 @@ def recommendation_table(frame: pd.DataFrame, points: pd.DataFrame) -> pd.DataFr
         "concurrency": table["concurrency"], "run": table["run"],
         "held-out gain": [with_interval(m, lo, hi) for m, lo, hi in zip(
             table["gain_mean"], table["gain_ci_low"], table["gain_ci_high"], strict=True)],
+        "gain judged on": table["gain_from"].fillna("one repeat: none to hold out"),
         "verdict": table["verdict"],
         "as good within the intervals": table["rivals"],
         "settings compared": table["candidates"],
