@@ -153,6 +153,14 @@ def test_one_repeat_judged_on_the_point_interval_the_point_table_shows():
         frame, points, "round1")
     # without the point table (or a point without an interval): as before
     assert recommendations(frame.iloc[:1]).iloc[0]["gain_from"] is None
+    # two repeats: a setting is as good as speculation off only where its point's interval
+    # spans 1 (its t interval over two repeats, t 12.7, would span [0.35, 1.60])
+    frame = pd.DataFrame(_rows("ngram", 3, 24, [0.70, 0.79])).assign(num_prompts=24)
+    points = _one_repeat({("ngram", 3): 0.74}, {("ngram", 3): (0.64, 0.86)})[1]
+    assert recommendations(frame).iloc[0]["rivals"] == "ngram k=3"
+    table = recommendations(frame, points).iloc[0]
+    assert table["run"] == "speculation off" and table["rivals"] is None
+    assert table["gain_from"] == "held-out repeats"
 
 
 def test_what_round_2_could_not_answer_is_said():

@@ -126,14 +126,26 @@ def point_interval(points: pd.DataFrame | None, target: str, workload: str, leve
             float(row["speedup_ci_high"]), basis)
 
 
+def _candidate_interval(at: pd.DataFrame, where: tuple, label: str) -> tuple[float, float,
+                                                                           float]:
+    """A candidate's speedup and interval at one load (`where`: the point table, target,
+    workload and level): the point table's where it has the point (`point_interval`), else
+    over the candidate's repeats in `at` (speculation off: 1)."""
+    if label == OFF:
+        return 1.0, 1.0, 1.0
+    found = point_interval(*where, *label.split(" k="))
+    return found[:3] if found else ratio_interval(at.loc[label].to_numpy())
+
+
 def recommendations(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per target, workload and concurrency: the deployable setting to run, speculation off a
     candidate. The choice is judged on repeats it did not see (chosen on all repeats but one,
     measured on the one left out, each in turn): `gain_mean`/`gain_ci_low`/`gain_ci_high` (the
     geometric mean and interval of those held-out speedups). `verdict`: "speculate" where that
     interval lies above 1, "speculation off" where the choice is off or its interval lies below
-    1, else "no clear winner". `rivals`: the candidates whose interval over their own repeats
-    overlaps the chosen one's (speculation off: 1), as good as far as the data tell.
+    1, else "no clear winner". `rivals`: the candidates whose interval (the point table's,
+    `point_interval`, where `points` has it; else over their own repeats) overlaps the chosen
+    one's (speculation off: 1), as good as far as the data tell.
     `repeats`, `prompts`: what the choice rests on; `gain_from`: what the gain's interval is.
 
     With one repeat there is none to hold out. Where the one deployable setting is the only
@@ -154,15 +166,14 @@ def recommendations(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> 
             gain, low, high = ratio_interval(np.array(held)) if held else (np.nan,) * 3
             gain_from = HELD_OUT if held else None
             speculator, _, k = choice.partition(" k=")
+            where = (points, target, workload, level)
             if not held and choice != OFF and len(at.index) == 2 and (
-                    found := point_interval(points, target, workload, level, speculator, k)):
+                    found := point_interval(*where, speculator, k)):
                 gain, low, high, gain_from = found
-            mean, c_low, c_high = ratio_interval(at.loc[choice].to_numpy())
+            mean, c_low, c_high = _candidate_interval(at, where, choice)
             rivals = []
             for label in at.index.drop(choice):
-                _, o_low, o_high = ratio_interval(at.loc[label].to_numpy())
-                if label == OFF:
-                    o_low = o_high = 1.0
+                _, o_low, o_high = _candidate_interval(at, where, label)
                 if pd.notna(c_low) and pd.notna(o_low) and o_low <= c_high and c_low <= o_high:
                     rivals.append("speculation off" if label == OFF else label)
             if choice == OFF or (pd.notna(high) and high < 1):

@@ -184,7 +184,8 @@ def bottom_line_html(frame: pd.DataFrame, points: pd.DataFrame, round_name: str,
     parts = [f"<h2>{html.escape(heading)}</h2>",
              "<p>Deployable settings only, each verdict from a 95 % interval of the speedup "
              "(output tokens/s with speculation ÷ without) judged on repeats the choice did not "
-             "see:</p><ul>"]
+             "see, or where none could be held out on the point's own interval (each sentence "
+             "says which):</p><ul>"]
     parts += [f"<li>{html.escape(s)}</li>" for s in deployable_sentences(closed, points)]
     parts.append("</ul>")
     for role, title, what in (
