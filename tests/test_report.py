@@ -416,6 +416,20 @@ def test_verdicts_say_how_small_a_gain_the_design_could_see():
     assert plots.verdict_text(None, 1.1) is None
 
 
+def test_what_the_intervals_cover_is_a_list_one_line_per_kind_most_points_first():
+    sequential = "2 repeats, one server instance; sequential (adaptive stopping)"
+    points = pd.DataFrame({
+        "method": ["ngram", "ngram", "ngram", "eagle", "vanilla"],
+        "speedup_mean": [1.2, 0.9, 1.1, 0.8, 1.0],
+        "interval_covers": [sequential, sequential, "3 server instances", sequential, None]})
+    note = plots.speedup_note(points)
+    listed = note.split("What the intervals of this report's points cover:\n")[1]
+    assert listed.splitlines() == ["", f"- {sequential} (3 points)",
+                                   "- 3 server instances (1 point)"]
+    assert "Here they cover" not in note and "do **not** cover" in note  # one instance among them
+    assert plots.speedup_note(points.iloc[4:]).endswith("cover:\n\n- no points")
+
+
 def test_every_figure_has_alt_text_and_a_caption():
     """A report figure is an HTML figure: the PNG inline, alt text from its own titles and axis
     labels (never nbconvert's "No description has been provided"), and its caption."""

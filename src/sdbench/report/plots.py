@@ -904,7 +904,9 @@ def speedup_note(points: pd.DataFrame) -> str:
     spec = points[(points["method"] != "vanilla") & points["speedup_mean"].notna()]
     covers = (spec["interval_covers"].value_counts() if "interval_covers" in spec
               else pd.Series(dtype=int))
-    listed = "; ".join(f"{text} ({n} points)" for text, n in covers.items()) or "no points"
+    # one line per kind of interval (the most points first), readable where a run has many
+    listed = "".join(f"\n- {text} ({n} point{'' if n == 1 else 's'})"
+                     for text, n in covers.items()) or "\n- no points"
     one_server = covers.empty or any("one server instance" in text for text in covers.index)
     drifted = int(spec.get("drift_flag", pd.Series(dtype=bool)).fillna(False).sum())
     engine_flagged = int(spec.get("engine_differs", pd.Series(dtype=object)).notna().sum())
@@ -928,7 +930,7 @@ def speedup_note(points: pd.DataFrame) -> str:
         "the same engine, target, method and concurrency unless those differ in noise "
         "(Student t on the log scale with the pooled degrees of freedom; the interval over a "
         "point's own repeats is the points table's `speedup_unpooled_ci_*`), each repeat with "
-        f"its own seed. Here they cover: {listed}. They hold the prompts fixed: the same "
+        "its own seed. They hold the prompts fixed: the same "
         "prompts are sent in every repeat, so the points table's **over prompts** column "
         "gives the part that comes from which prompts were drawn (a paired bootstrap over "
         "prompts of output tokens per second of request time, both sides and every repeat "
@@ -939,7 +941,8 @@ def speedup_note(points: pd.DataFrame) -> str:
            "configuration (up to 26 % measured on an H100): set `loadgen.server_instances` "
            "to spread repeats over fresh servers." if one_server else "")
         + " Verdicts come from intervals: *no clear gain* when the interval spans 1; beside "
-        "each, the smallest speedup the design could have told from 1 with 80 % power.")
+        "each, the smallest speedup the design could have told from 1 with 80 % power.\n\n"
+        f"What the intervals of this report's points cover:\n{listed}")
 
 
 def measurement_counts(frame: pd.DataFrame) -> str:
