@@ -5,10 +5,12 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from sdbench.analyze.aggregate import ARM_SETTINGS
 from sdbench.analyze.analysis import (
     ALIKE,
+    OFF,
     best_settings,
     best_static_k,
     crossover,
@@ -17,6 +19,7 @@ from sdbench.analyze.analysis import (
     switch_gain,
     verdict,
 )
+from sdbench.analyze.stats import ratio_interval
 from sdbench.report.plots import crossover_table, dynamic_k_table
 
 
@@ -123,6 +126,32 @@ def test_switch_gain_and_best_setting_are_free_of_selection_bias():
     assert np.mean(in_sample_best) > 1.11  # the winner's curse
     assert np.mean(held_best) == pytest.approx(1.1, abs=0.003)
     assert row["evaluation"].startswith("all repeats, given the picks (post-selection")
+
+
+def test_the_held_out_interval_reads_one_repeats_pooled_noise_of_each_pick():
+    from sdbench.analyze.analysis import HELD_OUT, held_out_interval
+
+    found = {"ngram k=3": {"speedup_repeat_sd": 0.05, "speedup_df": 10.0,
+                           "sequential_factor": 1.0},
+             "ngram k=5": {"speedup_repeat_sd": 0.08, "speedup_df": 6.0,
+                           "sequential_factor": 1.3}}
+    held = [1.2, 1.1, 1.0]
+    mean, low, high, basis = held_out_interval(held, ["ngram k=3", "ngram k=3", OFF], found)
+    logs = np.log(held)
+    half = stats.t.ppf(0.975, 10) * np.sqrt(2 * 0.05 ** 2) / 3  # off: 1, no noise
+    assert (mean, low, high) == pytest.approx(
+        (np.exp(logs.mean()), np.exp(logs.mean() - half), np.exp(logs.mean() + half)))
+    assert basis == "held out, σ from the pooled noise model"
+    # two picks: the fewer degrees of freedom, and an adaptive stop's factor widens it
+    _, low2, high2, basis2 = held_out_interval(held, ["ngram k=3", "ngram k=5", "ngram k=3"],
+                                               found)
+    half2 = stats.t.ppf(0.975, 6) * 1.3 * np.sqrt(2 * 0.05 ** 2 + 0.08 ** 2) / 3
+    assert np.log(high2 / low2) / 2 == pytest.approx(half2)
+    assert basis2.endswith("widened for adaptive stopping")
+    # a pick the point table lacks (or whose units are server instances): the t over the
+    # held-out values, as without a point table
+    assert held_out_interval(held, ["ngram k=3", "draft k=2", "ngram k=3"], found) == (
+        *ratio_interval(np.array(held)), HELD_OUT)
 
 
 def test_switch_gain_picks_per_load_and_off_is_a_candidate():

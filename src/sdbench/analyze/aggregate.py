@@ -534,14 +534,17 @@ def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataF
     geometric mean of its units: server instances, or repeats on one instance), its interval
     (the Student-t interval around the arithmetic mean of its own repeats kept as
     `speedup_unpooled_mean`, `speedup_unpooled_ci_low/high`), their degrees of freedom, the
-    standard error of the log speedup (`speedup_se`), the minimum detectable speedup, and what
-    the interval covers. A point measured under the adaptive rule gets the repeated confidence
-    interval (`_sequential_factor`): it covers at the look the point stopped, whatever the
-    rule's stop."""
+    standard error of the log speedup (`speedup_se`), the minimum detectable speedup, what
+    the interval covers, and where its units are its repeats (one server instance) one
+    repeat's standard deviation of the log speedup under that model (`speedup_repeat_sd`: what
+    a held-out estimate's interval reads, `analysis.held_out_interval`). A point measured
+    under the adaptive rule gets the repeated confidence interval (`_sequential_factor`): it
+    covers at the look the point stopped, whatever the rule's stop."""
     points = points.assign(speedup_unpooled_mean=points["speedup_mean"],
                            speedup_unpooled_ci_low=points["speedup_ci_low"],
                            speedup_unpooled_ci_high=points["speedup_ci_high"],
-                           speedup_df=np.nan, speedup_se=np.nan, speedup_mde=np.nan)
+                           speedup_df=np.nan, speedup_se=np.nan, speedup_mde=np.nan,
+                           speedup_repeat_sd=np.nan)
     noise = point_noise(frame)
     found = {point_key(*k): row for k, row in zip(
         noise[["cell_id", "concurrency", "request_rate"]].itertuples(index=False, name=None),
@@ -567,6 +570,8 @@ def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataF
         points.loc[at, ["speedup_mean", "speedup_ci_low", "speedup_ci_high", "speedup_df",
                         "speedup_se", "speedup_mde"]] = [np.exp(row["center"]), low, high,
                                                          row["df"], row["se"], row["mde"]]
+        if row["kind"] == WITHIN:  # its units are its repeats: one repeat's pooled spread
+            points.loc[at, "speedup_repeat_sd"] = row["se"] * np.sqrt(row["units"])
         if factor != 1.0:
             points.loc[at, "interval_covers"] = (
                 f"{points.loc[at, 'interval_covers']}; sequential (adaptive stopping: the "

@@ -19,7 +19,7 @@ from scipy import optimize, special, stats
 from sdbench.analyze import engine
 from sdbench.analyze.acceptance import break_even, simulated_lengths, sweep_points
 from sdbench.analyze.noise import correlations, covariance, dof_text, point_noise
-from sdbench.analyze.stats import level_text, mean_interval, ratio_interval, verdict
+from sdbench.analyze.stats import CONFIDENCE, level_text, mean_interval, ratio_interval, verdict
 from sdbench.plan import grid
 
 SETTING = ["target", "workload", "speculator", "k"]
@@ -179,42 +179,146 @@ def crossover(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.Data
     return pd.DataFrame(rows)
 
 
-def _held_out(cube: pd.DataFrame, level) -> tuple[str, list[float]]:
+def _held_out(cube: pd.DataFrame, level) -> tuple[str, list[float], list[str]]:
     """(the setting with the best mean speedup over all repeats at `level`, the speedup of the
-    setting chosen on the other repeats, evaluated on each held-out repeat)."""
+    setting chosen on the other repeats evaluated on each held-out repeat, and those settings:
+    one per held-out repeat)."""
     at = cube.xs(level, axis=1, level="concurrency")
     choice = at.mean(axis=1).idxmax()
-    held = []
+    held, picks = [], []
     if at.shape[1] > 1:
         for r in at.columns:
             pick = at.drop(columns=r).mean(axis=1).idxmax()
             held.append(float(at.loc[pick, r]))
-    return choice, held
+            picks.append(pick)
+    return choice, held, picks
 
 
-def best_settings(frame: pd.DataFrame) -> pd.DataFrame:
+# what a held-out estimate's interval rests on (`held_out_interval`)
+HELD_OUT = "held out"
+HELD_OUT_POOLED = "held out, σ from the pooled noise model"
+
+
+def points_at(points: pd.DataFrame | None, target: str, workload: str, level) -> dict[str, dict]:
+    """The point table's rows (`aggregate.aggregate_points`) of the speculative vLLM-server
+    points of one target and workload at one closed-loop level, by setting label ("<speculator>
+    k=<k>", as `_cube` names them); a label with several rows (round 3's server settings under
+    one speculator and k) is left out: which of them the cube's mean stands for is unknown."""
+    if points is None or points.empty or "speedup_ci_low" not in points:
+        return {}
+    rows = points[(points["method"] != "vanilla") & (points["target"] == target)
+                  & (points["workload"] == workload) & (points["concurrency"] == level)
+                  & points["k"].notna()]
+    if "engine" in rows:
+        rows = rows[(rows["engine"] == "serve") & (rows["load"] == "concurrency")]
+    labels = [f"{s} k={int(k)}" for s, k in zip(rows["speculator"], rows["k"], strict=True)]
+    counts = pd.Series(labels, dtype=object).value_counts()
+    return {label: row for label, row in zip(labels, rows.to_dict("records"), strict=True)
+            if counts[label] == 1}
+
+
+def held_out_interval(held: list[float], picks: list[str],
+                      found: dict[str, dict]) -> tuple[float, float, float, str]:
+    """(geometric mean, low, high, what the interval rests on) of held-out speedups (`held`,
+    of the settings `picks` chosen on the other repeats; `found`: the level's point-table rows,
+    `points_at`). Each held-out speedup is one repeat of its pick, not seen by the choice, so
+    its noise is one repeat's: where the point table gives every pick's (`speedup_repeat_sd`:
+    the pooled noise model's, its units its repeats) the interval is the mean's ± Student t at
+    the fewest degrees of freedom among them × √(Σ σ²) ÷ n, widened by the largest sequential
+    factor of an adaptive stop among them (as their own intervals are); else the Student t
+    interval over the held-out values alone, whose n − 1 degrees of freedom (t 12.7 at two
+    repeats, 4.3 at three) tell little from few repeats. Speculation off (`OFF`) is 1
+    without noise."""
+    sds, dfs, factors = [], [], [1.0]
+    for pick in picks:
+        if pick == OFF:
+            sds.append(0.0)
+            continue
+        row = found.get(pick) or {}
+        sd, df = row.get("speedup_repeat_sd", np.nan), row.get("speedup_df", np.nan)
+        if pd.isna(sd) or pd.isna(df) or df <= 0:
+            return (*ratio_interval(np.array(held, dtype=float)), HELD_OUT)
+        sds.append(float(sd))
+        dfs.append(float(df))
+        factor = row.get("sequential_factor", 1.0)
+        factors.append(1.0 if pd.isna(factor) else float(factor))
+    logs = np.log(np.array(held, dtype=float))
+    if not dfs:  # off in every fold: 1, exactly
+        return (*ratio_interval(np.array(held, dtype=float)), HELD_OUT)
+    mean = float(logs.mean())
+    half = (float(stats.t.ppf(0.5 + CONFIDENCE / 2, min(dfs))) * max(factors)
+            * math.sqrt(sum(sd * sd for sd in sds)) / len(logs))
+    basis = HELD_OUT_POOLED + (", widened for adaptive stopping" if max(factors) > 1 else "")
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half), basis
+
+
+def point_basis(row: dict) -> str:
+    """What a point-table row's speedup interval is, in words (`aggregate`: the pooled noise
+    model's; the repeated confidence interval where the adaptive rule stopped the point, valid
+    at whatever look it stopped)."""
+    factor = row.get("sequential_factor")
+    if pd.notna(factor) and factor != 1.0:
+        return "the point's interval, the adaptive rule's where it stopped"
+    return "the point's interval, σ from the pooled noise model"
+
+
+def judged(at: pd.DataFrame, found: dict[str, dict], choice: str, held: list[float],
+           picks: list[str]) -> tuple[float, float, float, str | None]:
+    """The chosen setting's speedup as a decision reads it: the held-out estimate
+    (`held_out_interval`); with one repeat, none to hold out, the point's own interval where
+    the choice is between one setting and speculation off (reading it against 1 is that
+    choice) and the point table has it; else no interval (None: nothing to rest on)."""
+    if held:
+        return held_out_interval(held, picks, found)
+    if choice != OFF and len(at.index) == 2 and choice in found:
+        return (*own_interval(at, found, choice), point_basis(found[choice]))
+    return np.nan, np.nan, np.nan, None
+
+
+def own_interval(at: pd.DataFrame, found: dict[str, dict], label: str) -> tuple[float, float,
+                                                                                 float]:
+    """A candidate's speedup and interval at one level: the point table's where `found` has
+    its point (`points_at`: the one the report's points table and figures show), else over its
+    repeats in `at` (the level's slice of `_cube`); speculation off: 1."""
+    if label == OFF:
+        return 1.0, 1.0, 1.0
+    if label in found:
+        row = found[label]
+        return (float(row["speedup_mean"]), float(row["speedup_ci_low"]),
+                float(row["speedup_ci_high"]))
+    return ratio_interval(at.loc[label].to_numpy(dtype=float))
+
+
+def best_settings(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per target, workload and concurrency: the setting with the best mean speedup over the
-    repeats, speculation off (1.0) a candidate, and an estimate of it free of selection bias:
+    repeats, speculation off (1.0) a candidate, its speedup and interval (the point table's
+    where `points` is given: `own_interval`), and an estimate of it free of selection bias:
     the setting chosen on all repeats but one, evaluated on the held-out repeat (each in turn),
-    with a 95 % interval (both geometric means, their intervals on the log scale); the
-    verdict comes from that interval. With one repeat there is no held-out estimate and the
-    verdict says so. Simulated cells are no candidates (`deployable`)."""
+    with a 95 % interval (`held_out_interval`: σ from the pooled noise model where the point
+    table has it; `heldout_from` says which; `heldout_picks`: the setting chosen for each
+    held-out repeat, in turn); the verdict comes from that interval. With one
+    repeat there is no held-out estimate: one setting beside off is judged on its point's
+    interval (`judged`), several have none and the verdict says so. Simulated cells are no
+    candidates (`deployable`)."""
     rows = []
     for (target, workload), group in deployable(speculative(frame)).groupby(
             ["target", "workload"]):
         cube = _cube(group)
         for level in sorted(cube.columns.get_level_values("concurrency").unique()):
-            label, held = _held_out(cube, level)
+            label, held, picks = _held_out(cube, level)
             speculator, _, k = label.partition(" k=")
-            chosen = cube.loc[label].xs(level, level="concurrency").to_numpy()
+            at = cube.xs(level, axis=1, level="concurrency")
+            found = points_at(points, target, workload, level)
             # geometric means and intervals on the log scale: a ratio's bound never reaches 0
-            mean, low, high = ratio_interval(chosen.astype(float))
-            h_mean, h_low, h_high = ratio_interval(np.array(held, dtype=float))
+            mean, low, high = own_interval(at, found, label)
+            h_mean, h_low, h_high, basis = judged(at, found, label, held, picks)
             rows.append({"target": target, "workload": workload, "concurrency": int(level),
                          "speculator": speculator, "k": int(k) if k else None,
                          "speedup_mean": mean, "speedup_ci_low": low, "speedup_ci_high": high,
                          "heldout_mean": h_mean, "heldout_ci_low": h_low,
-                         "heldout_ci_high": h_high, "repeats": int(len(chosen)),
+                         "heldout_ci_high": h_high, "heldout_from": basis,
+                         "heldout_picks": ", ".join(picks) or None,
+                         "repeats": int(at.shape[1]),
                          "verdict": ("no speculation" if label == OFF
                                      else verdict(h_low, h_high))})
     return pd.DataFrame(rows)

@@ -15,8 +15,17 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sdbench.analyze.analysis import OFF, _cube, _held_out, speculative
-from sdbench.analyze.stats import interval_number, ratio_interval
+from sdbench.analyze.analysis import (
+    OFF,
+    _cube,
+    _held_out,
+    judged,
+    own_interval,
+    point_basis,
+    points_at,
+    speculative,
+)
+from sdbench.analyze.stats import interval_number
 from sdbench.plan.grid import DEPLOYABLE
 
 NO_WINNER = "no clear winner"
@@ -98,61 +107,35 @@ def direction_of(low: float, high: float) -> str:
 
 # --- the recommendation -------------------------------------------------------------------
 
-HELD_OUT = "held-out repeats"
-
-
 def point_interval(points: pd.DataFrame | None, target: str, workload: str, level,
                    speculator: str, k) -> tuple[float, float, float, str] | None:
-    """One deployable setting's point at one closed-loop load as the point table gives it: its
-    speedup and interval (the pooled noise model's; the repeated confidence interval where the
-    adaptive rule stopped it, valid at whatever look it stopped: `aggregate`), and what that
-    interval is, in words. None where `points` has no single such row with an interval (a
-    round 3 setting measured under several server settings: which one is meant is unknown)."""
-    if points is None or points.empty or "speedup_ci_low" not in points:
+    """One setting's point at one closed-loop load as the point table gives it (`points_at`):
+    its speedup, interval and what that interval is (`point_basis`); None where the table has
+    no single such point."""
+    row = points_at(points, target, workload, level).get(f"{speculator} k={int(k)}")
+    if row is None:
         return None
-    rows = by_role(points, DEPLOYABLE)
-    if "engine" in rows:
-        rows = rows[(rows["engine"] == "serve") & (rows["load"] == "concurrency")]
-    rows = rows[(rows["target"] == target) & (rows["workload"] == workload)
-                & (rows["concurrency"] == level) & (rows["speculator"] == speculator)
-                & (rows["k"] == int(k)) & rows["speedup_ci_low"].notna()]
-    if len(rows) != 1:
-        return None
-    row = rows.iloc[0]
-    sequential = pd.notna(row.get("sequential_factor")) and row["sequential_factor"] != 1.0
-    basis = ("the point's interval, the adaptive rule's where it stopped" if sequential
-             else "the point's interval, σ from the pooled noise model")
     return (float(row["speedup_mean"]), float(row["speedup_ci_low"]),
-            float(row["speedup_ci_high"]), basis)
-
-
-def _candidate_interval(at: pd.DataFrame, where: tuple, label: str) -> tuple[float, float,
-                                                                           float]:
-    """A candidate's speedup and interval at one load (`where`: the point table, target,
-    workload and level): the point table's where it has the point (`point_interval`), else
-    over the candidate's repeats in `at` (speculation off: 1)."""
-    if label == OFF:
-        return 1.0, 1.0, 1.0
-    found = point_interval(*where, *label.split(" k="))
-    return found[:3] if found else ratio_interval(at.loc[label].to_numpy())
+            float(row["speedup_ci_high"]), point_basis(row))
 
 
 def recommendations(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per target, workload and concurrency: the deployable setting to run, speculation off a
     candidate. The choice is judged on repeats it did not see (chosen on all repeats but one,
     measured on the one left out, each in turn): `gain_mean`/`gain_ci_low`/`gain_ci_high` (the
-    geometric mean and interval of those held-out speedups). `verdict`: "speculate" where that
-    interval lies above 1, "speculation off" where the choice is off or its interval lies below
-    1, else "no clear winner". `rivals`: the candidates whose interval (the point table's,
-    `point_interval`, where `points` has it; else over their own repeats) overlaps the chosen
-    one's (speculation off: 1), as good as far as the data tell.
+    geometric mean and interval of those held-out speedups, `analysis.held_out_interval`: σ
+    from the pooled noise model where `points`, the point table, has it). `verdict`:
+    "speculate" where that interval lies above 1, "speculation off" where the choice is off or
+    its interval lies below 1, else "no clear winner". `rivals`: the candidates whose interval
+    (the point table's where `points` has it, `analysis.own_interval`; else over their own
+    repeats) overlaps the chosen one's (speculation off: 1), as good as far as the data tell.
     `repeats`, `prompts`: what the choice rests on; `gain_from`: what the gain's interval is.
 
-    With one repeat there is none to hold out. Where the one deployable setting is the only
-    candidate beside speculation off, choosing between them is reading its interval against 1,
-    so the gain is the point's own interval from `points` (`point_interval`: the one the point
-    table shows, which exists after one repeat); with several settings the choice among them
-    would be judged on the repeat it was made on, and the gain stays without an interval."""
+    With one repeat there is none to hold out (`analysis.judged`). Where the one deployable
+    setting is the only candidate beside speculation off, choosing between them is reading its
+    interval against 1, so the gain is the point's own interval (the one the point table
+    shows, which exists after one repeat); with several settings the choice among them would
+    be judged on the repeat it was made on, and the gain stays without an interval."""
     spec = by_role(speculative(frame), DEPLOYABLE)
     spec = spec[spec["load"] == "concurrency"] if "load" in spec else spec
     rows = []
@@ -161,19 +144,15 @@ def recommendations(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> 
         prompts = group.groupby("concurrency")["num_prompts"].max()
         for level in sorted(cube.columns.get_level_values("concurrency").unique()):
             # chosen and held out as the best-setting analysis does (`analysis._held_out`)
-            choice, held = _held_out(cube, level)
+            choice, held, picks = _held_out(cube, level)
             at = cube.xs(level, axis=1, level="concurrency")
-            gain, low, high = ratio_interval(np.array(held)) if held else (np.nan,) * 3
-            gain_from = HELD_OUT if held else None
+            found = points_at(points, target, workload, level)
+            gain, low, high, gain_from = judged(at, found, choice, held, picks)
             speculator, _, k = choice.partition(" k=")
-            where = (points, target, workload, level)
-            if not held and choice != OFF and len(at.index) == 2 and (
-                    found := point_interval(*where, speculator, k)):
-                gain, low, high, gain_from = found
-            mean, c_low, c_high = _candidate_interval(at, where, choice)
+            mean, c_low, c_high = own_interval(at, found, choice)
             rivals = []
             for label in at.index.drop(choice):
-                _, o_low, o_high = _candidate_interval(at, where, label)
+                _, o_low, o_high = own_interval(at, found, label)
                 if pd.notna(c_low) and pd.notna(o_low) and o_low <= c_high and c_low <= o_high:
                     rivals.append("speculation off" if label == OFF else label)
             if choice == OFF or (pd.notna(high) and high < 1):

@@ -9,8 +9,8 @@ import html
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from sdbench.analyze.analysis import HELD_OUT
 from sdbench.analyze.decision import (
-    HELD_OUT,
     Claim,
     by_role,
     decision_rows,
@@ -47,8 +47,8 @@ def _count(n, noun: str) -> str:
 
 def _sample(repeats, prompts, gain_from=HELD_OUT) -> str:
     per = f" × {_count(prompts, 'prompt')}" if prompts is not None and pd.notna(prompts) else ""
-    if gain_from == HELD_OUT:
-        return f"{_count(repeats, 'repeat')}{per}, held out"
+    if isinstance(gain_from, str) and gain_from.startswith(HELD_OUT):
+        return f"{_count(repeats, 'repeat')}{per}, {gain_from}"
     if isinstance(gain_from, str):  # one setting, one repeat: its point's own interval
         return f"{_count(repeats, 'repeat')}{per}; {gain_from}"
     return f"{_count(repeats, 'repeat')}{per}: none to hold out"

@@ -694,10 +694,11 @@ def calibration_table(points: pd.DataFrame) -> pd.DataFrame:
         "reading": table["reading"]})
 
 
-def best_settings_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per load, the best setting (speculation off a candidate) with its speedup, the held-out
-    estimate that corrects for choosing the best of many, and the verdict from its interval."""
-    best = best_settings(frame[frame["round"] == "round1"])
+def best_settings_table(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per load, the best setting (speculation off a candidate) with its speedup (the point
+    table's, `points`, where given), the held-out estimate that corrects for choosing the best
+    of many, what its interval rests on, and the verdict from it."""
+    best = best_settings(frame[frame["round"] == "round1"], points)
     if best.empty:
         return best
     return pd.DataFrame({
@@ -709,6 +710,7 @@ def best_settings_table(frame: pd.DataFrame) -> pd.DataFrame:
         "held-out estimate": [with_interval(m, lo, hi) for m, lo, hi in zip(
             best["heldout_mean"], best["heldout_ci_low"], best["heldout_ci_high"],
             strict=True)],
+        "held-out interval from": best["heldout_from"].fillna("one repeat: none to hold out"),
         "verdict": best["verdict"]})
 
 
