@@ -60,7 +60,8 @@ def _level_claim(row, frame: pd.DataFrame, points: pd.DataFrame | None = None) -
     the point table shows (`point_interval`); over its repeats where the points lack it."""
     where = f"{row['workload']} at concurrency {int(row['concurrency'])}"
     if row["run"] == "speculation off":
-        # the best deployable setting there, over its own repeats: what off is judged against
+        # the best deployable setting there (by its mean over its repeats): what off is
+        # judged against, cited with its point's interval
         at = by_role(frame, DEPLOYABLE)
         at = at[(at["target"] == row["target"]) & (at["workload"] == row["workload"])
                 & (at["concurrency"] == row["concurrency"]) & at["paired"].fillna(False)
@@ -91,7 +92,8 @@ def _level_claim(row, frame: pd.DataFrame, points: pd.DataFrame | None = None) -
 def deployable_sentences(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> list[str]:
     """The bottom line's sentences about deployable settings: per workload, its loads in turn
     (the recommendation at each, judged on held-out repeats; `points`: the point table, whose
-    intervals a sentence cites where no repeat can be held out), at most MAX_SENTENCES."""
+    pooled noise those intervals read and whose intervals a sentence cites where speculation
+    off is chosen or no repeat can be held out), at most MAX_SENTENCES."""
     table = recommendations(frame, points)
     if table.empty:
         return ["No deployable speculative setting was measured with a paired baseline: this "
