@@ -223,28 +223,23 @@ def held_out_interval(held: list[float], picks: list[str],
     of the settings `picks` chosen on the other repeats; `found`: the level's point-table rows,
     `points_at`). Each held-out speedup is one repeat of its pick, not seen by the choice, so
     its noise is one repeat's: where the point table gives every pick's (`speedup_repeat_sd`:
-    the pooled noise model's, its units its repeats) the interval is the mean's ± Student t at
+    the pooled noise model's, where each unit is one repeat: on one server instance, or each on
+    an instance of its own, `aggregate.one_repeat_units`) the interval is the mean's ± t at
     the fewest degrees of freedom among them × √(Σ σ²) ÷ n, widened by the largest sequential
     factor of an adaptive stop among them (as their own intervals are); else the Student t
     interval over the held-out values alone, whose n − 1 degrees of freedom (t 12.7 at two
     repeats, 4.3 at three) tell little from few repeats. Speculation off (`OFF`) is 1
     without noise."""
-    sds, dfs, factors = [], [], [1.0]
-    for pick in picks:
-        if pick == OFF:
-            sds.append(0.0)
-            continue
-        row = found.get(pick) or {}
-        sd, df = row.get("speedup_repeat_sd", np.nan), row.get("speedup_df", np.nan)
-        if pd.isna(sd) or pd.isna(df) or df <= 0:
-            return (*ratio_interval(np.array(held, dtype=float)), HELD_OUT)
-        sds.append(float(sd))
-        dfs.append(float(df))
-        factor = row.get("sequential_factor", 1.0)
-        factors.append(1.0 if pd.isna(factor) else float(factor))
-    logs = np.log(np.array(held, dtype=float))
-    if not dfs:  # off in every fold: 1, exactly
+    rows = [found.get(pick) or {} for pick in picks if pick != OFF]
+    if not rows or any(pd.isna(row.get("speedup_repeat_sd")) or pd.isna(row.get("speedup_df"))
+                       or row["speedup_df"] <= 0 for row in rows):
+        # a pick without one repeat's σ, or off in every fold (1, exactly)
         return (*ratio_interval(np.array(held, dtype=float)), HELD_OUT)
+    sds = [float(row["speedup_repeat_sd"]) for row in rows]
+    dfs = [float(row["speedup_df"]) for row in rows]
+    factors = [1.0] + [1.0 if pd.isna(f := row.get("sequential_factor", 1.0)) else float(f)
+                       for row in rows]
+    logs = np.log(np.array(held, dtype=float))
     mean = float(logs.mean())
     half = (float(stats.t.ppf(0.5 + CONFIDENCE / 2, min(dfs))) * max(factors)
             * math.sqrt(sum(sd * sd for sd in sds)) / len(logs))
