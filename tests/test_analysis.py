@@ -148,7 +148,7 @@ def test_the_held_out_interval_reads_one_repeats_pooled_noise_of_each_pick():
     half2 = stats.t.ppf(0.975, 6) * 1.3 * np.sqrt(2 * 0.05 ** 2 + 0.08 ** 2) / 3
     assert np.log(high2 / low2) / 2 == pytest.approx(half2)
     assert basis2.endswith("widened for adaptive stopping")
-    # a pick the point table lacks (or whose units are server instances): the t over the
+    # a pick the point table lacks (or whose noise units hold several repeats): the t over the
     # held-out values, as without a point table
     assert held_out_interval(held, ["ngram k=3", "draft k=2", "ngram k=3"], found) == (
         *ratio_interval(np.array(held)), HELD_OUT)

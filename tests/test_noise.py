@@ -113,6 +113,26 @@ def test_the_held_out_estimate_covers_and_tells_more_with_the_pooled_noise_model
     assert result["pooled half-width"] < 0.8 * result["own half-width"], result
 
 
+@pytest.mark.parametrize(("design", "has_sd"), [
+    (Design(3, 1, 1, 0.0, 0.05, workloads=1), True),  # units: its repeats
+    (Design(3, 3, 3, 0.05, 0.05, workloads=1), True),  # units: an instance each, one repeat
+    (Design(4, 2, 2, 0.05, 0.05, workloads=1), False),  # an instance's two repeats: a unit
+    (Design(3, 1, 3, 0.05, 0.05, workloads=1), False),  # one speculative instance, shared
+], ids=lambda d: d.label if isinstance(d, Design) else str(d))
+def test_one_repeats_noise_is_given_where_each_unit_is_one_repeat(design, has_sd):
+    """`speedup_repeat_sd` (what a held-out repeat's interval reads) is the pooled noise
+    model's σ of one unit where a unit is one repeat, and is left out where a unit holds
+    several, or where every repeat shares one speculative instance's offset."""
+    from sdbench.analyze.simulate import CURVES, levels_frame, points_of
+
+    points = points_of(levels_frame(design, CURVES["crossing"], np.random.default_rng(1)))
+    assert points["speedup_repeat_sd"].notna().all() == has_sd, points
+    assert points["speedup_repeat_sd"].isna().all() != has_sd, points
+    if has_sd:
+        assert np.allclose(points["speedup_repeat_sd"],
+                           points["speedup_se"] * np.sqrt(design.repeats))
+
+
 def test_precision_of_points_without_spread_warns_nothing_a_report_would_print():
     """One unit per point (a repeat on one server): no spread to take a median of; the table
     says so with blanks, and numpy's all-NaN warning never reaches a report page."""

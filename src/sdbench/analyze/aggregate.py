@@ -37,7 +37,7 @@ from scipy import stats
 from sdbench.analyze import engine
 from sdbench.analyze.acceptance import FROM_DRAFTS, FROM_REPEATS, draft_interval, synthetic_setting
 from sdbench.analyze.lossless import lossless_columns, read_all_details, sampling_columns
-from sdbench.analyze.noise import WITHIN, minimum_detectable, point_key, point_noise
+from sdbench.analyze.noise import INSTANCES, WITHIN, minimum_detectable, point_key, point_noise
 from sdbench.analyze.prompts import with_prompt_intervals
 from sdbench.analyze.slo import frame_slos, point_stats, slos_of, with_slo_columns
 from sdbench.analyze.stats import mean_interval, ratio_interval, verdict
@@ -529,13 +529,22 @@ def _with_prior(row: dict, rule: adaptive.Rule) -> dict:
                       f"{rule.noise:g} on {rule.prior_df:g} degrees of freedom)"}
 
 
+def one_repeat_units(row: dict) -> bool:
+    """Whether each unit of a point's noise model (`noise.point_noise`'s row) is one repeat:
+    its repeats on one server instance, or each on a speculative instance of its own (the
+    instances' offsets then part of every repeat's noise, as of a repeat held out). Not where
+    only the baseline's instances differ: the speculative instance's offset is shared by every
+    repeat, and a mean over them keeps it."""
+    return row["kind"] == WITHIN or (row["kind"] == INSTANCES and row["n"] == row["units"])
+
+
 def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     """The speedup of every speculative point from the pooled noise model: its estimate (the
     geometric mean of its units: server instances, or repeats on one instance), its interval
     (the Student-t interval around the arithmetic mean of its own repeats kept as
     `speedup_unpooled_mean`, `speedup_unpooled_ci_low/high`), their degrees of freedom, the
     standard error of the log speedup (`speedup_se`), the minimum detectable speedup, what
-    the interval covers, and where its units are its repeats (one server instance) one
+    the interval covers, and where each of its units is one repeat (`one_repeat_units`) one
     repeat's standard deviation of the log speedup under that model (`speedup_repeat_sd`: what
     a held-out estimate's interval reads, `analysis.held_out_interval`). A point measured
     under the adaptive rule gets the repeated confidence interval (`_sequential_factor`): it
@@ -570,7 +579,7 @@ def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataF
         points.loc[at, ["speedup_mean", "speedup_ci_low", "speedup_ci_high", "speedup_df",
                         "speedup_se", "speedup_mde"]] = [np.exp(row["center"]), low, high,
                                                          row["df"], row["se"], row["mde"]]
-        if row["kind"] == WITHIN:  # its units are its repeats: one repeat's pooled spread
+        if one_repeat_units(row):  # its units are single repeats: one repeat's pooled spread
             points.loc[at, "speedup_repeat_sd"] = row["se"] * np.sqrt(row["units"])
         if factor != 1.0:
             points.loc[at, "interval_covers"] = (
