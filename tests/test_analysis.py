@@ -154,6 +154,28 @@ def test_the_held_out_interval_reads_one_repeats_pooled_noise_of_each_pick():
         *ratio_interval(np.array(held)), HELD_OUT)
 
 
+def test_a_repeat_the_pick_was_stopped_before_holds_out_nothing():
+    """The adaptive rule stopped k=1 at concurrency 1 after 2 repeats (precise) while k=2 went
+    on to 4: k=1, chosen in every fold, is held out only on the repeats it measured, and the
+    interval over those two (σ from the point table) stays finite instead of NaN."""
+    from sdbench.analyze.simulate import points_of
+
+    rows = [(1, 1, r, s) for r, s in enumerate([1.30, 1.31])]
+    rows += [(2, 1, r, s) for r, s in enumerate([1.25, 1.27, 1.35, 1.26])]
+    rows += [(k, 16, r, 0.9 + 0.01 * k + 0.01 * r) for k in (1, 2) for r in range(4)]
+    frame = pd.DataFrame([
+        {"cell_id": f"k{k}", "concurrency": c, "request_rate": np.nan, "repeat": r,
+         "baseline_cell_id": "b", "engine": "serve", "target": "t", "method": "m",
+         "load": "concurrency", "workload": "w", "speculator": "m", "k": k, "paired": True,
+         "speedup": s, "server_instance": 0, "baseline_server_instance": 0}
+        for k, c, r, s in rows])
+    for table in (None, points_of(frame)):
+        row = best_settings(frame, table).set_index("concurrency").loc[1]
+        assert row["heldout_picks"] == "m k=1, m k=1"
+        assert row["heldout_mean"] == pytest.approx(np.sqrt(1.30 * 1.31))
+        assert row["heldout_ci_low"] > 1 and row["verdict"] == "speculate", row
+
+
 def test_switch_gain_picks_per_load_and_off_is_a_candidate():
     data = measurements([("ngram", 2, 1, 1.5), ("ngram", 2, 8, 0.7),
                          ("draft", 2, 1, 1.1), ("draft", 2, 8, 0.8)])

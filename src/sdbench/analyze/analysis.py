@@ -182,15 +182,19 @@ def crossover(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.Data
 def _held_out(cube: pd.DataFrame, level) -> tuple[str, list[float], list[str]]:
     """(the setting with the best mean speedup over all repeats at `level`, the speedup of the
     setting chosen on the other repeats evaluated on each held-out repeat, and those settings:
-    one per held-out repeat)."""
+    one per held-out repeat). A repeat the chosen setting did not measure at `level` (the
+    adaptive rule stopped it there before that repeat while others went on) holds out nothing:
+    the fold is left out, and so is its pick. Whether a setting measured it depends on its
+    earlier repeats only, so each value left is still a fresh repeat of its pick."""
     at = cube.xs(level, axis=1, level="concurrency")
     choice = at.mean(axis=1).idxmax()
     held, picks = [], []
     if at.shape[1] > 1:
         for r in at.columns:
             pick = at.drop(columns=r).mean(axis=1).idxmax()
-            held.append(float(at.loc[pick, r]))
-            picks.append(pick)
+            if pd.notna(at.loc[pick, r]):
+                held.append(float(at.loc[pick, r]))
+                picks.append(pick)
     return choice, held, picks
 
 
