@@ -20,7 +20,8 @@ from sdbench.analyze.analysis import (
     verdict,
 )
 from sdbench.analyze.stats import ratio_interval
-from sdbench.report.plots import crossover_table, dynamic_k_table
+from sdbench.report.decision import deployable_sentences
+from sdbench.report.plots import best_settings_table, crossover_table, dynamic_k_table
 
 
 def points(rows):
@@ -174,6 +175,14 @@ def test_a_repeat_the_pick_was_stopped_before_holds_out_nothing():
         assert row["heldout_picks"] == "m k=1, m k=1"
         assert row["heldout_mean"] == pytest.approx(np.sqrt(1.30 * 1.31))
         assert row["heldout_ci_low"] > 1 and row["verdict"] == "speculate", row
+        # the tables say the estimate rests on 2 of the level's 4 repeats
+        assert (row["repeats"], row["heldout_repeats"]) == (4, 2)
+        shown = best_settings_table(frame.assign(round="round1"), table).set_index(
+            "concurrency")["held-out interval from"]
+        assert shown.loc[1].endswith("; 2 of the 4 held out (a pick had stopped before the "
+                                     "rest)") and "held out (" not in shown.loc[16], shown
+        said = deployable_sentences(frame.assign(num_prompts=6), table)[0]
+        assert said.startswith("w at concurrency 1, m k=1") and "2 of the 4 held out" in said
 
 
 def test_switch_gain_picks_per_load_and_off_is_a_candidate():

@@ -295,10 +295,11 @@ def best_settings(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> pd
     the setting chosen on all repeats but one, evaluated on the held-out repeat (each in turn),
     with a 95 % interval (`held_out_interval`: σ from the pooled noise model where the point
     table has it; `heldout_from` says which; `heldout_picks`: the setting chosen for each
-    held-out repeat, in turn); the verdict comes from that interval. With one
-    repeat there is no held-out estimate: one setting beside off is judged on its point's
-    interval (`judged`), several have none and the verdict says so. Simulated cells are no
-    candidates (`deployable`)."""
+    held-out repeat, in turn; `heldout_repeats`: how many, fewer than `repeats` where a pick
+    had stopped before the repeat it would hold out, `_held_out`); the verdict comes from
+    that interval. With one repeat there is no held-out estimate: one setting beside off is
+    judged on its point's interval (`judged`), several have none and the verdict says so.
+    Simulated cells are no candidates (`deployable`)."""
     rows = []
     for (target, workload), group in deployable(speculative(frame)).groupby(
             ["target", "workload"]):
@@ -317,7 +318,7 @@ def best_settings(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> pd
                          "heldout_mean": h_mean, "heldout_ci_low": h_low,
                          "heldout_ci_high": h_high, "heldout_from": basis,
                          "heldout_picks": ", ".join(picks) or None,
-                         "repeats": int(at.shape[1]),
+                         "repeats": int(at.shape[1]), "heldout_repeats": len(held),
                          "verdict": ("no speculation" if label == OFF
                                      else verdict(h_low, h_high))})
     return pd.DataFrame(rows)

@@ -129,7 +129,9 @@ def recommendations(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> 
     its interval lies below 1, else "no clear winner". `rivals`: the candidates whose interval
     (the point table's where `points` has it, `analysis.own_interval`; else over their own
     repeats) overlaps the chosen one's (speculation off: 1), as good as far as the data tell.
-    `repeats`, `prompts`: what the choice rests on; `gain_from`: what the gain's interval is.
+    `repeats`, `prompts`: what the choice rests on; `gain_from`: what the gain's interval is;
+    `heldout_repeats`: the repeats it was judged on (fewer than `repeats` where a pick had
+    stopped before the repeat it would hold out, `analysis._held_out`).
 
     With one repeat there is none to hold out (`analysis.judged`). Where the one deployable
     setting is the only candidate beside speculation off, choosing between them is reading its
@@ -169,6 +171,7 @@ def recommendations(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> 
                          "gain_ci_high": high, "gain_from": gain_from, "verdict": decided,
                          "rivals": ", ".join(rivals) or None,
                          "candidates": len(at.index), "repeats": int(at.shape[1]),
+                         "heldout_repeats": len(held),
                          "prompts": int(prompts.get(level)) if pd.notna(
                              prompts.get(level)) else None})
     return pd.DataFrame(rows)

@@ -24,6 +24,8 @@ from sdbench.analyze.stats import ratio_interval
 from sdbench.plan.grid import CHECK, DEPLOYABLE, WHAT_IF
 from sdbench.report.plots import (
     cell_text,
+    held_out_basis,
+    held_out_of,
     in_round,
     level_axis,
     role_marks,
@@ -45,10 +47,10 @@ def _count(n, noun: str) -> str:
     return f"{int(n)} {noun}{'' if int(n) == 1 else 's'}"
 
 
-def _sample(repeats, prompts, gain_from=HELD_OUT) -> str:
+def _sample(repeats, prompts, gain_from=HELD_OUT, held=None) -> str:
     per = f" × {_count(prompts, 'prompt')}" if prompts is not None and pd.notna(prompts) else ""
     if isinstance(gain_from, str) and gain_from.startswith(HELD_OUT):
-        return f"{_count(repeats, 'repeat')}{per}, {gain_from}"
+        return f"{_count(repeats, 'repeat')}{per}, {gain_from}{held_out_of(held, repeats)}"
     if isinstance(gain_from, str):  # one setting, one repeat: its point's own interval
         return f"{_count(repeats, 'repeat')}{per}; {gain_from}"
     return f"{_count(repeats, 'repeat')}{per}: none to hold out"
@@ -83,7 +85,8 @@ def _level_claim(row, frame: pd.DataFrame, points: pd.DataFrame | None = None) -
     claim = Claim(f"{where}, {row['run']}", direction_of(row["gain_ci_low"],
                                                           row["gain_ci_high"]),
                   row["gain_mean"], row["gain_ci_low"], row["gain_ci_high"],
-                  _sample(row["repeats"], row["prompts"], row.get("gain_from")))
+                  _sample(row["repeats"], row["prompts"], row.get("gain_from"),
+                          row.get("heldout_repeats")))
     rivals = (f" As good within the intervals: {row['rivals']}."
               if isinstance(row.get("rivals"), str) else "")
     return claim.text() + rivals
@@ -225,7 +228,7 @@ def recommendation_table(frame: pd.DataFrame, points: pd.DataFrame) -> pd.DataFr
         "concurrency": table["concurrency"], "run": table["run"],
         "held-out gain": [with_interval(m, lo, hi) for m, lo, hi in zip(
             table["gain_mean"], table["gain_ci_low"], table["gain_ci_high"], strict=True)],
-        "gain judged on": table["gain_from"].fillna("one repeat: none to hold out"),
+        "gain judged on": held_out_basis(table, "gain_from"),
         "verdict": table["verdict"],
         "as good within the intervals": table["rivals"],
         "settings compared": table["candidates"],

@@ -694,6 +694,21 @@ def calibration_table(points: pd.DataFrame) -> pd.DataFrame:
         "reading": table["reading"]})
 
 
+def held_out_of(held, repeats) -> str:
+    """How many repeats a held-out estimate rests on where that is fewer than the level's
+    (a pick had stopped before the repeat it would hold out, `analysis._held_out`)."""
+    return (f"; {int(held)} of the {int(repeats)} held out (a pick had stopped before the "
+            "rest)" if pd.notna(held) and 0 < held < repeats else "")
+
+
+def held_out_basis(table: pd.DataFrame, column: str) -> list[str]:
+    """Per row, what its held-out interval rests on (`column`: `analysis.HELD_OUT...`) and on
+    how many repeats where fewer than the level's; with one repeat, none to hold out."""
+    return [f"{basis}{held_out_of(held, n)}" if isinstance(basis, str)
+            else "one repeat: none to hold out" for basis, held, n in zip(
+                table[column], table["heldout_repeats"], table["repeats"], strict=True)]
+
+
 def best_settings_table(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per load, the best setting (speculation off a candidate) with its speedup (the point
     table's, `points`, where given), the held-out estimate that corrects for choosing the best
@@ -710,7 +725,7 @@ def best_settings_table(frame: pd.DataFrame, points: pd.DataFrame | None = None)
         "held-out estimate": [with_interval(m, lo, hi) for m, lo, hi in zip(
             best["heldout_mean"], best["heldout_ci_low"], best["heldout_ci_high"],
             strict=True)],
-        "held-out interval from": best["heldout_from"].fillna("one repeat: none to hold out"),
+        "held-out interval from": held_out_basis(best, "heldout_from"),
         "verdict": best["verdict"]})
 
 
