@@ -15,22 +15,29 @@ sys.path.insert(0, str(REPO / "src"))
 
 # the modules whose tests read the end-to-end run (`e2e_run`): one pytest-xdist worker's
 E2E_MODULES = ("test_e2e.py",)
+# tests on its inputs (`e2e_inputs`) that the same worker runs after the run's own tests, the
+# rest on the other: measured 2026-12-02 (2-core Xeon guest), the end-to-end worker was done
+# 437 s before the other, which ran the fault and point-cache tests (~760 s) alone
+E2E_TAIL = ("test_point_cache.py::", "test_faults.py::test_12_")
 
 
 def _group(nodeid: str) -> str:
-    return "e2e" if nodeid.split("::", 1)[0].rsplit("/", 1)[-1] in E2E_MODULES else "unit"
+    path, _, test = nodeid.partition("::")
+    module = path.rsplit("/", 1)[-1]
+    return ("e2e" if module in E2E_MODULES or f"{module}::{test}".startswith(E2E_TAIL)
+            else "unit")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
     """Two work units for pyproject's two workers (addopts: `-n 2 --dist loadscope`): the
     end-to-end run and the tests that read it (real vLLM, ~20 minutes on both cores while the
-    workflow runs two cells at once), and everything else on the second worker meanwhile, the
-    fault and point-cache tests last (`e2e_inputs`: they take the run's prompt sets and models
-    once it has built them). One after the other, the unit tests and the fault tests (one
-    server start at a time) left a core idle for much of the suite. xdist's own `loadgroup`
-    cannot say so under pytest 9.2: it renames `item._nodeid`, which pytest 9.2's nodes no
-    longer read."""
+    workflow runs two cells at once), then some of the tests on its inputs (`E2E_TAIL`), and
+    everything else on the second worker meanwhile, the other fault tests last (`e2e_inputs`:
+    they take the run's prompt sets and models once it has built them). One after the other,
+    the unit tests and the fault tests (one server start at a time) left a core idle for much
+    of the suite. xdist's own `loadgroup` cannot say so under pytest 9.2: it renames
+    `item._nodeid`, which pytest 9.2's nodes no longer read."""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
