@@ -182,3 +182,31 @@ time.sleep(600)
     while psutil.pid_exists(server_pid) and psutil.Process(server_pid).status() != "zombie":
         assert time.monotonic() < deadline, "the server outlived the killed cell process"
         time.sleep(0.2)
+
+
+def test_the_transformers_reference_keeps_the_job_s_threads_and_vllm_s_engine_does_not(
+        monkeypatch):
+    """Snakemake sets OMP_NUM_THREADS to a job's `threads`; vLLM threads for itself, but the
+    Transformers reference's torch would take every core (beside another cell on shared cores
+    it measured 10x slower): its child keeps the job's value, the offline engine's does not."""
+    from types import SimpleNamespace
+
+    from sdbench.measure.engine_cells import child_env
+    from sdbench.measure.slots import Slots
+    from sdbench.plan import grid
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    held = Slots(gpu_ids=[3], reason="test")
+
+    def env_of(engine: str, env: dict) -> dict:
+        return child_env(SimpleNamespace(engine=engine, server_config={"env": env}), held)
+
+    reference = env_of(grid.TRANSFORMERS, {})
+    assert reference["OMP_NUM_THREADS"] == "1" and reference["MKL_NUM_THREADS"] == "1"
+    assert reference["CUDA_VISIBLE_DEVICES"] == "3"
+    offline = env_of(grid.OFFLINE, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    assert "OMP_NUM_THREADS" not in offline and "MKL_NUM_THREADS" not in offline
+    assert offline["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    # a server.env that sets the variable itself keeps it
+    assert env_of(grid.OFFLINE, {"OMP_NUM_THREADS": "2"})["OMP_NUM_THREADS"] == "2"

@@ -19,7 +19,7 @@ from sdbench.logcause import error_cause
 from sdbench.measure import engine_report, engines, gpumon, points, slots, stopping
 from sdbench.measure.run import CellRun, log_size, now, point_status, run_args
 from sdbench.measure.server import Clock, speculative_config
-from sdbench.measure.serving import VllmServer, log_tail
+from sdbench.measure.serving import VllmServer, job_thread_env, log_tail
 from sdbench.plan import grid, hostcaps
 from sdbench.plan.sessions import Session
 from sdbench.plan.settings import settings
@@ -53,6 +53,17 @@ def engine_job(runs: list[CellRun], out_dir: str | Path) -> dict:
             "out_dir": str(out_dir)}
 
 
+def child_env(cell: grid.Cell, held: slots.Slots) -> dict[str, str]:
+    """The child's environment beside its own: the server's (vLLM's offline engine; none for
+    the Transformers reference, `grid.server_config`), the host's ISA choice and the held GPUs;
+    the Transformers reference also keeps the job's thread count (`serving.job_thread_env`: the
+    cell's `threads`), which vLLM's engine sets for itself. Without it torch took every core:
+    beside a vLLM server on 2 shared cores its two OpenMP threads measured 0.4-0.9 output tok/s
+    against 9.3 in a quiet moment of the same run (2026-12-02, the end-to-end run)."""
+    threads = job_thread_env() if cell.engine == grid.TRANSFORMERS else {}
+    return {**cell.server_config["env"], **hostcaps.isa_env(), **held.env, **threads}
+
+
 def child_command(job_path: Path) -> list[str]:
     """The child process that measures a job (`sdbench.measure.engines`)."""
     return [sys.executable, "-m", "sdbench.measure.engines", str(job_path)]
@@ -78,8 +89,7 @@ def measure_engine(session: Session, runs: list[CellRun], held: slots.Slots, clo
         cell = runs[0].cell
         typed = settings(runs[0].config)
         runner = VllmServer(lambda _port: command, host=typed.server.host,
-                            log_path=server_log, env={**cell.server_config["env"],
-                                                      **hostcaps.isa_env(), **held.env},
+                            log_path=server_log, env=child_env(cell, held),
                             stop_timeout_s=typed.server.stop_timeout_s)
         interval_s = typed.cells.gpu_sample_interval_s
         started = time.time()

@@ -220,6 +220,9 @@ def run_transformers(job: dict) -> Iterator[tuple[int, int, dict, dict, dict]]:
 
     dtype = getattr(torch, job["args"].get("dtype", "bfloat16"))
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    # (the job's `threads`, where Snakemake set them: `engine_cells.child_env`)
+    print(f"[sdbench] Transformers reference on {device}, {torch.get_num_threads()} CPU "
+          f"thread(s)", flush=True)
     tokenizer = AutoTokenizer.from_pretrained(job["target_dir"])
     model = AutoModelForCausalLM.from_pretrained(job["target_dir"], dtype=dtype).to(device)
     extra: dict = {}

@@ -35,6 +35,12 @@ JOB_THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THR
                         "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
+def job_thread_env() -> dict[str, str]:
+    """The thread variables Snakemake set to this job's `threads` (`JOB_THREAD_VARIABLES`), for
+    a child that does not thread on its own as vLLM does (the Transformers reference)."""
+    return {k: os.environ[k] for k in JOB_THREAD_VARIABLES if k in os.environ}
+
+
 class ServerError(RuntimeError):
     """The server did not start, did not become ready, or died."""
 
