@@ -18,7 +18,8 @@ E2E_MODULES = ("test_e2e.py",)
 # tests on its inputs (`e2e_inputs`) that the same worker runs after the run's own tests, the
 # rest on the other: measured 2026-12-02 (2-core Xeon guest), the end-to-end worker was done
 # 437 s before the other, which ran the fault and point-cache tests (~760 s) alone; with the
-# point-cache tests and fault test 12 here, 130 s after it (fault test 13: ~75 s)
+# point-cache tests and fault test 12 here, 130 s after it; with fault test 13 (~75 s) too and
+# the Transformers cells faster, the end-to-end worker was the last, by 160 s
 E2E_TAIL = ("test_point_cache.py::", "test_faults.py::test_12_", "test_faults.py::test_13_")
 
 
