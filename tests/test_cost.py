@@ -186,19 +186,28 @@ def test_the_adaptive_projection_and_a_short_budget_name_what_is_left_out(demo_c
 
 def test_the_plan_says_which_prompt_sets_it_read_at_their_longest(demo_config, tmp_path):
     """Before a prompt set is built the plan counts its requests at their longest: it says for
-    how many sets, and a built set's data card (its mean lengths) lowers the projection."""
+    how many sets, and a built set's data card (its mean lengths) lowers the projection. A set
+    on disk built from another definition (the path is every config's: the demo's fixture sets
+    lie where the real study's will) is not read, and the plan says so."""
     before = cost.plan_cost(demo_config, "h100", tmp_path)
-    found, sets = before["cards"]
-    assert found == 0 and sets >= 2
+    found, sets, other = before["cards"]
+    assert found == 0 and sets >= 2 and other == 0
     text = cost.format_plan(before, "demo")
     assert f"the data cards' means for 0 of {sets} prompt sets" in text
-    assert "an upper bound" in text
+    assert "an upper bound" in text and "another definition" not in text
     cell = next(c for c in grid.cells_by_id(demo_config).values() if c.engine == grid.SERVE)
     card = tmp_path / layout.card_path(cell.workload["dataset"], cell.workload["subset"])
     card.parent.mkdir(parents=True, exist_ok=True)
-    card.write_text(json.dumps({"prompt_tokens": {"mean": 8.0}, "output_tokens": {"mean": 4.0}}))
+    means = {"prompt_tokens": {"mean": 8.0}, "output_tokens": {"mean": 4.0}}
+    definition = cell.workload["definition"]
+    card.write_text(json.dumps({**means, "definition": {**definition, "seed": 7}}))
+    other = cost.plan_cost(demo_config, "h100", tmp_path)
+    assert other["cards"] == (0, sets, 1)
+    assert other["total"].measuring_h == pytest.approx(before["total"].measuring_h)
+    assert "1 of them on disk built from another definition" in cost.format_plan(other, "demo")
+    card.write_text(json.dumps({**means, "definition": definition}))
     after = cost.plan_cost(demo_config, "h100", tmp_path)
-    assert after["cards"] == (1, sets)
+    assert after["cards"] == (1, sets, 0)
     assert after["total"].measuring_h < before["total"].measuring_h
 
 

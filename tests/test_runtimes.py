@@ -69,8 +69,12 @@ def test_the_data_card_means_replace_the_bounds(config, tmp_path, monkeypatch):
     bound = seconds(config, cell, work.read_card(cell))
     card = tmp_path / layout.card_path(cell.workload["dataset"], cell.workload["subset"])
     card.parent.mkdir(parents=True)
-    card.write_text(json.dumps({"prompt_tokens": {"mean": 10.0},
-                                "output_tokens": {"mean": 4.0}}))
+    means = {"prompt_tokens": {"mean": 10.0}, "output_tokens": {"mean": 4.0}}
+    # a card of another definition (another config's set at the same path) is not this one's
+    card.write_text(json.dumps({**means, "definition": {**cell.workload["definition"],
+                                                        "samples": 1}}))
+    assert work.read_card(cell) is None
+    card.write_text(json.dumps({**means, "definition": cell.workload["definition"]}))
     assert work.request_tokens(cell, work.read_card(cell)) == (10.0, 4.0)
     assert seconds(config, cell, work.read_card(cell)) < bound
     card.write_text("{not json")  # a half-written card: the bounds again

@@ -30,6 +30,7 @@ from sdbench.models.checkpoints import with_text_config
 from sdbench.plan import grid
 from sdbench.plan.config import ConfigError
 from sdbench.plan.settings import Setting, Speculator, settings
+from sdbench.plan.work import built_for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -363,8 +364,7 @@ def workload_need(workload: dict, root: str | Path = ".") -> tuple[int, str] | N
     if card.is_file():
         facts = json.loads(card.read_text(encoding="utf-8"))
         prompt, output = facts.get("prompt_tokens") or {}, facts.get("output_tokens") or {}
-        if "max" in prompt and "max" in output and \
-                facts.get("definition") == workload["definition"]:
+        if "max" in prompt and "max" in output and built_for(facts, workload):
             return prompt["max"] + output["max"], f"its prompt set ({card})"
     bound = request_bound(workload["definition"])
     return None if bound is None else (bound, "its dataset definition")

@@ -33,10 +33,12 @@ from sdbench.plan.work import (
     BATCH,
     RATE,
     SessionWork,
+    built_for,
     in_flight,
     point_seconds,
     read_card,
     session_work,
+    stored_card,
 )
 
 PARTS = ("round1", "round2", "round3", "dynamic-K")
@@ -288,11 +290,14 @@ def predicted_sweeps(config: dict, cells: dict[str, grid.Cell], model: rates.Cal
     return dict(out)
 
 
-def prompt_cards(cells: dict[str, grid.Cell], root: str | Path = ".") -> tuple[int, int]:
-    """(prompt sets of `cells` whose data card is built under `root`, prompt sets): the
-    projection reads the others' requests at their longest (`work.request_tokens`)."""
+def prompt_cards(cells: dict[str, grid.Cell], root: str | Path = ".") -> tuple[int, int, int]:
+    """(prompt sets of `cells` whose data card is built under `root`, prompt sets, sets whose
+    file there was built from another definition: `work.built_for`): the projection reads the
+    others' requests at their longest (`work.request_tokens`)."""
     sets = {(c.workload["dataset"], c.workload["subset"]): c for c in cells.values()}
-    return sum(read_card(c, root) is not None for c in sets.values()), len(sets)
+    built = [built_for(card, cell.workload) for cell in sets.values()
+             if (card := stored_card(cell, root)) is not None]
+    return sum(built), len(sets), len(built) - sum(built)
 
 
 def format_sessions(result: dict) -> str:
@@ -561,10 +566,13 @@ def format_plan(result: dict, source: str, config: dict | None = None) -> str:
                          result["unsupported"].values()))))
     if config is not None:
         lines += adaptive_projection(config, parts, result.get("predicted"))
-    found, sets = result["cards"]
+    found, sets, other = result["cards"]
     lines.append(f"request lengths: the data cards' means for {found} of {sets} prompt sets"
-                 + ("" if found == sets else "; the others (not built here yet) at their "
-                    "longest request, so the measuring projected is an upper bound"))
+                 + ("" if found == sets else "; the others (not built here yet"
+                    + (f"; {other} of them on disk built from another definition, e.g. "
+                       "another config's or the demo's fixtures, not read" if other else "")
+                    + ") at their longest request, so the measuring projected is an upper "
+                    "bound"))
     if result["measured_starts"]:
         lines.append(f"start-ups: the median of {result['measured_starts']} measured on this "
                      "host where a configuration has one")

@@ -49,13 +49,31 @@ def request_tokens(cell: grid.Cell, card: dict | None = None) -> tuple[float, fl
     return float(max(total - output, 0)), float(output)
 
 
-def read_card(cell: grid.Cell, root: str | Path = ".") -> dict | None:
-    """The data card of the cell's prompt set (None before it is built)."""
+def stored_card(cell: grid.Cell, root: str | Path = ".") -> dict | None:
+    """The data card at the path of the cell's prompt set, whatever built it (None where there
+    is none, or it is not whole)."""
     path = Path(root) / layout.card_path(cell.workload["dataset"], cell.workload["subset"])
     try:
-        return json.loads(path.read_text())
+        card = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    return card if isinstance(card, dict) else None
+
+
+def built_for(card: dict, workload: dict) -> bool:
+    """Whether a data card is of the prompt set a workload (`grid.workload_spec`, a cell's)
+    defines: built from the same
+    definition (source, selection, filters, tokenizer: `grid.subset_definition`). The path is
+    the same for every config, so another config's set (the demo's, built from fixtures) can be
+    the one on disk."""
+    return card.get("definition") == json.loads(json.dumps(workload["definition"]))
+
+
+def read_card(cell: grid.Cell, root: str | Path = ".") -> dict | None:
+    """The data card of the cell's prompt set (None before it is built, or where the set on
+    disk was built from another definition: `built_for`)."""
+    card = stored_card(cell, root)
+    return card if card is not None and built_for(card, cell.workload) else None
 
 
 class Rates(Protocol):
