@@ -62,10 +62,9 @@ def stored_card(cell: grid.Cell, root: str | Path = ".") -> dict | None:
 
 def built_for(card: dict, workload: dict) -> bool:
     """Whether a data card is of the prompt set a workload (`grid.workload_spec`, a cell's)
-    defines: built from the same
-    definition (source, selection, filters, tokenizer: `grid.subset_definition`). The path is
-    the same for every config, so another config's set (the demo's, built from fixtures) can be
-    the one on disk."""
+    defines: built from the same definition (source, selection, filters, tokenizer:
+    `grid.subset_definition`). The path is the same for every config, so another config's set
+    (the demo's, built from fixtures) can be the one on disk."""
     return card.get("definition") == json.loads(json.dumps(workload["definition"]))
 
 
