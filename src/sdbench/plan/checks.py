@@ -30,7 +30,7 @@ from sdbench.models.checkpoints import with_text_config
 from sdbench.plan import grid
 from sdbench.plan.config import ConfigError
 from sdbench.plan.settings import Setting, Speculator, settings
-from sdbench.plan.work import built_for
+from sdbench.plan.work import workload_card
 
 
 @dataclasses.dataclass(frozen=True)
@@ -360,11 +360,11 @@ def workload_need(workload: dict, root: str | Path = ".") -> tuple[int, str] | N
     """(the most tokens one request of the workload needs: prompt + output, and what says so):
     its built prompt set's card when there is one of the current definition, else the
     definition's bound."""
-    card = Path(root) / layout.card_path(workload["dataset"], workload["subset"])
-    if card.is_file():
-        facts = json.loads(card.read_text(encoding="utf-8"))
+    facts = workload_card(workload, root)
+    if facts is not None:
         prompt, output = facts.get("prompt_tokens") or {}, facts.get("output_tokens") or {}
-        if "max" in prompt and "max" in output and built_for(facts, workload):
+        if "max" in prompt and "max" in output:
+            card = Path(root) / layout.card_path(workload["dataset"], workload["subset"])
             return prompt["max"] + output["max"], f"its prompt set ({card})"
     bound = request_bound(workload["definition"])
     return None if bound is None else (bound, "its dataset definition")

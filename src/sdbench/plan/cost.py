@@ -296,7 +296,7 @@ def prompt_cards(cells: dict[str, grid.Cell], root: str | Path = ".") -> tuple[i
     others' requests at their longest (`work.request_tokens`)."""
     sets = {(c.workload["dataset"], c.workload["subset"]): c for c in cells.values()}
     built = [built_for(card, cell.workload) for cell in sets.values()
-             if (card := stored_card(cell, root)) is not None]
+             if (card := stored_card(cell.workload, root)) is not None]
     return sum(built), len(sets), len(built) - sum(built)
 
 

@@ -49,10 +49,10 @@ def request_tokens(cell: grid.Cell, card: dict | None = None) -> tuple[float, fl
     return float(max(total - output, 0)), float(output)
 
 
-def stored_card(cell: grid.Cell, root: str | Path = ".") -> dict | None:
-    """The data card at the path of the cell's prompt set, whatever built it (None where there
-    is none, or it is not whole)."""
-    path = Path(root) / layout.card_path(cell.workload["dataset"], cell.workload["subset"])
+def stored_card(workload: dict, root: str | Path = ".") -> dict | None:
+    """The data card at the path of a workload's prompt set (`grid.workload_spec`, a cell's),
+    whatever built it (None where there is none, or it is not whole)."""
+    path = Path(root) / layout.card_path(workload["dataset"], workload["subset"])
     try:
         card = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -68,11 +68,16 @@ def built_for(card: dict, workload: dict) -> bool:
     return card.get("definition") == json.loads(json.dumps(workload["definition"]))
 
 
-def read_card(cell: grid.Cell, root: str | Path = ".") -> dict | None:
-    """The data card of the cell's prompt set (None before it is built, or where the set on
+def workload_card(workload: dict, root: str | Path = ".") -> dict | None:
+    """The data card of a workload's prompt set (None before it is built, or where the set on
     disk was built from another definition: `built_for`)."""
-    card = stored_card(cell, root)
-    return card if card is not None and built_for(card, cell.workload) else None
+    card = stored_card(workload, root)
+    return card if card is not None and built_for(card, workload) else None
+
+
+def read_card(cell: grid.Cell, root: str | Path = ".") -> dict | None:
+    """The data card of the cell's prompt set (`workload_card`)."""
+    return workload_card(cell.workload, root)
 
 
 class Rates(Protocol):
