@@ -672,3 +672,70 @@ def test_the_first_session_asks_vllm_about_every_quantized_checkpoint_the_host_r
         asked.clear()
         session._read_checkpoints(vanilla, cells, demo_config)
         assert asked == [[grid.model_dir(demo_config, name) for name in expected]]
+
+
+def test_cells_measured_in_turn_stop_against_their_static_k(served_dir, demo_config_raw,
+                                                             monkeypatch):
+    """Under the adaptive rule a dynamic-K split's cells (measured in turn, repeat by repeat:
+    `measure_in_turns`) stop against their static k: the constant schedule, clearly slower,
+    after its first repeat; the derived schedule where it is clearly faster; the static k
+    where every cell paired with it has stopped, and a turn with nothing due starts no server.
+    The report's check recomputes every stop from the records (and catches a changed one), and
+    the split's intervals are the rule's: one with a width after one repeat."""
+    demo_config_raw["adaptive"] = {"noise": 0.05}
+    config = validate_config(demo_config_raw)
+    monkeypatch.setattr(checks, "check_cell_tools", lambda cell, source=None: None)
+    spec = {**grid.dynamic_k_specs(config)[0], "split": True}
+    arms = [dataclasses.replace(c, repeats=4, instances=4) for c in grid.dynamic_k_arms(
+        config, spec, [[1, 1, 3], [2, 24, 5]], 5)]
+    static, constant, derived = arms
+    assert [c.concurrency for c in arms] == [(1, 24)] * 3
+    stand = Stand(throughput={static.speculator: 20.0, constant.speculator: 13.0,
+                              derived.speculator: lambda c: 26.0 if c == 24 else 22.4})
+    use(stand, monkeypatch)
+    output = layout.cell_output(derived.cell_id)
+    records = cellmod.measure_in_turns(arms, config, output)
+    status = {(r["cell_id"], r["concurrency"], r["repeat"]): r["status"] for r in records}
+    assert len(status) == len(records) == 3 * 2 * 4
+    stops_ = {key: r["loadgen"]["stop"] for r in records if r["status"] == "stopped"
+              for key in [(r["cell_id"], r["concurrency"], r["repeat"])]}
+    # the constant schedule (0.65 of the static k's throughput) stops after one repeat
+    for level in (1, 24):
+        assert [status[(constant.cell_id, level, r)] for r in range(4)] == [
+            "ok", "stopped", "stopped", "stopped"]
+        stop = stops_[(constant.cell_id, level, 1)]
+        assert stop["reason"] == "settled" and stop["against"] == static.cell_id
+        assert stop["high"] < 1
+    # the derived schedule: clearly faster at 24 (stops), 12 % faster at 1 (goes on until
+    # that is clear)
+    assert status[(derived.cell_id, 24, 1)] == "stopped"
+    assert stops_[(derived.cell_id, 24, 1)]["low"] > 1
+    assert status[(derived.cell_id, 1, 1)] == "ok"
+    assert stops_[(derived.cell_id, 1, 3)]["low"] > 1
+    # the static k measures a repeat exactly where a cell paired with it does
+    for level in (1, 24):
+        for r in range(4):
+            going = any(status[(c.cell_id, level, r)] == "ok" for c in (constant, derived))
+            assert (status[(static.cell_id, level, r)] == "ok") == going
+            if not going:
+                assert stops_[(static.cell_id, level, r)]["reason"] == "baseline"
+    # one server start per turn that measured something
+    busy = {(cid, r) for (cid, _, r), s in status.items() if s == "ok"}
+    assert [e[0] for e in stand.events].count("launch") == len(busy) < 3 * 4
+    frame = aggregate.summarize([output])
+    checks_ = stops.recheck_frame(frame)
+    assert len(checks_) == 2 * 3 and checks_["holds"].all(), checks_.to_dict("records")
+    tampered = frame.copy()
+    first = ((tampered["cell_id"] == static.cell_id) & (tampered["concurrency"] == 24)
+             & (tampered["repeat"] == 0))
+    tampered.loc[first, "output_throughput"] = 13.0  # (the constant schedule's ratio then 1)
+    again = stops.recheck_frame(tampered)
+    assert not again.set_index(["cell_id", "concurrency"]).loc[
+        (constant.cell_id, 24), "holds"]
+    from sdbench.analyze.analysis import dynamic_k_comparison
+    split = dynamic_k_comparison(frame, {derived.cell_id: [[1, 1, 3], [2, 24, 5]]})
+    at24 = split[split["concurrency"] == 24].iloc[0]
+    assert at24["mechanism_repeats"] == 1 and at24["mechanism_ci_high"] < 1 < at24[
+        "net_ci_low"]
+    assert at24["mechanism_mean"] == pytest.approx(0.65)
+    assert at24["mechanism_ci_low"] < 0.65 < at24["mechanism_ci_high"]

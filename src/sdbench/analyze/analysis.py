@@ -10,6 +10,7 @@ measured without a speedup are listed. `derive_schedule` takes the per-point tab
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -20,7 +21,7 @@ from sdbench.analyze import engine
 from sdbench.analyze.acceptance import break_even, simulated_lengths, sweep_points
 from sdbench.analyze.noise import correlations, covariance, dof_text, point_noise
 from sdbench.analyze.stats import CONFIDENCE, level_text, mean_interval, ratio_interval, verdict
-from sdbench.plan import grid
+from sdbench.plan import adaptive, grid
 
 SETTING = ["target", "workload", "speculator", "k"]
 OFF = "off"  # no speculation: a candidate everywhere, its speedup is 1 by definition
@@ -508,21 +509,64 @@ def _log_ratio(mine: pd.DataFrame, theirs: pd.DataFrame, levels: list) -> pd.Dat
     return np.log(ratio.where(ratio > 0)).dropna(how="all")
 
 
-def _ratio_row(logs: pd.DataFrame, level, name: str) -> dict:
+def _ratio_row(logs: pd.DataFrame, level, name: str,
+               rules: dict | None = None) -> dict:
     """The geometric-mean ratio at `level` ("all": of each repeat's levels) with a 95 %
-    Student-t interval over repeats, on the log scale (never a bound below 0)."""
+    Student-t interval over repeats, on the log scale (never a bound below 0). Cells measured
+    under the adaptive rule (`rules`: level -> (the rule there, repeats planned); their repeats
+    stopped when a ratio was known, `sdbench.measure.stopping.turn_stops`): at a level the
+    rule's repeated confidence interval (`_rule_interval`), and over all levels the mean of the
+    levels' log bounds (it covers whatever the levels' correlation: the mean's standard error
+    is at most the mean of theirs)."""
     if logs is None:
         return {f"{name}_mean": np.nan, f"{name}_ci_low": np.nan, f"{name}_ci_high": np.nan,
                 f"{name}_verdict": None}
-    values = (logs[level] if level != "all" else logs.mean(axis=1, skipna=False)).to_numpy(
-        dtype=float)
-    mean, _, low, high = mean_interval(values)
+    if rules:
+        levels = [c for c in (logs.columns if level == "all" else [level]) if c in rules]
+        parts = np.array([_rule_interval(logs[c].dropna().to_numpy(float), *rules[c])
+                          for c in levels]).reshape(-1, 3)
+        mean, low, high = parts.mean(axis=0) if len(parts) else (np.nan,) * 3
+        # the repeats behind it (over all levels: the fewest of any level's)
+        repeats = int(logs[levels].notna().sum().min()) if levels else 0
+    else:
+        values = (logs[level] if level != "all" else logs.mean(axis=1, skipna=False)).to_numpy(
+            dtype=float)
+        mean, _, low, high = mean_interval(values)
+        repeats = int(np.sum(~np.isnan(values)))
     faster, slower = SPLIT_VERDICTS[name]
     said = verdict(*np.exp([low, high]))
     return {f"{name}_mean": float(np.exp(mean)), f"{name}_ci_low": float(np.exp(low)),
-            f"{name}_ci_high": float(np.exp(high)), f"{name}_repeats": int(np.sum(
-                ~np.isnan(values))),
+            f"{name}_ci_high": float(np.exp(high)), f"{name}_repeats": repeats,
             f"{name}_verdict": {"speculate": faster, "no speculation": slower}.get(said, said)}
+
+
+def _rule_interval(ys: np.ndarray, rule: adaptive.Rule, looks: int) -> tuple[float, ...]:
+    """(centre, low, high) of a level's log ratios as the adaptive rule reads them: the
+    repeated confidence interval after len(ys) of `looks` repeats, σ the rule's prior pooled
+    with their own spread (it covers at whatever look the rule stopped; it has a width after
+    one repeat, where a Student-t interval has none)."""
+    if not len(ys):
+        return np.nan, np.nan, np.nan
+    centre, half = adaptive.interval(ys, max(looks, len(ys)), rule,
+                                     *adaptive.pooled_sigma(rule, *adaptive.spread([ys])))
+    return centre, centre - half, centre + half
+
+
+def _turn_rules(frame: pd.DataFrame, cell_ids: set) -> dict:
+    """level -> (the adaptive rule there, repeats planned) of cells measured in turn under the
+    rule (their records' `adaptive`; {} where they were not): the rule as one level's repeats
+    (or blocks of prompts, `blocks`) read it, the repeats every record of the level's cells
+    counts, stopped or measured."""
+    if "adaptive" not in frame:
+        return {}
+    mine = frame[frame["cell_id"].isin(cell_ids) & frame["adaptive"].notna()
+                 & frame["concurrency"].notna()]
+    rules = {}
+    for level, at in mine.groupby("concurrency"):
+        rule = adaptive.Rule(**json.loads(at["adaptive"].iloc[0]))
+        blocks = int(at["blocks"].iloc[0]) if "blocks" in at else 1
+        rules[level] = (rule.at(blocks, int(level)), int(at.groupby("cell_id").size().max()))
+    return rules
 
 
 def dynamic_k_comparison(frame: pd.DataFrame,
@@ -546,7 +590,9 @@ def dynamic_k_comparison(frame: pd.DataFrame,
     the static k at every batch size up to the level (`grid.alike_levels`) the constant
     schedule is not measured (`grid.dynamic_k_arms`): the derived cell serves as it would, so
     it stands in for it there (the mechanism: derived ÷ static k) and the schedule's value is 1
-    by construction (`schedule_alike`)."""
+    by construction (`schedule_alike`). Cells that took turns under the adaptive rule stopped
+    their repeats once their ratios to the static k were known: their intervals are the rule's
+    (`_ratio_row`)."""
     # the cells that took turns pair their own throughputs: every repeat they measured, whether
     # its baseline repeat was measured (`paired`) or not
     ok = frame["status"].eq("ok") if "status" in frame else pd.Series(True, index=frame.index)
@@ -601,6 +647,9 @@ def dynamic_k_comparison(frame: pd.DataFrame,
                                          table["static"], levels) if in_turn else None),
                 "schedule": (_log_ratio(table["derived"], table["constant"], levels)
                              if in_turn and not constant_schedule else None)}
+        # cells that took turns under the adaptive rule: its intervals (their repeats stopped)
+        rules = _turn_rules(frame, set(pd.concat([static, constant, cell])["cell_id"])) \
+            if in_turn else {}
         # what the dynamic mechanism changed in the engine against the static k's server
         differs = engine.pair_sentence(
             engine.first_settings(constant if not constant.empty else cell),
@@ -612,7 +661,7 @@ def dynamic_k_comparison(frame: pd.DataFrame,
                    "constant": constant_schedule, "engine_differs": differs,
                    "schedule_alike": level in alike}
             for name in SPLIT:
-                row.update(_ratio_row(logs[name], level, name))
+                row.update(_ratio_row(logs[name], level, name, rules))
             if level in alike:
                 row["schedule_verdict"] = ALIKE
             rows.append(row)

@@ -14,17 +14,29 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sdbench.analyze.aggregate import SPEEDUPS
 from sdbench.analyze.stats import interval_number
 from sdbench.layout import SummaryTables
 from sdbench.plan import adaptive
 
 LEVEL = ["concurrency", "request_rate"]
 COLUMNS = ["cell_id", *LEVEL, "reason", "repeats", "looks", "holds", "why"]
+# the reason a cell that others stop against stops (`stopping.GroupStops`)
+LEAD = "baseline"
 
 
-def _log_speedups(frame: pd.DataFrame, before: int, metric: str = "speedup") -> np.ndarray:
+def _log_speedups(frame: pd.DataFrame, before: int, metric: str = "speedup",
+                  against: pd.DataFrame | None = None) -> np.ndarray:
     """The paired log speedups (`metric`: the throughput's, or the TPOT's that a stop at an
-    open-loop rate reads) of the repeats before `before`, in repeat order."""
+    open-loop rate reads) of the repeats before `before`, in repeat order; `against`: another
+    cell's records at the level (cells measured in turn, `stopping.turn_stops`), the speedups
+    then over its repeats (the ratio of the metric's column, repeat by repeat)."""
+    if against is not None:
+        column, higher = SPEEDUPS[metric]
+        values = [part[(part["status"] == "ok") & (part["repeat"] < before)].set_index(
+            "repeat")[column] for part in (frame, against)]
+        ratio = (values[0] / values[1]).dropna().sort_index() ** (1 if higher else -1)
+        return np.log(ratio[ratio > 0].to_numpy(float))
     paired = frame[(frame["status"] == "ok") & frame[metric].notna() & (frame["repeat"]
                                                                          < before)]
     return np.log(paired.sort_values("repeat")[metric].to_numpy(float))
@@ -43,7 +55,9 @@ def recheck_frame(frame: pd.DataFrame) -> pd.DataFrame:
             stop = json.loads(row.stop)
             try:
                 why = (_level_recheck(frame, row.cell_id, stop)
-                       if stop["reason"] == adaptive.LEVEL else _recheck(level, row, stop))
+                       if stop["reason"] == adaptive.LEVEL else
+                       _lead_recheck(level, stop) if stop["reason"] == LEAD else
+                       _recheck(level, row, stop))
             except (KeyError, TypeError) as exc:
                 why = f"the stored stop lacks {exc}"
             rows.append({"cell_id": row.cell_id, "concurrency": row.concurrency,
@@ -51,6 +65,18 @@ def recheck_frame(frame: pd.DataFrame) -> pd.DataFrame:
                          "repeats": stop.get("repeats"), "looks": stop.get("looks"),
                          "holds": why is None, "why": why})
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _lead_recheck(level: pd.DataFrame, stop: dict) -> str | None:
+    """The stop of a cell that others measured in turn stop against (`stopping.turn_stops`'s
+    static k) recomputed: every cell that stops against it has its repeat stopped too."""
+    partners = level[level["cell_id"].isin(stop["partners"])
+                     & (level["repeat"] == stop["before_repeat"])]
+    going = sorted(partners.loc[partners["status"] != "stopped", "cell_id"])
+    if going:
+        return (f"{', '.join(going)} measured repeat {stop['before_repeat']}: the cell it is "
+                "paired against should have been measured")
+    return None
 
 
 def _closed(concurrency) -> int | None:
@@ -61,11 +87,13 @@ def _closed(concurrency) -> int | None:
 def _recheck(level: pd.DataFrame, row, stop: dict) -> str | None:
     """A sequential stop recomputed from its level's records (None: it holds)."""
     before, metric = stop["before_repeat"], stop.get("metric", "speedup")
-    ys = _log_speedups(level[level["cell_id"] == row.cell_id], before, metric)
+    # cells measured in turn: their speedups over the cell they stopped against
+    against = (level[level["cell_id"] == stop["against"]] if "against" in stop else None)
+    ys = _log_speedups(level[level["cell_id"] == row.cell_id], before, metric, against)
     pooled = level[level["cell_id"].isin(stop.get("pooled_cells") or [row.cell_id])]
     # (a chain's look inside a whole repeat: σ pooled as it stood at the repeat's first block)
     group_before = stop.get("group_before", before)
-    ss, df = adaptive.spread(_log_speedups(cell, group_before, metric)
+    ss, df = adaptive.spread(_log_speedups(cell, group_before, metric, against)
                              for _, cell in pooled.groupby("cell_id"))
     rule = adaptive.Rule(**stop["rule"]).at(stop.get("blocks", 1), _closed(row.concurrency))
     sigma, _ = adaptive.pooled_sigma(rule, ss, df)

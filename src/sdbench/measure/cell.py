@@ -35,7 +35,7 @@ from sdbench.measure.points import read_point
 from sdbench.measure.run import CellError, Interrupted, write_error
 from sdbench.measure.serving import ServerError
 from sdbench.measure.session import run_session
-from sdbench.plan import checks, grid, sessions
+from sdbench.plan import adaptive, checks, grid, sessions
 from sdbench.plan.config import ConfigError, load_config
 from sdbench.plan.sessions import read_manifest
 from sdbench.records import LoadPoint
@@ -177,17 +177,48 @@ def measure_in_turns(cells: list[grid.Cell], config: dict, output: str | Path, *
     k as a constant schedule), each on its own servers, taking turns by server instance
     (`turn_order`): repeat r of every cell is measured by instance r mod n, minutes apart, so
     their ratios pair repeats measured close in time (one GPU holds one server at a time).
-    Every repeat of every cell is measured (no adaptive stopping: the ratios pair them all).
-    Their records go, in order, into `output` with their request detail."""
-    every = {**config, "adaptive": {**(config.get("adaptive") or {}), "enabled": False}}
+    Under the adaptive rule (the config's `adaptive:`) each runner's cells stop against their
+    static k (`stopping.turn_stops`): before a repeat, the schedule's and the constant
+    schedule's levels whose ratio to the static k is settled, precise or out of reach stop,
+    and the static k stops where both have; a turn with nothing due starts no server. Every
+    level is measured (no bisection: a level's neighbours are not decided when its turn
+    comes). A derived schedule measured without its static k (`dynamic_k[].split: false`) has
+    nothing to stop against here: every repeat of it is measured. Their records go, in order,
+    into `output` with their request detail."""
     manifests: dict[str, list[str]] = {cell.cell_id: [] for cell in cells}
     for cell, instance in turn_order(cells):
         session = sessions.standalone(cell)[sessions.session_id(
             sessions.config_id(cell.server_config), instance)]
         manifest = layout.standalone_session_output(cell.cell_id, instance)
-        run_session(session, {cell.cell_id: cell}, every, manifest, log=log)
+        group = turn_group(cells, cell)
+        paired = any(c.speculator.endswith(grid.STATIC_ARM) for c in group)
+        run_session(session, {cell.cell_id: cell}, in_turns(config, paired), manifest, log=log,
+                    turns=(group, {c.cell_id: list(manifests[c.cell_id]) for c in group})
+                    if paired else None)
         manifests[cell.cell_id].append(manifest)
     return assemble_cells(cells, manifests, output, log=log)
+
+
+def in_turns(config: dict, paired: bool) -> dict:
+    """The config as cells measured in turn read it: the adaptive rule (where it is on)
+    without bisection; none for cells without a static k to stop against (`paired` False)."""
+    section = config.get("adaptive") or {}
+    if not paired:
+        return {**config, "adaptive": {**section, "enabled": False}}
+    if adaptive.Rule.from_config(section) is None:
+        return config
+    return {**config, "adaptive": {**section, "bisect": False}}
+
+
+def turn_group(cells: list[grid.Cell], cell: grid.Cell) -> list[grid.Cell]:
+    """The cells of `cell`'s model runner among cells measured in turn (`grid.dynamic_k_arms`:
+    each runner's static k, then its others): those that stop against that static k."""
+    groups: list[list[grid.Cell]] = []
+    for other in cells:
+        if other.speculator.endswith(grid.STATIC_ARM) or not groups:
+            groups.append([])
+        groups[-1].append(other)
+    return next(g for g in groups if cell in g)
 
 
 def main(argv: list[str] | None = None) -> int:

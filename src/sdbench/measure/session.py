@@ -119,10 +119,14 @@ def _measure_cell_points(server: SessionServer, run: CellRun, pids: list, failed
 
 def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
                 manifest: str | Path, *, log: TextIO | None = None,
-                baseline_records: dict[str, str] | None = None) -> dict:
+                baseline_records: dict[str, str] | None = None,
+                turns: tuple[list[grid.Cell], dict[str, list]] | None = None) -> dict:
     """Measure every due point of the session's cells (`cells`: at least those), then write
     `manifest`: per cell, its points in the point cache (or its unsupported records), or why it
-    is not done; and the session's time split. Returns the manifest."""
+    is not done; and the session's time split. Returns the manifest. `turns`: the session is a
+    turn of cells measured in turn (`sdbench.measure.cell.measure_in_turns`: those cells, and
+    the manifests of their turns so far), which stop under the rule against each other
+    (`stopping.turn_stops`)."""
     log = log or sys.stderr
     clock = Clock()
     runs: list[CellRun] = []
@@ -147,7 +151,12 @@ def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
                         run = prepare(cell, config, session.instance,
                                       session_points(session, cell), log=log,
                                       baseline_records=(baseline_records or {}).get(cell_id))
-                        if run.missing and not run.unsupported and cell.chain:
+                        if run.missing and not run.unsupported and turns is not None:
+                            if (rule := adaptive.cell_rule(config, cell)) is not None:
+                                run.adaptive = rule.to_dict()
+                                run.stops = stopping.turn_stops(rule, run, *turns)
+                                stopping.settle(run, now())
+                        elif run.missing and not run.unsupported and cell.chain:
                             _chained(run, config, everything(), session.instance)
                             stopping.settle(run, now())
                         elif run.missing and not run.unsupported:

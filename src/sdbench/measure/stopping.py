@@ -99,17 +99,24 @@ def stage_points(cell: grid.Cell, stages: range) -> tuple[dict[tuple, dict], lis
     found, not_done = {}, []
     for stage in stages:
         sid = sessions.session_id(sessions.config_id(cell.server_config), stage, True)
-        entry = (sessions.read_manifest(layout.session_output(sid)) or {}).get(
-            "cells", {}).get(cell.cell_id)
-        if entry is None:
+        if not manifest_points(cell, layout.session_output(sid), found):
             not_done.append(stage)
-            continue
-        for point in entry["points"]:
-            kept = (point_cache.read_point(point["file"]) if "file" in point
-                    else {"record": point["record"]})
-            if kept is not None:
-                found[LoadPoint.of_load(point["load"], point["repeat"]).order] = kept
     return found, not_done
+
+
+def manifest_points(cell: grid.Cell, manifest: str | Path, found: dict[tuple, dict]) -> bool:
+    """Add to `found` what one session's manifest kept of `cell` (a measured point's cache
+    file, a stopped or unsupported point's record), by point id; False where the manifest does
+    not have the cell finished."""
+    entry = (sessions.read_manifest(manifest) or {}).get("cells", {}).get(cell.cell_id)
+    if entry is None:
+        return False
+    for point in entry["points"]:
+        kept = (point_cache.read_point(point["file"]) if "file" in point
+                else {"record": point["record"]})
+        if kept is not None:
+            found[LoadPoint.of_load(point["load"], point["repeat"]).order] = kept
+    return True
 
 
 class ChainRun:
@@ -131,8 +138,12 @@ class GroupStops:
     """The rule applied to one workload's turns: the baseline's run and its partners' runs."""
 
     def __init__(self, rule: adaptive.Rule, lead, partners: list,
-                 keep: frozenset[tuple] = frozenset(), chained: bool = False):
-        self.rule, self.lead, self.keep, self.chained = rule, lead, keep, chained
+                 keep: frozenset[tuple] = frozenset(), chained: bool = False,
+                 turns: bool = False):
+        # `turns`: cells measured in turn, whole repeat by whole repeat, each on its own
+        # servers (`turn_stops`): a look only before a whole repeat, as a chain's group
+        self.rule, self.lead, self.keep, self.turns = rule, lead, keep, turns
+        self.chained = chained or turns
         self.partners = [p for p in partners if not p.unsupported]
         # a session's run -> how the rule sees it (a chained stage's `ChainRun`)
         self.views = {id(v.run): v for v in (lead, *partners) if getattr(v, "run", None)}
@@ -251,6 +262,7 @@ class GroupStops:
                 "blocks": self.blocks.get(level, 1), "metric": metric_of(level),
                 "bar": bar, "rivals": racing, "pooled_ss": ss, "pooled_df": df,
                 "pooled_cells": sorted(p.cell_id for p in self.partners),
+                **({"against": self.lead.cell_id} if self.turns else {}),
                 "speedup": math.exp(look.mean), "low": math.exp(look.low),
                 "high": math.exp(look.high)}
 
@@ -267,6 +279,8 @@ class GroupStops:
                 for earlier in self._repeats(run, _level(pid)):
                     if earlier[-1] > pid[-1]:
                         break
+                    if self.turns and earlier != self._first_block(earlier):
+                        continue  # (in turns: a look only before a whole repeat)
                     if (look := self._look(run, _level(pid), earlier[-1])) is not None:
                         self.decided[key] = look
                         break
@@ -277,8 +291,13 @@ class GroupStops:
                 ask = self._first_block(pid) if self.chained else pid
                 needing = [p for p in self.partners if ask in p.plan]
                 if needing and all(self.stop(p, ask) is not None for p in needing):
-                    self.decided[key] = {"reason": "baseline", "before_repeat": ask[-1],
-                                         "rule": self.rule.to_dict()}
+                    self.decided[key] = {
+                        "reason": "baseline", "before_repeat": ask[-1],
+                        "rule": self.rule.to_dict(),
+                        # (in turns the lead is a speculative cell: the report's check reads
+                        # which cells it stopped with, `analyze.stops`)
+                        **({"partners": sorted(p.cell_id for p in needing)} if self.turns
+                           else {})}
         return self.decided[key]
 
     def _first_block(self, pid: tuple) -> tuple:
@@ -287,12 +306,32 @@ class GroupStops:
         return (*_level(pid), pid[-1] - pid[-1] % blocks)
 
 
+def turn_stops(rule: adaptive.Rule, run, group: list[grid.Cell],
+               manifests: dict[str, list[str | Path]]) -> GroupStops:
+    """The rule over cells measured in turn (`sdbench.measure.cell.measure_in_turns`: a
+    derived dynamic-K schedule, its static k and that k as a constant schedule), for `run`'s
+    session: the static k leads (`grid.STATIC_ARM`), and each other cell's looks are its output
+    throughput ÷ the static k's, repeat by repeat (the net and the mechanism's cost), from
+    their sessions so far (`manifests`: cell id -> the manifests of its turns before). Turns
+    go instance by instance, so before repeat r every cell's repeats before r are measured: a
+    look is made only there (`GroupStops.turns`), and the static k measures a repeat while one
+    of the others goes on at it."""
+    views = []
+    for cell in group:
+        found: dict[tuple, dict] = {}
+        for manifest in manifests.get(cell.cell_id, []):
+            manifest_points(cell, manifest, found)
+        views.append(ChainRun(cell, found, run if cell.cell_id == run.cell_id else None))
+    lead = next(v for v in views if v.cell.speculator.endswith(grid.STATIC_ARM))
+    return GroupStops(rule, lead, [v for v in views if v is not lead], turns=True)
+
+
 def settle(run, when: str) -> None:
-    """Before a chained stage's server starts: record the stops its rule can decide from the
-    stages before (a baseline's, all of them; a speculative cell's, each level's first point
-    here and, where that one stops, the level's others), so that a stage with nothing left to
-    measure starts no server."""
-    if run.stops is None or not run.cell.chain:
+    """Before a chained stage's server starts (or a turn's, `turn_stops`): record the stops
+    its rule can decide from the stages before (a baseline's, all of them; a speculative
+    cell's, each level's first point here and, where that one stops, the level's others), so
+    that a stage with nothing left to measure starts no server."""
+    if run.stops is None:
         return
     going: set[tuple] = set()
     for pid in list(run.missing):
