@@ -364,12 +364,16 @@ def test_a_repeat_split_into_blocks_of_prompts_stops_after_a_block(
     assert (grid.point_blocks(pair, one), grid.point_prompts(pair, one)) == (4, 6)
     assert (grid.point_blocks(pair, many), grid.point_prompts(pair, many)) == (1, 24)
     assert len(pair.load_repeats(one)) == 4 * pair.repeats == 20
-    # blocks are spread over the server instances (block r on instance r mod n): a cell of 2
-    # repeats on 3 instances measures blocks on all 3, whole repeats on 2
+    # a whole repeat's blocks are measured by one server instance (repeat r on instance r
+    # mod n: cells measured in turn stop on whole repeats in order, `grid.stops_in_turn`): a
+    # cell of 2 repeats on 3 instances measures on 2 of them, blocks or not
     spread = dataclasses.replace(pair, repeats=2, instances=3)
-    assert len(spread.used_instances) == 3
+    assert len(spread.used_instances) == 2
     assert len(dataclasses.replace(spread, blocks=1).used_instances) == 2
-    assert spread.instance_repeats(2, one) == [2, 5] and spread.instance_repeats(2, many) == []
+    assert spread.instance_repeats(1, one) == [4, 5, 6, 7]
+    assert spread.instance_repeats(1, many) == [1] and spread.instance_repeats(2, one) == []
+    assert grid.stops_in_turn([spread]) and not grid.stops_in_turn(
+        [dataclasses.replace(spread, repeats=3, instances=2)])
     # a block is another measurement than a whole repeat: its own cache key
     facts = {"prompts_sha256": "x"}
     assert points.point_key(pair, one, 0, facts) != points.point_key(

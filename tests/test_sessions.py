@@ -5,8 +5,10 @@ they were asked (the real ones run in the end-to-end and fault tests)."""
 
 import dataclasses
 import json
+import math
 import sys
 
+import numpy as np
 import pytest
 from stand_ins import Stand, use
 from test_hostcaps import cpu_caps
@@ -739,3 +741,32 @@ def test_cells_measured_in_turn_stop_against_their_static_k(served_dir, demo_con
         "net_ci_low"]
     assert at24["mechanism_mean"] == pytest.approx(0.65)
     assert at24["mechanism_ci_low"] < 0.65 < at24["mechanism_ci_high"]
+    # the rule's repeated interval after 1 of the 4 planned repeats (stopped ones count)
+    rule = adaptive.Rule.from_config(config["adaptive"]).at(1, 24)
+    _, half = adaptive.interval([math.log(0.65)], 4, rule, *adaptive.pooled_sigma(rule, 0, 0))
+    assert at24["mechanism_ci_high"] == pytest.approx(0.65 * math.exp(half))
+    # over both levels: the mean of their bounds (each level one repeat of the constant's)
+    every = split[split["concurrency"] == "all"].iloc[0]
+    assert every["mechanism_repeats"] == 1 and every["mechanism_mean"] == pytest.approx(0.65)
+    assert every["mechanism_ci_low"] == pytest.approx(math.exp(np.mean(np.log([
+        split.loc[split["concurrency"] == c, "mechanism_ci_low"].iloc[0] for c in (1, 24)]))))
+
+
+def test_cells_whose_turns_give_no_sequence_of_repeats_measure_every_repeat(
+        served_dir, demo_config_raw, monkeypatch):
+    """Cells measured in turn on 2 server instances with 3 repeats: instance 0 measures
+    repeats 0 and 2 before instance 1 measures repeat 1, so a look before repeat 2 could not
+    read repeat 1 (`grid.stops_in_turn`): under the rule they measure every repeat."""
+    demo_config_raw["adaptive"] = {"noise": 0.05}
+    config = validate_config(demo_config_raw)
+    monkeypatch.setattr(checks, "check_cell_tools", lambda cell, source=None: None)
+    spec = {**grid.dynamic_k_specs(config)[0], "split": True}
+    arms = [dataclasses.replace(c, repeats=3, instances=2) for c in grid.dynamic_k_arms(
+        config, spec, [[1, 1, 3], [2, 24, 5]], 5)]
+    assert not grid.stops_in_turn(arms)
+    stand = Stand(throughput={arms[0].speculator: 20.0, arms[1].speculator: 13.0,
+                              arms[2].speculator: 26.0})
+    use(stand, monkeypatch)
+    records = cellmod.measure_in_turns(arms, config, layout.cell_output(arms[2].cell_id))
+    assert len(records) == 3 * 2 * 3 and {r["status"] for r in records} == {"ok"}
+    assert not any(r["loadgen"].get("adaptive") for r in records)

@@ -559,12 +559,14 @@ def _turn_rules(frame: pd.DataFrame, cell_ids: set) -> dict:
     counts, stopped or measured."""
     if "adaptive" not in frame:
         return {}
-    mine = frame[frame["cell_id"].isin(cell_ids) & frame["adaptive"].notna()
-                 & frame["concurrency"].notna()]
+    mine = frame[frame["cell_id"].isin(cell_ids) & frame["concurrency"].notna()]
     rules = {}
     for level, at in mine.groupby("concurrency"):
-        rule = adaptive.Rule(**json.loads(at["adaptive"].iloc[0]))
-        blocks = int(at["blocks"].iloc[0]) if "blocks" in at else 1
+        ruled = at[at["adaptive"].notna()]  # (a stopped record carries its stop instead)
+        if ruled.empty:
+            continue
+        rule = adaptive.Rule(**json.loads(ruled["adaptive"].iloc[0]))
+        blocks = int(ruled["blocks"].iloc[0]) if "blocks" in ruled else 1
         rules[level] = (rule.at(blocks, int(level)), int(at.groupby("cell_id").size().max()))
     return rules
 

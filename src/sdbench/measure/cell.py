@@ -183,7 +183,9 @@ def measure_in_turns(cells: list[grid.Cell], config: dict, output: str | Path, *
     and the static k stops where both have; a turn with nothing due starts no server. Every
     level is measured (no bisection: a level's neighbours are not decided when its turn
     comes). A derived schedule measured without its static k (`dynamic_k[].split: false`) has
-    nothing to stop against here: every repeat of it is measured. Their records go, in order,
+    nothing to stop against here, and cells whose turns do not give their repeats in order
+    (`grid.stops_in_turn`: more than one server instance, fewer than repeats) no sequence to
+    stop on: every repeat of them is measured. Their records go, in order,
     into `output` with their request detail."""
     manifests: dict[str, list[str]] = {cell.cell_id: [] for cell in cells}
     for cell, instance in turn_order(cells):
@@ -191,7 +193,8 @@ def measure_in_turns(cells: list[grid.Cell], config: dict, output: str | Path, *
             sessions.config_id(cell.server_config), instance)]
         manifest = layout.standalone_session_output(cell.cell_id, instance)
         group = turn_group(cells, cell)
-        paired = any(c.speculator.endswith(grid.STATIC_ARM) for c in group)
+        paired = any(c.speculator.endswith(grid.STATIC_ARM) for c in group) and (
+            grid.stops_in_turn(group))
         run_session(session, {cell.cell_id: cell}, in_turns(config, paired), manifest, log=log,
                     turns=(group, {c.cell_id: list(manifests[c.cell_id]) for c in group})
                     if paired else None)

@@ -92,12 +92,14 @@ class Cell:
 
     def instance_of(self, repeat: int, load: dict | None = None) -> int:
         """The server instance that measures `repeat` (at `load`: a chained cell's stage,
-        which needs it)."""
+        which needs it): whole repeat r on instance r mod n, its blocks of prompts
+        (`point_blocks`) together."""
         if self.chain:
             if load is None:
                 raise ValueError(f"cell {self.cell_id}: a chained cell's instance needs the load")
             return self.stage_of(repeat, load)
-        return repeat % self.instances
+        blocks = 1 if load is None else point_blocks(self, load)
+        return repeat // blocks % self.instances
 
     def instance_repeats(self, instance: int, load: dict | None = None) -> list[int]:
         """The repeats server instance `instance` measures (at `load`: its blocks)."""
@@ -110,13 +112,10 @@ class Cell:
 
     @property
     def used_instances(self) -> range:
-        """The instances that measure something (no more than there are repeats, or blocks
-        of prompts where a point has more of them)."""
+        """The instances that measure something (no more than there are repeats)."""
         if self.chain:
             return range((max(self.chain) + 1) * self.repeats)
-        most = max((len(self.load_repeats(load)) for load in self.load_points()),
-                   default=self.repeats)
-        return range(min(self.instances, most))
+        return range(min(self.instances, self.repeats))
 
     def load_points(self) -> list[dict]:
         """The cell's load points: closed-loop concurrency (batch size offline), then
@@ -921,6 +920,15 @@ def alike_levels(schedule: list[list[int]], k: int, levels) -> list[int]:
     (a closed loop at concurrency c never batches more than c requests; vLLM carries the last
     range on): there the schedule serves exactly as `k`'s constant schedule does."""
     return [c for c in levels if all(step == k for low, _, step in schedule if low <= c)]
+
+
+def stops_in_turn(cells: list[Cell]) -> bool:
+    """Whether cells measured in turn (`sdbench.measure.cell.turn_order`: instance by
+    instance) can stop under the adaptive rule against each other: every cell's repeats
+    before r are measured before any cell's repeat r, so that a look before r reads all of
+    them (`measure.stopping.turn_stops`): each whole repeat on an instance of its own, or all
+    of a cell's on one (each cell's turn then whole, one after another)."""
+    return all(len(c.used_instances) in (1, c.repeats) for c in cells)
 
 
 def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]],
