@@ -4,6 +4,7 @@ calibrated rates, with sessions and without."""
 
 import dataclasses
 import json
+import math
 import re
 import socket
 
@@ -333,7 +334,56 @@ def test_the_plan_measures_a_constant_schedule_only_where_the_predicted_schedule
     assert differs == {0: (24,) if slow_at_24 else ()}
     arms = cost.derived_cells(config, differs)
     assert [c.concurrency for c in arms] == [(1, 24), (24,) if slow_at_24 else (1, 24), (1, 24)]
-    hours = cost.plan_cost(config, "h100", tmp_path)["parts"]["dynamic-K"].measuring_h
-    monkeypatch.setattr(cost, "predicted_differs", lambda *args: {})
+    plan = cost.plan_cost(config, "h100", tmp_path)
+    hours = plan["parts"]["dynamic-K"].measuring_h
+    # the projection's ratios to the static k: the constant schedule the mechanism's cost; the
+    # derived one that times its schedule's value (k = 5 at 1 as the static k; off at 24,
+    # where k = 5 takes twice the baseline's time: 2x the static k's throughput)
+    mechanism = rates.DYNAMIC_K_MECHANISM[True]
+    ratios = {a.arm: [round(math.exp(r), 6) for r in a.ratios] for a in plan["arms"]}
+    assert ratios[grid.STATIC_ARM] == []
+    assert ratios[grid.CONSTANT_ARM] == [mechanism] * (1 if slow_at_24 else 2)
+    assert ratios[grid.DERIVED_ARM] == ([mechanism, round(2 * mechanism, 6)] if slow_at_24
+                                        else [mechanism] * 2)
+    assert sum(a.hours for a in plan["arms"]) == pytest.approx(hours)
+    monkeypatch.setattr(cost, "predicted_schedules", lambda *args: {})
     every = cost.plan_cost(config, "h100", tmp_path)["parts"]["dynamic-K"].measuring_h
     assert hours < every if slow_at_24 else hours == every
+
+
+def test_the_plan_projects_a_dynamic_k_split_stopping_against_its_static_k(demo_config_raw,
+                                                                          tmp_path):
+    """Under the rule a derived schedule's cells stop against their static k: a cell whose
+    ratio is far from 1 measures about one repeat of its entry's repeats, the static k as long
+    as the longest of its others, and a ratio of 1 (the CPU's mechanism, the schedule no
+    better) far more; a schedule measured alone (`split: false`) has nothing to stop against
+    and counts in full."""
+    demo_config_raw["dynamic_k"][0].update(split=True, repeats=3)
+    config = validate_config(demo_config_raw)
+    rule = adaptive.Rule.from_config(config["adaptive"])
+    arm = cost.ArmSweep(0, grid.CONSTANT_ARM, (1, 24), (1.0, 1.0), 3, (math.log(0.65),) * 2,
+                        rule)
+    assert arm.share(True) == pytest.approx(1 / 3, abs=0.02)
+    even = dataclasses.replace(arm, arm=grid.DERIVED_ARM, ratios=(0.0, 0.0))
+    assert even.share(True) > arm.share(True) + 0.1
+    static = dataclasses.replace(arm, arm=grid.STATIC_ARM, ratios=())
+    spent = cost.arms_adaptive([static, arm, even], True)
+    alone = dataclasses.replace(even, entry=1)
+    assert cost.arms_adaptive([alone], True) == alone.hours
+    # on 3 instances the static k stops with its others; on one its turn comes first (in
+    # full); on 2 the turns give no sequence of repeats to stop on
+    assert static.instances == 1
+    many = [dataclasses.replace(a, instances=3) for a in (static, arm, even)]
+    assert cost.arms_adaptive(many, True) == pytest.approx(
+        2 * (arm.share(True) + 2 * even.share(True)))
+    assert spent == pytest.approx(2 + 2 * (arm.share(True) + even.share(True)))
+    two = [dataclasses.replace(a, instances=2) for a in (static, arm, even)]
+    assert cost.arms_adaptive(two, True) == 6
+    lines = cost.format_plan(cost.plan_cost(config, "h100", tmp_path), "demo", config)
+    line = next(x for x in lines.splitlines() if "against their static k" in x)
+    assert line.split()[:2] == ["dynamic-K", "3"]
+    assert f"({rates.DYNAMIC_K_MECHANISM[True]:g}" in line
+    demo_config_raw["dynamic_k"][0]["split"] = False
+    config = validate_config(demo_config_raw)
+    lines = cost.format_plan(cost.plan_cost(config, "h100", tmp_path), "demo", config)
+    assert "measured in full (its schedules measured alone" in lines

@@ -140,13 +140,35 @@ def derived_cells(config: dict, differs: dict[int, tuple] | None = None) -> list
     return out
 
 
+@dataclass(frozen=True)
+class PredictedSchedule:
+    """A dynamic-K entry's schedule as the plan's rates predict it from round 1 (`predicted_
+    schedules`): its closed-loop levels, the levels where it differs from its static k's
+    constant schedule, and per level the derived schedule's throughput ÷ the static k's
+    outside the dynamic mechanism (the best k's speedup there, 1 where none beats 1, ÷ the
+    static k's)."""
+
+    levels: tuple[int, ...]
+    differs: tuple[int, ...]
+    value: tuple[float, ...]
+
+
 def predicted_differs(config: dict, cells: dict[str, grid.Cell], model: rates.CalibratedRates,
                       root: str | Path = ".") -> dict[int, tuple]:
     """Per dynamic-K entry (by its place in the config): the levels at which the schedule the
-    plan's rates predict differs from its static k's constant schedule, as the workflow derives
-    both from round 1's speedups (at each level the best k, 0 where none beats 1; the static k
-    best in geometric mean over the levels: `analyze.analysis.derive_schedule`,
-    `best_static_k`) and measures the constant schedule only there (`grid.alike_levels`)."""
+    plan's rates predict differs from its static k's constant schedule (`predicted_
+    schedules`)."""
+    return {n: s.differs for n, s in predicted_schedules(config, cells, model, root).items()}
+
+
+def predicted_schedules(config: dict, cells: dict[str, grid.Cell],
+                        model: rates.CalibratedRates,
+                        root: str | Path = ".") -> dict[int, PredictedSchedule]:
+    """Per dynamic-K entry (by its place in the config): its schedule as the plan's rates
+    predict it, as the workflow derives both it and its static k from round 1's speedups (at
+    each level the best k, 0 where none beats 1; the static k best in geometric mean over the
+    levels: `analyze.analysis.derive_schedule`, `best_static_k`), and the levels it measures
+    the constant schedule at (where they differ: `grid.alike_levels`)."""
     out = {}
     for n, spec in enumerate(grid.dynamic_k_specs(config)):
         sources = grid.dynamic_k_sources(spec, cells)
@@ -165,8 +187,89 @@ def predicted_differs(config: dict, cells: dict[str, grid.Cell], model: rates.Ca
                     for i, (level, k) in enumerate(zip(levels, best, strict=True))]
         static = max(speedups, key=lambda k: sum(map(math.log, speedups[k])))
         alike = grid.alike_levels(schedule, static, levels)
-        out[n] = tuple(level for level in levels if level not in alike)
+        out[n] = PredictedSchedule(
+            tuple(levels), tuple(level for level in levels if level not in alike),
+            tuple(max(speedups[k][i], 1.0) / speedups[static][i] for i, k in enumerate(best)))
     return out
+
+
+@dataclass(frozen=True)
+class ArmSweep:
+    """One cell of a derived dynamic-K schedule's split as the projection simulates it: the
+    cells measured in turn stop against their static k (`sdbench.measure.stopping.turn_
+    stops`: a look before each whole repeat, no bisection), so each of the others is a sweep of
+    one setting over its levels; `ratios`: the log throughput ratio to the static k the plan
+    predicts at each level (the static k's own: empty), `weights` its measuring hours there;
+    `instances`: the server instances its repeats take turns on (`grid.stops_in_turn`)."""
+
+    entry: int
+    arm: str
+    concurrency: tuple[int, ...]
+    weights: tuple[float, ...]
+    repeats: int
+    ratios: tuple[float, ...]
+    rule: adaptive.Rule
+    instances: int = 1
+
+    @property
+    def hours(self) -> float:
+        return sum(self.weights)
+
+    def share(self, predicted: bool) -> float:
+        """The expected share of its measuring the rule spends: simulated over the family of
+        surfaces, or (`predicted`) with its predicted ratios as the truth."""
+        weights, levels, ratios = self.weights, self.concurrency, self.ratios
+        if len(levels) < 2:  # (one level: simulated as two alike)
+            weights, levels, ratios = tuple(w / 2 for w in weights) * 2, levels * 2, ratios * 2
+        total = sum(weights) or 1.0  # (relative weights: sweeps alike simulate once)
+        return sweeps.expected_share(
+            self.rule, 1, len(levels), self.repeats, False, weights=tuple(
+                round(w / total, 3) or 1e-3 for w in weights), concurrency=levels,
+            surface=(tuple(round(r, 3) for r in ratios),) if predicted else ())
+
+
+def arm_sweep(cell: grid.Cell, tally: Tally, config: dict,
+              schedules: dict[int, PredictedSchedule], gpu: bool) -> ArmSweep:
+    """A derived dynamic-K cell of the plan (`derived_cells`) as `ArmSweep`, its hours from its
+    sessions' `tally`: the constant schedule's ratio the mechanism's cost
+    (`rates.DYNAMIC_K_MECHANISM`), the derived one's that times its schedule's predicted value
+    over the static k (`PredictedSchedule.value`; 1 where the plan predicts none)."""
+    entry = cell.server_config["method_options"]["derived"]
+    hours: dict[int, float] = defaultdict(float)
+    for (level, _), h in tally.levels.items():
+        hours[level] += h
+    levels = tuple(sorted(hours))
+    arm = next(a for a in grid.ARMS if cell.speculator.endswith(a))
+    mechanism = math.log(rates.DYNAMIC_K_MECHANISM[gpu])
+    found = schedules.get(entry)
+    value = dict(zip(found.levels, found.value, strict=True)) if found else {}
+    ratios = (() if arm == grid.STATIC_ARM else
+              tuple(mechanism + (math.log(value.get(c, 1.0)) if arm == grid.DERIVED_ARM else 0)
+                    for c in levels))
+    rule = adaptive.cell_rule(config, cell) or adaptive.Rule()
+    return ArmSweep(entry, arm, levels, tuple(hours[c] for c in levels), cell.repeats, ratios,
+                    rule, len(cell.used_instances))
+
+
+def arms_adaptive(arms: list[ArmSweep], predicted: bool) -> float:
+    """The measuring hours of the derived dynamic-K cells under the rule: each cell's own share
+    of its hours (`ArmSweep.share`), the static k's the largest of its entry's others' (it
+    measures a repeat where one of them goes on; on one server instance its turn, every
+    repeat, comes first: in full); a schedule measured alone (`split: false`: no static k to
+    stop against), and cells whose turns do not give their repeats in order
+    (`grid.stops_in_turn`), in full."""
+    spent = 0.0
+    for entry in {a.entry for a in arms}:
+        mine = [a for a in arms if a.entry == entry]
+        if not any(a.arm == grid.STATIC_ARM for a in mine) or not all(
+                a.instances in (1, a.repeats) for a in mine):
+            spent += sum(a.hours for a in mine)
+            continue
+        shares = {id(a): a.share(predicted) for a in mine if a.arm != grid.STATIC_ARM}
+        lead = max(shares.values(), default=1.0) if mine[0].instances > 1 or (
+            mine[0].repeats == 1) else 1.0
+        spent += sum(a.hours * shares.get(id(a), lead) for a in mine)
+    return spent
 
 
 def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = False,
@@ -203,13 +306,18 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
             tallies[cell.round].add(session_work(session, {cell.cell_id: cell}, model,
                                                  cold=cold, root=root), without=True,
                                     gpu=model.device.gpu)
-    for cell in derived_cells(config, predicted_differs(config, measuring, model, root)):
+    schedules = predicted_schedules(config, measuring, model, root)
+    arms = []
+    for cell in derived_cells(config, {n: s.differs for n, s in schedules.items()}):
         tallies["dynamic-K"].cells += 1
         cold.add(sessions.config_id(cell.server_config))
+        own = Tally()
         for session in sessions.standalone(cell).values():
             work = session_work(session, {cell.cell_id: cell}, model, cold=cold, root=root)
             tallies["dynamic-K"].add(work, gpu=model.device.gpu)
             tallies["dynamic-K"].add(work, without=True, gpu=model.device.gpu)
+            own.add(work, gpu=model.device.gpu)
+        arms.append(arm_sweep(cell, own, config, schedules, model.device.gpu))
     total = Tally()
     for tally in tallies.values():
         for name in ("cells", "sessions", "starts", "starts_without", "startup_h",
@@ -220,7 +328,7 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
             "unsupported": unsupported, "measured_starts": len(measured),
             "sessions": planned, "work": works, "cells": measuring,
             "cards": prompt_cards(measuring, root),
-            "predicted": predicted_sweeps(config, measuring, model, root)}
+            "predicted": predicted_sweeps(config, measuring, model, root), "arms": arms}
 
 
 # what a predicted sweep's levels are: closed-loop concurrency, open-loop request rates (their
@@ -384,7 +492,8 @@ def predicted_share(rule: adaptive.Rule, found: list[PredictedSweep], repeats: i
 
 
 def adaptive_projection(config: dict, parts: dict,
-                        predicted: dict[str, list[PredictedSweep]] | None = None) -> list[str]:
+                        predicted: dict[str, list[PredictedSweep]] | None = None,
+                        arms: list[ArmSweep] | None = None) -> list[str]:
     """Lines of the plan: each round's measuring under the adaptive rule, as the expected share
     of its closed-loop measuring that `sdbench.plan.sweeps` simulates for a sweep of its shape
     (its methods' most k values x its concurrency levels x loadgen.repeats, each level
@@ -392,7 +501,8 @@ def adaptive_projection(config: dict, parts: dict,
     noise, as the workflow measures (repeats stop, settings race, and with the rule's `bisect`
     the levels are coarse first, then bisected), and the other way (with or without
     bisection) for comparison; open-loop rates and the batches of speculative offline and
-    Transformers cells are simulated apart (`rate_shape`, `batch_shape`), and what no rule
+    Transformers cells are simulated apart (`rate_shape`, `batch_shape`), the derived
+    dynamic-K cells each against its static k (`arms`: `arms_adaptive`), and what no rule
     stops is counted in full. Then the budget, where one is set."""
     configured = adaptive.Rule.from_config(config.get("adaptive"))
     rule = configured or adaptive.Rule()
@@ -417,15 +527,38 @@ def adaptive_projection(config: dict, parts: dict,
             spec, tally)
         at_rates = rate_shape(tally) if spec is not None else ()
         sizes, at_batches = batch_shape(tally) if spec is not None else ((), ())
+        paired = [a for a in arms or [] if any(
+            b.entry == a.entry and b.arm == grid.STATIC_ARM for b in arms)
+            and a.instances in (1, a.repeats)]
+        if name == "dynamic-K" and paired:
+            # a derived schedule's cells stop against their static k, repeat by repeat (one
+            # measured alone, `split: false`, in full)
+            spent = [arms_adaptive(arms, False), arms_adaptive(arms, True)]
+            rest = tally.measuring_h - sum(a.hours for a in arms)  # (none: all closed-loop)
+            spent = [h + rest for h in spent]
+            live, other, modelled = live + spent[0], other + spent[0], modelled + spent[1]
+            needs[name] = tally.startup_h + tally.rest_h + max(spent)
+            ratios = sorted({round(math.exp(r), 2) for a in paired for r in a.ratios})
+            alone = sum(a.hours for a in arms if a not in paired)
+            lines.append(
+                f"  {name:<10} {len(paired)} cells against their static k, every level, "
+                f"repeats stopping: full {tally.measuring_h:.1f} h, adaptive {spent[0]:.1f} h "
+                f"({spent[0] / tally.measuring_h:.0%}); at the ratios to the static k this "
+                f"plan predicts ({', '.join(f'{r:g}' for r in ratios)}: the mechanism's cost "
+                "times the schedule's value) "
+                f"{spent[1]:.1f} h ({spent[1] / tally.measuring_h:.0%})"
+                + (f"; {alone:.1f} h in full (schedules measured alone, split: false, or "
+                   "on fewer server instances than repeats but more than one)"
+                   if alone else ""))
+            continue
         if name == "dynamic-K" or not sum(weights) + sum(at_rates) + sum(at_batches):
-            # a derived schedule's three cells measure every repeat (their ratios pair them
-            # all), and a part with nothing the rule stops is measured in full
+            # a schedule measured alone has nothing to stop against, and a part with nothing
+            # the rule stops is measured in full
             live, other = live + tally.measuring_h, other + tally.measuring_h
             modelled += tally.measuring_h
             needs[name] = tally.startup_h + tally.rest_h + tally.measuring_h
-            why = ("its cells' ratios pair every repeat; the constant schedule only where the "
-                   "predicted schedule differs from it" if name == "dynamic-K"
-                   else "no closed-loop point the rule stops")
+            why = ("its schedules measured alone, split: false: no static k to stop against"
+                   if name == "dynamic-K" else "no closed-loop point the rule stops")
             lines.append(f"  {name:<10} measured in full ({why}): {tally.measuring_h:.1f} h")
             continue
         # a baseline not interleaved with its pairs is measured first, in full (they stop
@@ -503,8 +636,14 @@ def adaptive_projection(config: dict, parts: dict,
                  "each level (level_noise where it names one; a block of 1/b of its prompts √b "
                  "times it), no instance offsets; a level's "
                  "share of the measuring as this plan projects it; open-loop rates stop on "
-                 "the TPOT speedup at the general prior, bisected as levels; the dynamic-K "
-                 "cells measured in full; a baseline's repeats stop with its pairs "
+                 "the TPOT speedup at the general prior, bisected as levels; a derived "
+                 "dynamic-K schedule's cells each stop against its static k before each "
+                 "whole repeat, every level measured, the static k counted at the larger "
+                 "of its others' shares, their predicted ratios the mechanism's cost "
+                 f"({rates.DYNAMIC_K_MECHANISM[True]:g} of the static k on a GPU, a draft "
+                 "model's on an H100; 1 on a CPU) "
+                 "times the schedule's predicted value; a baseline's repeats stop with its "
+                 "pairs "
                  "where they are interleaved (interleave: true) or chained (adaptive.chain: "
                  "counted as stopping with them, though a chained baseline measures a "
                  "repeat's blocks all or none); a cell measured on its own otherwise "
@@ -565,7 +704,8 @@ def format_plan(result: dict, source: str, config: dict | None = None) -> str:
                      "or its vLLM; no start, nothing measured): " + "; ".join(sorted(set(
                          result["unsupported"].values()))))
     if config is not None:
-        lines += adaptive_projection(config, parts, result.get("predicted"))
+        lines += adaptive_projection(config, parts, result.get("predicted"),
+                                     result.get("arms"))
     found, sets, other = result["cards"]
     lines.append(f"request lengths: the data cards' means for {found} of {sets} prompt sets"
                  + ("" if found == sets else "; the others (not built here yet"

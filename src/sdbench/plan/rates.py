@@ -93,6 +93,12 @@ ACCEPTANCE = {"ngram": 0.35, "ngram_gpu": 0.35, "suffix": 0.4, "draft_model": 0.
               "mtp": 0.7, "dflash": 0.7}
 # an exact draft (the target is the draft padded with no-op layers: `kind: deepen`)
 EXACT_ACCEPTANCE = {True: 0.97, False: 1.0}  # GPU (bf16 verification rounds), CPU
+# a static k run as a constant schedule through vLLM's dynamic-K mechanism, ÷ that static k's
+# output throughput, where nothing has measured it: on a GPU the mechanism overrides
+# cudagraph_mode FULL_AND_PIECEWISE -> PIECEWISE (draft models and n-gram; EAGLE on the V1
+# model runner), and a draft model's constant schedule ran 0.69x [0.66, 0.72] of the same
+# static k (an H100, vLLM 0.26.0: docs/validation.md §12); a CPU has no CUDA graphs to lose
+DYNAMIC_K_MECHANISM = {True: 0.69, False: 1.0}  # GPU, CPU
 # drafts the workflow builds for plumbing (untrained head, truncated layers): ~0 accepted
 PLUMBING_ACCEPTANCE = 0.02
 # a head's size where nothing says it (EAGLE, Medusa, MLP speculator heads of 7-8B targets)
