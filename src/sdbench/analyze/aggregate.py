@@ -467,7 +467,7 @@ def _stop_reason(stopped: pd.DataFrame) -> str | None:
     if stopped.empty or "stop" not in stopped:
         return None
     stop = json.loads(stopped.sort_values("repeat")["stop"].dropna().iloc[0])
-    if stop["reason"] == "baseline":
+    if stop["reason"] == adaptive.BASELINE:
         return "paired cells stopped"
     if stop["reason"] == adaptive.LEVEL:
         return "level left out by the bisection"

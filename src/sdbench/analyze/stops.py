@@ -21,8 +21,6 @@ from sdbench.plan import adaptive
 
 LEVEL = ["concurrency", "request_rate"]
 COLUMNS = ["cell_id", *LEVEL, "reason", "repeats", "looks", "holds", "why"]
-# the reason a cell that others stop against stops (`stopping.GroupStops`)
-LEAD = "baseline"
 
 
 def _log_speedups(frame: pd.DataFrame, before: int, metric: str = "speedup",
@@ -56,7 +54,7 @@ def recheck_frame(frame: pd.DataFrame) -> pd.DataFrame:
             try:
                 why = (_level_recheck(frame, row.cell_id, stop)
                        if stop["reason"] == adaptive.LEVEL else
-                       _lead_recheck(level, stop) if stop["reason"] == LEAD else
+                       _lead_recheck(level, stop) if stop["reason"] == adaptive.BASELINE else
                        _recheck(level, row, stop))
             except (KeyError, TypeError) as exc:
                 why = f"the stored stop lacks {exc}"

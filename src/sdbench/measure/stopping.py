@@ -292,7 +292,7 @@ class GroupStops:
                 needing = [p for p in self.partners if ask in p.plan]
                 if needing and all(self.stop(p, ask) is not None for p in needing):
                     self.decided[key] = {
-                        "reason": "baseline", "before_repeat": ask[-1],
+                        "reason": adaptive.BASELINE, "before_repeat": ask[-1],
                         "rule": self.rule.to_dict(),
                         # (in turns the lead is a speculative cell: the report's check reads
                         # which cells it stopped with, `analyze.stops`)
@@ -359,7 +359,7 @@ def skipped(run, pid: tuple, when: str) -> bool:
 
 def reason_line(stop: dict) -> str:
     """One line for the record's error field and the cell's log."""
-    if stop["reason"] == "baseline":
+    if stop["reason"] == adaptive.BASELINE:
         return "stopped: every speculative cell paired with it at this level has stopped"
     if stop["reason"] == adaptive.LEVEL:
         if stop.get("metric") == "tpot_speedup":

@@ -62,6 +62,7 @@ CONTINUE, SETTLED, PRECISE, BEATEN, FUTILE, CAP = (
     "continue", "settled", "precise", "beaten", "futile", "cap")
 REASONS = (SETTLED, PRECISE, BEATEN, FUTILE, CAP)
 LEVEL = "level"  # a point at a level the bisection leaves out (for its cell, or for all)
+BASELINE = "baseline"  # a cell others stop against, stopped where all of them have
 
 
 @dataclass(frozen=True)
