@@ -251,23 +251,26 @@ def arm_sweep(cell: grid.Cell, tally: Tally, config: dict,
                     rule, len(cell.used_instances))
 
 
+def stopping_entries(arms: list[ArmSweep]) -> set[int]:
+    """The dynamic-K entries whose cells stop against their static k: split (a static k
+    among them) and on server instances that give their repeats in order (`grid.stops_in_
+    turn`; an entry's cells share their instances and repeats)."""
+    return {a.entry for a in arms
+            if a.arm == grid.STATIC_ARM and grid.turns_in_order(a.instances, a.repeats)}
+
+
 def arms_adaptive(arms: list[ArmSweep], predicted: bool) -> float:
     """The measuring hours of the derived dynamic-K cells under the rule: each cell's own share
     of its hours (`ArmSweep.share`), the static k's the largest of its entry's others' (it
     measures a repeat where one of them goes on; on one server instance its turn, every
-    repeat, comes first: in full); a schedule measured alone (`split: false`: no static k to
-    stop against), and cells whose turns do not give their repeats in order
-    (`grid.stops_in_turn`), in full."""
-    spent = 0.0
-    for entry in {a.entry for a in arms}:
+    repeat, comes first: in full); the entries that do not stop (`stopping_entries`: a
+    schedule measured alone, `split: false`, or turns out of order) in full."""
+    stopping = stopping_entries(arms)
+    spent = sum(a.hours for a in arms if a.entry not in stopping)
+    for entry in stopping:
         mine = [a for a in arms if a.entry == entry]
-        if not any(a.arm == grid.STATIC_ARM for a in mine) or not all(
-                a.instances in (1, a.repeats) for a in mine):
-            spent += sum(a.hours for a in mine)
-            continue
         shares = {id(a): a.share(predicted) for a in mine if a.arm != grid.STATIC_ARM}
-        lead = max(shares.values(), default=1.0) if mine[0].instances > 1 or (
-            mine[0].repeats == 1) else 1.0
+        lead = max(shares.values(), default=1.0) if mine[0].instances > 1 else 1.0
         spent += sum(a.hours * shares.get(id(a), lead) for a in mine)
     return spent
 
@@ -516,6 +519,8 @@ def adaptive_projection(config: dict, parts: dict,
              f"{rule.coarse} coarse levels, repeats split into at most {rule.blocks} "
              "block(s) of prompts):"]
     full = live = other = modelled = 0.0
+    arms = arms or []
+    stopping = stopping_entries(arms)  # (the dynamic-K entries whose cells stop)
     needs = {}  # each part's adaptive GPU-hours: start-ups, the rest, its measuring share
     for name, tally in parts.items():
         spec = settings(config).rounds.get(name)
@@ -527,10 +532,7 @@ def adaptive_projection(config: dict, parts: dict,
             spec, tally)
         at_rates = rate_shape(tally) if spec is not None else ()
         sizes, at_batches = batch_shape(tally) if spec is not None else ((), ())
-        paired = [a for a in arms or [] if any(
-            b.entry == a.entry and b.arm == grid.STATIC_ARM for b in arms)
-            and a.instances in (1, a.repeats)]
-        if name == "dynamic-K" and paired:
+        if name == "dynamic-K" and stopping:
             # a derived schedule's cells stop against their static k, repeat by repeat (one
             # measured alone, `split: false`, in full)
             spent = [arms_adaptive(arms, False), arms_adaptive(arms, True)]
@@ -538,8 +540,9 @@ def adaptive_projection(config: dict, parts: dict,
             spent = [h + rest for h in spent]
             live, other, modelled = live + spent[0], other + spent[0], modelled + spent[1]
             needs[name] = tally.startup_h + tally.rest_h + max(spent)
+            paired = [a for a in arms if a.entry in stopping]
             ratios = sorted({round(math.exp(r), 2) for a in paired for r in a.ratios})
-            alone = sum(a.hours for a in arms if a not in paired)
+            alone = sum(a.hours for a in arms if a.entry not in stopping)
             lines.append(
                 f"  {name:<10} {len(paired)} cells against their static k, every level, "
                 f"repeats stopping: full {tally.measuring_h:.1f} h, adaptive {spent[0]:.1f} h "

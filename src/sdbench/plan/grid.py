@@ -927,8 +927,14 @@ def stops_in_turn(cells: list[Cell]) -> bool:
     instance) can stop under the adaptive rule against each other: every cell's repeats
     before r are measured before any cell's repeat r, so that a look before r reads all of
     them (`measure.stopping.turn_stops`): each whole repeat on an instance of its own, or all
-    of a cell's on one (each cell's turn then whole, one after another)."""
-    return all(len(c.used_instances) in (1, c.repeats) for c in cells)
+    of a cell's on one (each cell's turn then whole, one after another: `turns_in_order`)."""
+    return all(turns_in_order(len(c.used_instances), c.repeats) for c in cells)
+
+
+def turns_in_order(instances: int, repeats: int) -> bool:
+    """Whether `repeats` repeats taking turns on `instances` server instances (repeat r on
+    instance r mod n, instance by instance) come in order: one instance, or one a repeat."""
+    return instances in (1, repeats)
 
 
 def dynamic_k_cell(config: dict, spec: dict, schedule: list[list[int]],
