@@ -676,6 +676,18 @@ def test_the_first_session_asks_vllm_about_every_quantized_checkpoint_the_host_r
         assert asked == [[grid.model_dir(demo_config, name) for name in expected]]
 
 
+def _split_in_turns(demo_config_raw, monkeypatch, repeats, instances):
+    """The demo's dynamic-K entry split (static k 5, the schedule k = 3 at 1 and 5 above:
+    the constant schedule at both levels) under the rule at σ 0.05, its cells with `repeats`
+    on `instances` server instances. Returns the config and the cells."""
+    demo_config_raw["adaptive"] = {"noise": 0.05}
+    config = validate_config(demo_config_raw)
+    monkeypatch.setattr(checks, "check_cell_tools", lambda cell, source=None: None)
+    spec = {**grid.dynamic_k_specs(config)[0], "split": True}
+    return config, [dataclasses.replace(c, repeats=repeats, instances=instances)
+                    for c in grid.dynamic_k_arms(config, spec, [[1, 1, 3], [2, 24, 5]], 5)]
+
+
 def test_cells_measured_in_turn_stop_against_their_static_k(served_dir, demo_config_raw,
                                                              monkeypatch):
     """Under the adaptive rule a dynamic-K split's cells (measured in turn, repeat by repeat:
@@ -684,12 +696,7 @@ def test_cells_measured_in_turn_stop_against_their_static_k(served_dir, demo_con
     where every cell paired with it has stopped, and a turn with nothing due starts no server.
     The report's check recomputes every stop from the records (and catches a changed one), and
     the split's intervals are the rule's: one with a width after one repeat."""
-    demo_config_raw["adaptive"] = {"noise": 0.05}
-    config = validate_config(demo_config_raw)
-    monkeypatch.setattr(checks, "check_cell_tools", lambda cell, source=None: None)
-    spec = {**grid.dynamic_k_specs(config)[0], "split": True}
-    arms = [dataclasses.replace(c, repeats=4, instances=4) for c in grid.dynamic_k_arms(
-        config, spec, [[1, 1, 3], [2, 24, 5]], 5)]
+    config, arms = _split_in_turns(demo_config_raw, monkeypatch, repeats=4, instances=4)
     static, constant, derived = arms
     assert [c.concurrency for c in arms] == [(1, 24)] * 3
     stand = Stand(throughput={static.speculator: 20.0, constant.speculator: 13.0,
@@ -712,8 +719,9 @@ def test_cells_measured_in_turn_stop_against_their_static_k(served_dir, demo_con
     # that is clear)
     assert status[(derived.cell_id, 24, 1)] == "stopped"
     assert stops_[(derived.cell_id, 24, 1)]["low"] > 1
-    assert status[(derived.cell_id, 1, 1)] == "ok"
-    assert stops_[(derived.cell_id, 1, 3)]["low"] > 1
+    assert [status[(derived.cell_id, 1, r)] for r in range(4)] == [
+        "ok", "ok", "stopped", "stopped"]
+    assert stops_[(derived.cell_id, 1, 2)]["low"] > 1
     # the static k measures a repeat exactly where a cell paired with it does
     for level in (1, 24):
         for r in range(4):
@@ -757,12 +765,7 @@ def test_cells_whose_turns_give_no_sequence_of_repeats_measure_every_repeat(
     """Cells measured in turn on 2 server instances with 3 repeats: instance 0 measures
     repeats 0 and 2 before instance 1 measures repeat 1, so a look before repeat 2 could not
     read repeat 1 (`grid.stops_in_turn`): under the rule they measure every repeat."""
-    demo_config_raw["adaptive"] = {"noise": 0.05}
-    config = validate_config(demo_config_raw)
-    monkeypatch.setattr(checks, "check_cell_tools", lambda cell, source=None: None)
-    spec = {**grid.dynamic_k_specs(config)[0], "split": True}
-    arms = [dataclasses.replace(c, repeats=3, instances=2) for c in grid.dynamic_k_arms(
-        config, spec, [[1, 1, 3], [2, 24, 5]], 5)]
+    config, arms = _split_in_turns(demo_config_raw, monkeypatch, repeats=3, instances=2)
     assert not grid.stops_in_turn(arms)
     stand = Stand(throughput={arms[0].speculator: 20.0, arms[1].speculator: 13.0,
                               arms[2].speculator: 26.0})
