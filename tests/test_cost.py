@@ -330,7 +330,8 @@ def test_the_plan_measures_a_constant_schedule_only_where_the_predicted_schedule
 
     monkeypatch.setattr(cost, "point_seconds", timed)
     model = cost.PlanRates(config, rates.DEVICES["h100"], cost.MeasuredStarts(tmp_path), tmp_path)
-    differs = cost.predicted_differs(config, cells, model, tmp_path)
+    differs = {n: s.differs for n, s in cost.predicted_schedules(config, cells, model,
+                                                                 tmp_path).items()}
     assert differs == {0: (24,) if slow_at_24 else ()}
     arms = cost.derived_cells(config, differs)
     assert [c.concurrency for c in arms] == [(1, 24), (24,) if slow_at_24 else (1, 24), (1, 24)]
@@ -392,4 +393,4 @@ def test_the_plan_projects_a_dynamic_k_split_stopping_against_its_static_k(demo_
     demo_config_raw["dynamic_k"][0]["split"] = False
     config = validate_config(demo_config_raw)
     lines = cost.format_plan(cost.plan_cost(config, "h100", tmp_path), "demo", config)
-    assert "measured in full (its schedules measured alone" in lines
+    assert "measured in full (no schedule's cells stop against a static k" in lines

@@ -127,7 +127,7 @@ def derived_cells(config: dict, differs: dict[int, tuple] | None = None) -> list
     exist: per schedule its three (`grid.dynamic_k_placeholders`: the static k, the constant
     and the derived schedule; two where the schedule turns out constant), one configuration
     each; the constant schedule at the levels `differs` gives for its entry (by its place in
-    the config), where it gives some (`predicted_differs`), else at every level."""
+    the config), where it gives some (`PredictedSchedule.differs`), else at every level."""
     out = []
     for n, spec in enumerate(grid.dynamic_k_specs(config)):
         for cell in grid.dynamic_k_placeholders(config, spec):
@@ -151,14 +151,6 @@ class PredictedSchedule:
     levels: tuple[int, ...]
     differs: tuple[int, ...]
     value: tuple[float, ...]
-
-
-def predicted_differs(config: dict, cells: dict[str, grid.Cell], model: rates.CalibratedRates,
-                      root: str | Path = ".") -> dict[int, tuple]:
-    """Per dynamic-K entry (by its place in the config): the levels at which the schedule the
-    plan's rates predict differs from its static k's constant schedule (`predicted_
-    schedules`)."""
-    return {n: s.differs for n, s in predicted_schedules(config, cells, model, root).items()}
 
 
 def predicted_schedules(config: dict, cells: dict[str, grid.Cell],
@@ -560,7 +552,8 @@ def adaptive_projection(config: dict, parts: dict,
             live, other = live + tally.measuring_h, other + tally.measuring_h
             modelled += tally.measuring_h
             needs[name] = tally.startup_h + tally.rest_h + tally.measuring_h
-            why = ("its schedules measured alone, split: false: no static k to stop against"
+            why = ("no schedule's cells stop against a static k: measured alone, split: false, "
+                   "or on more server instances than one but fewer than repeats"
                    if name == "dynamic-K" else "no closed-loop point the rule stops")
             lines.append(f"  {name:<10} measured in full ({why}): {tally.measuring_h:.1f} h")
             continue
