@@ -383,10 +383,11 @@ def predicted_sweeps(config: dict, cells: dict[str, grid.Cell], model: rates.Cal
                  for c in [base, *members]})
         surface = tuple(tuple(math.log(b / s) for b, s in zip(
             cost[base.cell_id], cost[c.cell_id], strict=True)) for c in members)
-        weights = tuple(sum(times[c.cell_id][i] for c in members) / len(members)
-                        for i in range(len(loads)))
         blocks = tuple(grid.point_blocks(members[0], load) for load in loads)
-        hours = sum(map(sum, (times[c.cell_id] for c in members))) * members[0].repeats / 3600
+        # (a point's time is one block's prompts: a whole repeat is its blocks')
+        weights = tuple(sum(times[c.cell_id][i] for c in members) * blocks[i] / len(members)
+                        for i in range(len(loads)))
+        hours = sum(weights) * len(members) * members[0].repeats / 3600
         levels = tuple(grid.level_value(load) for load in loads)
         out[members[0].round].append(PredictedSweep(surface, blocks, weights, levels, hours,
                                                     kind))
