@@ -270,15 +270,18 @@ def test_a_predicted_sweep_weighs_whole_repeats_of_its_blocks(real, tmp_path):
     """A point split into blocks of prompts costs a block's prompts per look and all its
     blocks per repeat: round 2's predicted sweeps (blocks 4/4/2/1) hold their cells' whole
     repeats, each level weighted by them (they held one block's, a quarter of what concurrency
-    1 and 4 cost, so the projection weighed the highest level 4 times too much)."""
+    1 and 4 cost, so the projection weighed the highest level 4 times too much), in GPU-hours
+    (a tensor-parallel target's sweep weighs its every GPU, as the round's tally does)."""
     result = cost.plan_cost(real, "h100", tmp_path)
     model = cost.PlanRates(real, rates.DEVICES["h100"], cost.MeasuredStarts(tmp_path), tmp_path)
     spec = [c for c in result["cells"].values() if c.round == "round2" and not c.is_baseline]
     whole = sum(work.point_seconds(c, load, model, None) * grid.point_blocks(c, load)
-                * c.repeats for c in spec for load in c.load_points()) / 3600
+                * c.repeats * grid.cell_gpus(c.server_config)
+                for c in spec for load in c.load_points()) / 3600
     found = result["predicted"]["round2"]
     assert {s.blocks for s in found} == {(4, 4, 2, 1)}
-    # (the hours are the levels' weights, whole repeats, times the members and repeats)
+    # (GPU-hours, as the round's tally counts them: the 32B target takes 2, the 72B 4)
+    assert {grid.cell_gpus(c.server_config) for c in spec} == {1, 2, 4}
     assert sum(s.hours for s in found) == pytest.approx(whole, rel=1e-9)
 
 

@@ -337,9 +337,9 @@ class PredictedSweep:
     settings; a cell deciding alone on its own), as the plan's rates predict them: each
     setting's log speedup at each level (closed loop and batches: its baseline's point time ÷
     its own; open-loop rates: the baseline's TPOT ÷ its own, at the requests each has in
-    flight there), the blocks of prompts there, what one repeat of a setting costs there
-    (seconds), the levels' values, what they are (`CLOSED`, `RATES`, `BATCHES`) and the
-    sweep's hours in full."""
+    flight there), the blocks of prompts there, what one whole repeat of a setting costs there
+    (seconds: all its blocks), the levels' values, what they are (`CLOSED`, `RATES`,
+    `BATCHES`) and the sweep's hours in full (its settings', GPU-hours on a GPU)."""
 
     surface: tuple[tuple[float, ...], ...]
     blocks: tuple[int, ...]
@@ -387,7 +387,10 @@ def predicted_sweeps(config: dict, cells: dict[str, grid.Cell], model: rates.Cal
         # (a point's time is one block's prompts: a whole repeat is its blocks')
         weights = tuple(sum(times[c.cell_id][i] for c in members) * blocks[i] / len(members)
                         for i in range(len(loads)))
-        hours = sum(weights) * len(members) * members[0].repeats / 3600
+        # (GPU-hours on a GPU, as the round's tally counts them: a tensor-parallel target's
+        # every GPU)
+        gpus = grid.cell_gpus(members[0].server_config) if model.device.gpu else 1
+        hours = sum(weights) * len(members) * members[0].repeats * gpus / 3600
         levels = tuple(grid.level_value(load) for load in loads)
         out[members[0].round].append(PredictedSweep(surface, blocks, weights, levels, hours,
                                                     kind))
