@@ -29,7 +29,8 @@ def _broken(raw, mutate):
 
 def test_unknown_target_names_key_value_and_choices(demo_config_raw):
     msg = _broken(demo_config_raw, lambda c: c["round1"]["targets"].append("gpt-9"))
-    assert "round1.targets[1]" in msg and "'gpt-9'" in msg and "smollm2-135m" in msg
+    last = len(demo_config_raw["round1"]["targets"])
+    assert f"round1.targets[{last}]" in msg and "'gpt-9'" in msg and "smollm2-135m" in msg
     assert msg.startswith("test.yaml")
 
 

@@ -24,14 +24,15 @@ def test_demo_grid_shape():
     cells = grid.all_cells(demo_config)
     rounds = {r: [c for c in cells if c.round == r] for r in ROUNDS}
     # round 1 (server only): vanilla, ngram and the EAGLE head (k=3) on the target; vanilla and
-    # the calibration draft (k=5) on the deeper target; round 2: vanilla + draft k=3 on one
+    # the calibration draft (k=5) on the deeper target, and vanilla on that draft (its step
+    # times); round 2: vanilla + draft k=3 on one
     # bucket, on the target and its W8A8, GPTQ and AWQ copies; round 3: one vanilla, the draft
     # at the default setting and with the short draft context. Round 1 again sampled at 1.0
-    # (spec_bench-t1, concurrency 1 only): both vanillas, n-gram, the calibration pair and the
-    # pair with a probabilistic draft (not the untrained head); and the calibration pair's
+    # (spec_bench-t1, concurrency 1 only): the three vanillas, n-gram, the calibration pair and
+    # the pair with a probabilistic draft (not the untrained head); and the calibration pair's
     # acceptance sweep at 3, at temperature 0 only
-    assert [len(rounds[r]) for r in ROUNDS] == [11, 8, 3]
-    assert len({c.cell_id for c in cells}) == 22
+    assert [len(rounds[r]) for r in ROUNDS] == [13, 8, 3]
+    assert len({c.cell_id for c in cells}) == 24
     assert {c.speculator for c in cells} == {
         "vanilla", "ngram", "calibration", "calibration-probabilistic",
         "eagle-untrained-plumbing", "draft-6l-plumbing", "calibration at acceptance 3"}
@@ -43,7 +44,7 @@ def test_demo_grid_shape():
     assert {c.speculator for c in cells if c.sweep_anchor} == {"calibration"}
     assert {c.engine for c in cells} == {"serve"}
     sampled = [c for c in rounds["round1"] if c.workload["name"] == "spec_bench-t1"]
-    assert len(sampled) == 5 and all(c.concurrency == (1,) for c in sampled)
+    assert len(sampled) == 6 and all(c.concurrency == (1,) for c in sampled)
     assert all(c.concurrency == (1, 24) for c in rounds["round1"] if c not in sampled)
     assert all(c.concurrency == (4,) for c in rounds["round2"] + rounds["round3"])
     assert {c.server_config["target"]["quantization"] for c in rounds["round2"]} == {
@@ -54,21 +55,23 @@ def test_demo_grid_shape():
     # start per configuration
     groups = grid.interleave_groups(cells)
     assert sorted(len(g) for g in groups.values()) == [2, 2, 2, 2, 2, 3, 3, 3, 3]
-    assert {i for g in groups.values() for i in g} == {c.cell_id for c in cells}
+    assert {i for g in groups.values() for i in g} == {
+        c.cell_id for c in cells if c.server_config["target"]["name"] != "smollm2-135m-20l"}
     planned = sessions.plan_sessions({c.cell_id: c for c in cells})
-    # (round 3's default setting is round 2's draft configuration: the same k)
-    assert sorted(len(s.configs) for s in planned.values()) == [2, 2, 2, 4, 5]
+    # (round 3's default setting is round 2's draft configuration: the same k; the calibration
+    # draft's vanilla cells, interleaved with nothing, a session of their own)
+    assert sorted(len(s.configs) for s in planned.values()) == [1, 2, 2, 2, 4, 5]
     assert sum(sessions.starts(s, {c.cell_id: c for c in cells}) for s in planned.values()) \
-        == len({sessions.config_id(c.server_config) for c in cells}) == 15
+        == len({sessions.config_id(c.server_config) for c in cells}) == 16
     # the calibration draft runs on the deeper target only, paired with its vanilla cell
     by_id = {c.cell_id: c for c in cells}
     pair = next(c for c in cells if c.speculator == "calibration")
     assert pair.server_config["target"]["name"] == "smollm2-135m-deep"
-    assert pair.server_config["draft"]["name"] == "smollm2-135m"
+    assert pair.server_config["draft"]["name"] == "smollm2-135m-20l"
     base = by_id[pair.baseline_cell_id]
     assert base.is_baseline and base.server_config["target"]["name"] == "smollm2-135m-deep"
     # and the draft is measured as a target of its own (its step time predicts the speedup)
-    assert any(c.is_baseline and c.server_config["target"]["name"] == "smollm2-135m"
+    assert any(c.is_baseline and c.server_config["target"]["name"] == "smollm2-135m-20l"
                for c in rounds["round1"])
     for cell in rounds["round1"]:
         if not cell.is_baseline:
@@ -293,7 +296,8 @@ def test_a_bucket_change_only_touches_that_bucket(demo_config_raw):
                                       "num_prompts": 4}
     raw["workloads"]["news_0.5k"] = {"dataset": "cnn_dm_news_summary", "subset": "0.5k",
                                      "num_prompts": 4}
-    raw["round1"].update(workloads=["news_0.25k", "news_0.5k"], concurrency=[1, 4])
+    raw["round1"].update(targets=["smollm2-135m"], workloads=["news_0.25k", "news_0.5k"],
+                         concurrency=[1, 4])
     raw["dynamic_k"] = []
     del raw["round2"], raw["round3"]
     before = validate_config(copy.deepcopy(raw))

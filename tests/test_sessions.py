@@ -530,8 +530,8 @@ def _chained_pair(served_dir, demo_config_raw, monkeypatch, rates=()):
     """Round 1 of the demo with two k values of n-gram measured on their own (not
     interleaved), at three levels (and open-loop `rates`), under the rule with `chain`."""
     round1 = demo_config_raw["round1"]
-    round1.update(workloads=["spec_bench"], concurrency=[1, 2, 4], methods=[
-        {"method": "ngram", "k": [2, 3], "options": {"prompt_lookup_min": 2}}])
+    round1.update(targets=["smollm2-135m"], workloads=["spec_bench"], concurrency=[1, 2, 4],
+                  methods=[{"method": "ngram", "k": [2, 3], "options": {"prompt_lookup_min": 2}}])
     for extra in ("request_rates", "offline", "transformers"):
         round1.pop(extra, None)
     if rates:

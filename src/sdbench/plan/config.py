@@ -413,6 +413,10 @@ def check_config(config: dict, source: str = "config") -> None:
                 derived = False  # a model with random weights is a base like a download
             if src["kind"] == "random_head":  # reads only its target's shape (config.json)
                 derived = False
+            # a calibration target may pad a truncated model (its first layers, as they are):
+            # a cheaper exact pair than the whole model and its padded copy
+            if src["kind"] == "deepen" and base["source"]["kind"] == "truncate":
+                derived = False
             if derived or base.get("quantization"):
                 _fail(source, f"models.{name}.source.model", src["model"],
                       "a derived model needs a full-precision model that is not itself derived")
