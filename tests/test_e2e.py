@@ -131,13 +131,14 @@ def prov_dtype(record):
 def test_records_carry_metrics_and_provenance(e2e_run, host):
     files = sorted((e2e_run["workdir"] / "results" / "cells").glob("*.jsonl"))
     # round 1 on Spec-Bench: server cells vanilla, ngram, the EAGLE head (k=2) on the target,
-    # vanilla and the calibration draft on the deeper target; offline vanilla + ngram;
-    # Transformers vanilla + ngram; round 2: (vanilla, draft k=2) x bf16, GPTQ, AWQ, W8A8
-    # targets on the 0.25k news bucket; round 3: vanilla, the draft with a short draft context
-    assert len(files) == 5 + 2 + 2 + 8 + 2
+    # vanilla and the calibration draft on the deeper target, vanilla on that draft (its step
+    # times); offline vanilla + ngram; Transformers vanilla + ngram; round 2: (vanilla, draft
+    # k=2) x bf16, GPTQ, AWQ, W8A8 targets on the 0.25k news bucket; round 3: vanilla, the
+    # draft with a short draft context
+    assert len(files) == 6 + 2 + 2 + 8 + 2
     grid_cells = set(files)
     files += list((e2e_run["workdir"] / "results" / "derived").rglob("*.jsonl"))
-    assert len(files) == 20  # + the dynamic-K cell derived from the calibration pair
+    assert len(files) == 21  # + the dynamic-K cell derived from the calibration pair
     engines = {}  # engine -> methods seen
     unsupported = set()
     for path in files:
@@ -428,7 +429,7 @@ def test_reports_are_rendered(e2e_run, host):
     for section in ("Lossless check", "Derived dynamic-K schedule", "Provenance",
                     "crossover concurrency", "One setting for all loads",
                     "Calibration pair: a known answer", "predicted TPOT speedup",
-                    "smollm2-135m-deep ← smollm2-135m", "Speedup by task group",
+                    "smollm2-135m-deep ← smollm2-135m-20l", "Speedup by task group",
                     "summarization", "translation"):  # the e2e run's first 4 questions
         assert section in page, section
     assert "No calibration pair" not in page and "No task-group split" not in page
@@ -616,10 +617,16 @@ def test_converted_model_answers_sensibly(e2e_run):
     draft = json.loads((e2e_run["workdir"] / "resources" / "models" / "smollm2-135m-6l"
                         / "config.json").read_text())
     assert draft["num_hidden_layers"] == 6
+    # the calibration pair: the target's first 20 layers, and those padded with no-op layers,
+    # which answer alike
+    base = e2e_run["workdir"] / "resources" / "models" / "smollm2-135m-20l"
+    assert json.loads((base / "config.json").read_text())["num_hidden_layers"] == 20
     deep = e2e_run["workdir"] / "resources" / "models" / "smollm2-135m-deep"
     card = json.loads((deep / "sdbench-model.json").read_text())
-    assert card["layers"] == 60 and card["base_layers"] == 30 and card["files"]
-    assert "Paris" in greedy_reply(deep, "What is the capital of France?")
+    assert card["layers"] == 40 and card["base_layers"] == 20 and card["files"]
+    question = "What is the capital of France?"
+    reply = greedy_reply(base, question)
+    assert reply.strip() and greedy_reply(deep, question) == reply
 
 
 def test_complete_run_has_nothing_to_do(e2e_run):
@@ -774,7 +781,7 @@ def test_avx2_host_runs_all_but_int4(avx2_run):
     # (natively AVX2, this is the end-to-end run itself, whose round 1 has the calibration pair)
     assert by_status["unsupported"] == INT4_TARGETS and set(by_status) == {"unsupported", "ok"}
     assert {"smollm2-135m", "smollm2-135m-w8a8"} <= by_status["ok"] <= {
-        "smollm2-135m", "smollm2-135m-w8a8", "smollm2-135m-deep"}
+        "smollm2-135m", "smollm2-135m-w8a8", "smollm2-135m-deep", "smollm2-135m-20l"}
     index = (workdir / "reports" / "index.html").read_text()
     assert index.count(UNSUPPORTED_CELL) == 2 * 2 * len(INT4_TARGETS) and "cpu_gemm_wna16" in index
     assert (workdir / "reports" / "round2.html").is_file()
