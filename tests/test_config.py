@@ -49,6 +49,26 @@ def test_draft_rules(demo_config_raw):
     assert "'nope'" in msg
 
 
+def test_a_calibration_target_may_pad_a_truncated_model_and_nothing_else_derived(
+        demo_config_raw):
+    """A deepened model may be built from a truncated one (the demo's calibration pair: the
+    target's first layers as the draft, those padded as the target); other chains of derived
+    models, and any from a quantized one, are refused with the key that names them."""
+    config = validate_config(copy.deepcopy(demo_config_raw))
+    assert config["models"]["smollm2-135m-deep"]["source"]["model"] == "smollm2-135m-20l"
+    assert config["models"]["smollm2-135m-20l"]["source"]["kind"] == "truncate"
+    msg = _broken(demo_config_raw, lambda c: c["models"]["smollm2-135m-20l"].update(
+        source={"kind": "truncate", "model": "smollm2-135m-6l", "layers": 3}))
+    assert "models.smollm2-135m-20l.source.model" in msg and "itself derived" in msg
+    msg = _broken(demo_config_raw, lambda c: c["models"]["smollm2-135m-deep"].update(
+        source={"kind": "deepen", "model": "smollm2-135m-w8a8", "noop_per_layer": 2}))
+    assert "models.smollm2-135m-deep.source.model" in msg and "'smollm2-135m-w8a8'" in msg
+    msg = _broken(demo_config_raw, lambda c: c["models"]["smollm2-135m-deep"].update(
+        source={"kind": "deepen", "model": "smollm2-135m-eagle-untrained",
+                "noop_per_layer": 2}))
+    assert "models.smollm2-135m-deep.source.model" in msg and "itself derived" in msg
+
+
 def test_vanilla_is_implicit(demo_config_raw):
     msg = _broken(demo_config_raw,
                   lambda c: c["round1"]["methods"].append({"method": "vanilla", "k": [1]}))
