@@ -54,7 +54,8 @@ def test_the_real_study_starts_each_configuration_instance_once(real, tmp_path):
 
 def test_a_fresh_server_per_point_is_named_and_counted_per_point(demo_config_raw, tmp_path):
     demo_config_raw["round1"]["methods"].append(
-        {"method": "suffix", "k": [4], "options": {"suffix_decoding_max_cached_requests": 10}})
+        {"method": "suffix", "k": [4], "targets": ["smollm2-135m"],
+         "options": {"suffix_decoding_max_cached_requests": 10}})
     config = validate_config(demo_config_raw)
     suffix = next(c for c in grid.all_cells(config) if c.speculator == "suffix")
     result = cost.plan_cost(config, "h100", tmp_path)
@@ -308,9 +309,9 @@ def test_a_chained_baseline_keeps_only_the_levels_a_derived_schedule_reads(demo_
     is not concurrency 2); measured in turn with the static k (split) it reads none. The plan
     counts the baseline's kept levels as measured first and its rates as rates."""
     round1 = demo_config_raw["round1"]
-    round1.update(workloads=["spec_bench"], concurrency=[1, 2, 4], request_rates=[1.0, 2.0],
-                  methods=[{"method": "ngram", "k": [2, 3],
-                            "options": {"prompt_lookup_min": 2}}])
+    round1.update(targets=["smollm2-135m"], workloads=["spec_bench"], concurrency=[1, 2, 4],
+                  request_rates=[1.0, 2.0], methods=[{"method": "ngram", "k": [2, 3],
+                                                      "options": {"prompt_lookup_min": 2}}])
     for extra in ("offline", "transformers"):
         round1.pop(extra, None)
     demo_config_raw["dynamic_k"] = [{"speculator": "ngram", "workloads": ["spec_bench"],

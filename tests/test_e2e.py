@@ -119,7 +119,7 @@ def test_the_record_schema_validates_every_record_the_run_writes(e2e_run):
     files = [*sorted((results / "cells").glob("*.jsonl")),
              *sorted((results / "derived").rglob("*.jsonl"))]
     records = [r for path in files for r in read_records(path)]  # raises on an invalid one
-    assert len(files) == 20 and len(records) > 20
+    assert len(files) == 21 and len(records) > 21
     assert {r["schema"] for r in records} == {SCHEMA_ID}
     assert {r["engine"] for r in records} == {"serve", "offline", "transformers"}
 
@@ -256,10 +256,11 @@ def test_records_carry_metrics_and_provenance(e2e_run, host):
 
 def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
     frame = pd.read_parquet(e2e_run["workdir"] / "results" / "summary.parquet")
-    # round 1: 5 server cells x 6 points, 2 offline cells x 4, 2 Transformers cells x 2;
-    # rounds 2 and 3: 10 cells x 4; the derived schedule's cells (2 or 3): 2 a level each
+    # round 1: 6 server cells x 6 points (the calibration draft's own vanilla cell too), 2
+    # offline cells x 4, 2 Transformers cells x 2; rounds 2 and 3: 10 cells x 4; the derived
+    # schedule's cells (2 or 3): 2 a level each
     derived = 2 * sum(map(len, arm_levels(e2e_run["workdir"])))
-    assert len(frame) == 30 + 8 + 4 + 40 + derived
+    assert len(frame) == 36 + 8 + 4 + 40 + derived
     skipped = frame["target"].isin(host["unsupported"])
     assert (frame.loc[skipped, "status"] == "unsupported").all()
     assert frame.loc[skipped, "speedup"].isna().all()  # never a speedup from nothing
@@ -343,10 +344,10 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
 
 def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run, host):
     points = pd.read_parquet(e2e_run["workdir"] / "results" / "summary_points.parquet")
-    # round 1: 5 server cells x 3 points, offline 2 x 2, Transformers 2 x 1; rounds 2 and 3:
+    # round 1: 6 server cells x 3 points, offline 2 x 2, Transformers 2 x 1; rounds 2 and 3:
     # 10 x 2; the derived schedule's cells (2 or 3): 1 a level each
     arms = arms_of(e2e_run["workdir"])
-    assert len(points) == 15 + 4 + 2 + 20 + sum(map(len, arm_levels(e2e_run["workdir"])))
+    assert len(points) == 18 + 4 + 2 + 20 + sum(map(len, arm_levels(e2e_run["workdir"])))
     assert (points["repeats"] == 2).all()
     skipped = points["target"].isin(host["unsupported"])
     assert (points.loc[skipped, "status"] == "2 unsupported").all()
@@ -421,7 +422,7 @@ def test_reports_are_rendered(e2e_run, host):
     assert "Prompt sets" in page and "spec_bench/all" in page  # data cards
     assert "card missing" not in page
     index = (workdir / "reports" / "index.html").read_text()
-    assert index.count(">done<") == 20 - 2 * len(host["unsupported"])
+    assert index.count(">done<") == 21 - 2 * len(host["unsupported"])
     # each unsupported cell (vanilla and the draft per int4 target): its row and its problem
     assert index.count(UNSUPPORTED_CELL) == 2 * 2 * len(host["unsupported"])
     for name in ("round1.html", "round2.html", "round3.html"):

@@ -40,7 +40,7 @@ pytestmark = pytest.mark.e2e
 def base(e2e_inputs):
     """A small grid: vanilla + ngram k=2 on the Spec-Bench prompts, concurrency 1."""
     config = one_round(e2e_config(e2e_inputs["raw"]))
-    config["round1"].update(workloads=["spec_bench"], concurrency=[1],
+    config["round1"].update(targets=["smollm2-135m"], workloads=["spec_bench"], concurrency=[1],
                             methods=[{"method": "ngram", "k": [2],
                                       "options": {"prompt_lookup_min": 2,
                                                   "prompt_lookup_max": 4}}])

@@ -229,7 +229,7 @@ def test_plan_message_groups_cells_by_reason(demo_config, monkeypatch, tmp_path)
     plan = hostcaps.host_plan(demo_config, cells)
     message = hostcaps.plan_message(plan, cells)
     lines = message.splitlines()
-    assert lines[0].startswith("sdbench: 4 of 22 cells cannot run on this host")
+    assert lines[0].startswith("sdbench: 4 of 23 cells cannot run on this host")
     assert [line.startswith("  vLLM 0.32.0") for line in lines].count(True) == 2  # GPTQ, AWQ
     assert len([line for line in lines if line.startswith("    ")]) == 4
     assert {p["dtype"] for c, p in plan.items() if cells[c].engine == grid.SERVE} == {"float32"}

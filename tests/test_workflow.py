@@ -102,7 +102,7 @@ def test_offline_run_fails_at_the_start_with_what_to_do(tmp_path):
 def test_bad_config_fails_before_any_job(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text((REPO / "config" / "demo.yaml").read_text().replace(
-        "targets: [smollm2-135m]", "targets: [smollm2-1b]"))
+        "targets: [smollm2-135m, smollm2-135m-20l]", "targets: [smollm2-1b, smollm2-135m-20l]"))
     result = snakemake("-n", workdir=tmp_path, configfile=bad, timeout=300)
     assert result.returncode != 0
     assert "round1.targets[0] = 'smollm2-1b'" in result.stderr + result.stdout
@@ -186,9 +186,9 @@ def test_plan_names_the_cells_this_host_cannot_run_and_keeps_going(tmp_path):
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert re.search(r"workflow specific profile \S*profiles/default ", output), output[:2000]
-    # round 1: 5 server, 2 offline, 4 Transformers cells; round 2: (vanilla, draft) x 4
+    # round 1: 6 server, 2 offline, 4 Transformers cells; round 2: (vanilla, draft) x 4
     # targets; round 3: 2
-    assert "4 of 22 cells cannot run on this host" in output
+    assert "4 of 23 cells cannot run on this host" in output
     for fmt in ("GPTQ", "AWQ"):
         assert (f"runs {fmt} int4 (smollm2-135m-{fmt.lower()}) only on CPUs with AVX-512: its "
                 "cpu_gemm_wna16 kernel is built into _C and _C_AVX512, not into _C_AVX2") in output
@@ -196,7 +196,7 @@ def test_plan_names_the_cells_this_host_cannot_run_and_keeps_going(tmp_path):
     assert len(listed) == 4 and all("-gptq" in x or "-awq" in x for x in listed)
     assert "emulated: SDBENCH_CPU_ISA=avx2" in output
     # the unsupported cells are still planned: each records why it measured nothing
-    assert job_counts(output)["cell"] == 22
+    assert job_counts(output)["cell"] == 23
     bad = snakemake("-n", workdir=tmp_path, configfile=configfile,
                     env={"SDBENCH_CPU_ISA": "sse2"}, timeout=300)
     assert bad.returncode != 0
