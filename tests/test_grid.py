@@ -25,8 +25,8 @@ def test_demo_grid_shape():
     rounds = {r: [c for c in cells if c.round == r] for r in ROUNDS}
     # round 1 (server only): vanilla, ngram and the EAGLE head (k=3) on the target; vanilla and
     # the calibration draft (k=5) on the deeper target, and vanilla on that draft (its step
-    # times); round 2: vanilla + draft k=3 on one
-    # bucket, on the target and its W8A8, GPTQ and AWQ copies; round 3: one vanilla, the draft
+    # times); round 2: vanilla + draft k=3 on one bucket, on the target and its W8A8, GPTQ
+    # and AWQ copies; round 3: one vanilla, the draft
     # at the default setting and with the short draft context. Round 1 again sampled at 1.0
     # (spec_bench-t1, concurrency 1 only): the three vanillas, n-gram, the calibration pair and
     # the pair with a probabilistic draft (not the untrained head); and the calibration pair's

@@ -145,8 +145,8 @@ def e2e_config(raw: dict) -> dict:
     for entry in config["dynamic_k"]:
         entry["split"] = True
     # the Transformers reference with n-gram only (on the target): its draft path on the
-    # demo's 90-layer calibration target took ~10 of the run's job-minutes on 2 cores (test_e2e runs
-    # assisted generation with an exact draft directly)
+    # demo's calibration target of then (90 layers) took ~10 of the run's job-minutes on 2
+    # cores (test_e2e runs assisted generation with an exact draft directly)
     config["round1"]["transformers"].update(k=[2], speculators=["ngram"])
     # a calibration target of 40 layers, not the demo's 60 (the same exact draft: its pair,
     # its dynamic-K cell and its Transformers check measure a third faster; the CI's budget)
