@@ -55,11 +55,11 @@ def test_a_calibration_target_may_pad_a_truncated_model_and_nothing_else_derived
     target's first layers as the draft, those padded as the target); other chains of derived
     models, and any from a quantized one, are refused with the key that names them."""
     config = validate_config(copy.deepcopy(demo_config_raw))
-    assert config["models"]["smollm2-135m-deep"]["source"]["model"] == "smollm2-135m-20l"
-    assert config["models"]["smollm2-135m-20l"]["source"]["kind"] == "truncate"
-    msg = _broken(demo_config_raw, lambda c: c["models"]["smollm2-135m-20l"].update(
+    assert config["models"]["smollm2-135m-deep"]["source"]["model"] == "smollm2-135m-10l"
+    assert config["models"]["smollm2-135m-10l"]["source"]["kind"] == "truncate"
+    msg = _broken(demo_config_raw, lambda c: c["models"]["smollm2-135m-10l"].update(
         source={"kind": "truncate", "model": "smollm2-135m-6l", "layers": 3}))
-    assert "models.smollm2-135m-20l.source.model" in msg and "itself derived" in msg
+    assert "models.smollm2-135m-10l.source.model" in msg and "itself derived" in msg
     msg = _broken(demo_config_raw, lambda c: c["models"]["smollm2-135m-deep"].update(
         source={"kind": "deepen", "model": "smollm2-135m-w8a8", "noop_per_layer": 2}))
     assert "models.smollm2-135m-deep.source.model" in msg and "'smollm2-135m-w8a8'" in msg
@@ -247,16 +247,17 @@ def test_draft_sample_method_is_a_method_option_like_any_other(demo_sampled_raw)
     from sdbench.plan.settings import settings
 
     config = validate_config(copy.deepcopy(demo_sampled_raw))
-    cells = [c for c in grid.all_cells(config) if c.speculator == "calibration-probabilistic"]
+    cells = [c for c in grid.all_cells(config) if c.speculator == "calibration"]
     assert cells and all(c.server_config["method_options"]["draft_sample_method"]
                          == "probabilistic" for c in cells)
-    # the same pair without the option: vLLM's default (greedy), nothing sent
-    assert all("draft_sample_method" not in c.server_config["method_options"]
-               for c in grid.all_cells(config) if c.speculator == "calibration")
+    # a draft without the option: vLLM's default (greedy), nothing sent
+    plumbing = [c for c in grid.all_cells(config) if c.speculator == "draft-6l-plumbing"]
+    assert plumbing and all("draft_sample_method" not in c.server_config["method_options"]
+                            for c in plumbing)
     features = vllm_features()
     assert "draft_sample_method" in features.options
     spec = next(m for m in settings(config).rounds["round1"].methods
-                if m.name == "calibration-probabilistic")
+                if m.name == "calibration")
     check_speculator(spec, "round1.methods[1]", features)  # accepted
     wrong = dict(spec.options, draft_sampling="probabilistic")
     with pytest.raises(ConfigError, match="options.draft_sampling is not a speculative_config"):

@@ -430,7 +430,7 @@ def test_reports_are_rendered(e2e_run, host):
     for section in ("Lossless check", "Derived dynamic-K schedule", "Provenance",
                     "crossover concurrency", "One setting for all loads",
                     "Calibration pair: a known answer", "predicted TPOT speedup",
-                    "smollm2-135m-deep ← smollm2-135m-20l", "Speedup by task group",
+                    "smollm2-135m-deep ← smollm2-135m-10l", "Speedup by task group",
                     "summarization", "translation"):  # the e2e run's first 4 questions
         assert section in page, section
     assert "No calibration pair" not in page and "No task-group split" not in page
@@ -618,13 +618,13 @@ def test_converted_model_answers_sensibly(e2e_run):
     draft = json.loads((e2e_run["workdir"] / "resources" / "models" / "smollm2-135m-6l"
                         / "config.json").read_text())
     assert draft["num_hidden_layers"] == 6
-    # the calibration pair: the target's first 20 layers, and those padded with no-op layers,
+    # the calibration pair: the target's first 10 layers, and those padded with no-op layers,
     # which answer alike
-    base = e2e_run["workdir"] / "resources" / "models" / "smollm2-135m-20l"
-    assert json.loads((base / "config.json").read_text())["num_hidden_layers"] == 20
+    base = e2e_run["workdir"] / "resources" / "models" / "smollm2-135m-10l"
+    assert json.loads((base / "config.json").read_text())["num_hidden_layers"] == 10
     deep = e2e_run["workdir"] / "resources" / "models" / "smollm2-135m-deep"
     card = json.loads((deep / "sdbench-model.json").read_text())
-    assert card["layers"] == 40 and card["base_layers"] == 20 and card["files"]
+    assert card["layers"] == 40 and card["base_layers"] == 10 and card["files"]
     question = "What is the capital of France?"
     reply = greedy_reply(base, question)
     assert reply.strip() and greedy_reply(deep, question) == reply
@@ -782,7 +782,7 @@ def test_avx2_host_runs_all_but_int4(avx2_run):
     # (natively AVX2, this is the end-to-end run itself, whose round 1 has the calibration pair)
     assert by_status["unsupported"] == INT4_TARGETS and set(by_status) == {"unsupported", "ok"}
     assert {"smollm2-135m", "smollm2-135m-w8a8"} <= by_status["ok"] <= {
-        "smollm2-135m", "smollm2-135m-w8a8", "smollm2-135m-deep", "smollm2-135m-20l"}
+        "smollm2-135m", "smollm2-135m-w8a8", "smollm2-135m-deep", "smollm2-135m-10l"}
     index = (workdir / "reports" / "index.html").read_text()
     assert index.count(UNSUPPORTED_CELL) == 2 * 2 * len(INT4_TARGETS) and "cpu_gemm_wna16" in index
     assert (workdir / "reports" / "round2.html").is_file()

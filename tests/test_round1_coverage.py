@@ -271,7 +271,7 @@ def test_engine_job_carries_the_cells_settings(demo_config):
     runs = [cell_run(hf, demo_config, [(hf.load_points()[0], 1)], host),
             cell_run(second, demo_config, [(hf.load_points()[0], 0)], host)]
     job = engine_cells.engine_job(runs, "/tmp/x")
-    assert job["draft_dir"] == "resources/models/smollm2-135m-20l" and job["k"] == 3
+    assert job["draft_dir"] == "resources/models/smollm2-135m-10l" and job["k"] == 3
     assert [c["prompts"] for c in job["cells"]] == [hf.workload["path"], other["path"]]
     assert [c["plan"][0]["seed"] for c in job["cells"]] == [1, 0]
     assert job["args"] == {"dtype": "bfloat16"}  # the demo's `dtype: host`, as resolved

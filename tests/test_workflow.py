@@ -102,7 +102,7 @@ def test_offline_run_fails_at_the_start_with_what_to_do(tmp_path):
 def test_bad_config_fails_before_any_job(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text((REPO / "config" / "demo.yaml").read_text().replace(
-        "targets: [smollm2-135m, smollm2-135m-20l]", "targets: [smollm2-1b, smollm2-135m-20l]"))
+        "targets: [smollm2-135m, smollm2-135m-10l]", "targets: [smollm2-1b, smollm2-135m-10l]"))
     result = snakemake("-n", workdir=tmp_path, configfile=bad, timeout=300)
     assert result.returncode != 0
     assert "round1.targets[0] = 'smollm2-1b'" in result.stderr + result.stdout

@@ -148,11 +148,6 @@ def e2e_config(raw: dict) -> dict:
     # demo's calibration target of then (90 layers) took ~10 of the run's job-minutes on 2
     # cores (test_e2e runs assisted generation with an exact draft directly)
     config["round1"]["transformers"].update(k=[2], speculators=["ngram"])
-    # a calibration target of 40 layers, not the demo's 60 (the same exact draft: its pair,
-    # its dynamic-K cell and its Transformers check measure a third faster; the CI's budget)
-    config["models"]["smollm2-135m-deep"]["source"]["noop_per_layer"] = 1
-    config["models"]["smollm2-135m-deep"]["label"] = (
-        "SmolLM2-135M's first 20 layers + 20 no-op layers (calibration target, 40 layers)")
     # half the demo's KV cache (vLLM's CPU worker fills it at every start: ~2.5 s less a
     # start); it still holds 2 sequences of the calibration target's 2,048-token context
     config["server"]["args"]["kv_cache_memory_bytes"] = 512 * 1024 * 1024
