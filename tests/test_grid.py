@@ -35,7 +35,7 @@ def test_demo_grid_shape():
     assert len({c.cell_id for c in cells}) == 23
     assert {c.speculator for c in cells} == {
         "vanilla", "ngram", "calibration", "eagle-untrained-plumbing", "draft-6l-plumbing",
-        "calibration at acceptance 3"}
+        "calibration at acceptance 2"}
     assert {c.workload["name"] for c in cells if grid.swept_method(c.speculator)} == {
         "spec_bench"}
     # at both levels, the pair's real cell beside it anchoring its line (greedy only)
