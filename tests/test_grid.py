@@ -30,7 +30,7 @@ def test_demo_grid_shape():
     # at the default setting and with the short draft context. Round 1 again sampled at 1.0
     # (spec_bench-t1, concurrency 1 only): the three vanillas, n-gram and the calibration pair
     # (its draft samples: greedy at 0, probabilistic at 1.0; not the untrained head); and the
-    # calibration pair's acceptance sweep at 3, at temperature 0 only
+    # calibration pair's acceptance sweep at 2, at temperature 0 only
     assert [len(rounds[r]) for r in ROUNDS] == [12, 8, 3]
     assert len({c.cell_id for c in cells}) == 23
     assert {c.speculator for c in cells} == {
