@@ -125,8 +125,9 @@ def test_the_known_answer_table_names_the_pair_and_the_check():
 
 
 def test_a_method_measured_at_some_temperatures_only(demo_sampled_raw):
-    """`methods[].temperatures`: the untrained head only at 0, the others at every temperature
-    of the round's workloads; a temperature none of them has is refused."""
+    """`methods[].temperatures`: the untrained head only at 0, a method limited to 1.0 only
+    there, the others at every temperature of the round's workloads; a temperature none of
+    them has is refused."""
     from sdbench.plan import grid
     from sdbench.plan.config import ConfigError, validate_config
 
@@ -137,6 +138,11 @@ def test_a_method_measured_at_some_temperatures_only(demo_sampled_raw):
         temps.setdefault(cell.speculator, set()).add(cell.workload["loadgen"]["temperature"])
     assert temps["eagle-untrained-plumbing"] == {0}
     assert temps["calibration"] == temps["ngram"] == temps["vanilla"] == {0, 1.0}
+    sampled_only = copy.deepcopy(demo_sampled_raw)
+    sampled_only["round1"]["methods"][0]["temperatures"] = [1.0]
+    config = validate_config(sampled_only)
+    assert {c.workload["loadgen"]["temperature"] for c in grid.round_cells(config, "round1")
+            if c.speculator == "ngram" and c.engine == grid.SERVE} == {1.0}
     wrong = copy.deepcopy(demo_sampled_raw)
     wrong["round1"]["methods"][0]["temperatures"] = [0.5]
     with pytest.raises(ConfigError, match=r"round1.methods\[0\].temperatures\[0\] = 0.5"):

@@ -149,7 +149,7 @@ def e2e_config(raw: dict) -> dict:
     # cores (test_e2e runs assisted generation with an exact draft directly)
     config["round1"]["transformers"].update(k=[2], speculators=["ngram"])
     # half the demo's KV cache (vLLM's CPU worker fills it at every start: ~2.5 s less a
-    # start); it still holds 2 sequences of the calibration target's 2,048-token context
+    # start); it still holds 3 sequences of the calibration pair's 2,048-token context
     config["server"]["args"]["kv_cache_memory_bytes"] = 512 * 1024 * 1024
     # the news buckets the tests read (0.25k: round 2; 0.5k: a bucket no cell reads)
     news = config["datasets"]["cnn_dm_news_summary"]
