@@ -6,9 +6,9 @@ import pytest
 import yaml
 
 from sdbench import layout
-from sdbench.measure.cell import turn_order
 from sdbench.plan import grid
 from sdbench.plan.config import ROUNDS, ConfigError, validate_config
+from sdbench.plan.grid import turn_order
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -676,11 +676,11 @@ def test_the_first_session_asks_vllm_about_every_quantized_checkpoint_the_host_r
         assert asked == [[grid.model_dir(demo_config, name) for name in expected]]
 
 
-def _split_in_turns(demo_config_raw, monkeypatch, repeats, instances):
+def _split_in_turns(demo_config_raw, monkeypatch, repeats, instances, blocks=1):
     """The demo's dynamic-K entry split (static k 5, the schedule k = 3 at 1 and 5 above:
-    the constant schedule at both levels) under the rule at σ 0.05, its cells with `repeats`
-    on `instances` server instances. Returns the config and the cells."""
-    demo_config_raw["adaptive"] = {"noise": 0.05}
+    the constant schedule at both levels) under the rule at σ 0.05 (with its `blocks`), its
+    cells with `repeats` on `instances` server instances. Returns the config and the cells."""
+    demo_config_raw["adaptive"] = {"noise": 0.05, "blocks": blocks}
     config = validate_config(demo_config_raw)
     monkeypatch.setattr(checks, "check_cell_tools", lambda cell, source=None: None)
     spec = {**grid.dynamic_k_specs(config)[0], "split": True}
@@ -773,3 +773,94 @@ def test_cells_whose_turns_give_no_sequence_of_repeats_measure_every_repeat(
     records = cellmod.measure_in_turns(arms, config, layout.cell_output(arms[2].cell_id))
     assert len(records) == 3 * 2 * 3 and {r["status"] for r in records} == {"ok"}
     assert not any(r["loadgen"].get("adaptive") for r in records)
+
+
+def test_a_chain_races_its_k_values_in_turn_inside_each_stage(served_dir, demo_config_raw,
+                                                             monkeypatch):
+    """Inside a chain's stage the k values measure one after another, k ascending: k=3's stage
+    waits for k=2's same stage (a session run before it is not done, naming it), and its looks
+    inside the stage see k=2's whole stage, so a k clearly slower than the other is beaten
+    after its first block instead of measuring its whole first repeat; the stop says how far
+    it saw each cell, and the report's check recomputes it."""
+    config, cells, pairs, base = _chained_pair(served_dir, demo_config_raw, monkeypatch)
+    two, three = sorted(pairs, key=sessions.race_order)
+    assert two.server_config["num_speculative_tokens"] == 2
+    assert sessions.chain_rivals(three, cells) == [two] and sessions.chain_rivals(two, cells) == []
+    mine = sessions.chain_inputs(three, 1, cells)
+    assert sessions.session_id(sessions.config_id(two.server_config), 1, True) in mine
+    stand = Stand(throughput={"ngram k=2": lambda c: 25.0 if c == 1 else 10.0,
+                              "ngram k=3": lambda c: 5.0 if c == 1 else 10.0})
+    use(stand, monkeypatch)
+    planned = sessions.plan_sessions(cells)
+    first = {c.cell_id: sessions.session_id(sessions.config_id(c.server_config), 0, True)
+             for c in (base, two, three)}
+    session.run_session(planned[first[base.cell_id]], cells, config,
+                        layout.session_output(first[base.cell_id]))
+    early = session.run_session(planned[first[three.cell_id]], cells, config,
+                                layout.session_output(first[three.cell_id]))
+    assert f"its rival cell {two.cell_id}'s stage 0 not done" in early["not_done"][
+        three.cell_id]
+    _run_chain(config, cells, base, pairs, stand)
+    records = {c.cell_id: cellmod.assemble(
+        c, [layout.session_output(s) for s in sessions.cell_sessions(c, cells)],
+        layout.cell_output(c.cell_id)) for c in (base, *pairs)}
+    blocks = grid.point_blocks(base, {"mode": "concurrency", "concurrency": 1})
+    at1 = {c.cell_id: [r for r in records[c.cell_id] if r["concurrency"] == 1]
+           for c in pairs}
+    measured = [r["repeat"] for r in at1[three.cell_id] if r["status"] == "ok"]
+    assert measured == [0]  # (one block of its first repeat, not the whole repeat)
+    stop = next(r["loadgen"]["stop"] for r in at1[three.cell_id] if r["status"] == "stopped")
+    assert stop["reason"] == "beaten" and stop["before_repeat"] == 1
+    assert stop["seen_before"] == {three.cell_id: 1, two.cell_id: blocks}
+    assert len([r for r in at1[two.cell_id] if r["status"] == "ok"]) >= blocks
+    frame = aggregate.summarize([layout.cell_output(c.cell_id) for c in (base, *pairs)])
+    checks_ = stops.recheck_frame(frame)
+    assert len(checks_) and checks_["holds"].all(), checks_.to_dict("records")
+    # a stored stop that says it saw less of k=2 than it did no longer holds (its σ pooled
+    # k=2's spread on fewer degrees of freedom)
+    at = frame.index[(frame["cell_id"] == three.cell_id) & frame["stop"].notna()
+                     & (frame["concurrency"] == 1)][0]
+    stored = json.loads(frame.at[at, "stop"])
+    frame.at[at, "stop"] = json.dumps({**stored, "seen_before": {**stored["seen_before"],
+                                                                 two.cell_id: 0}})
+    again = stops.recheck_frame(frame)
+    assert not again[again["cell_id"] == three.cell_id]["holds"].all()
+
+
+def test_cells_measured_in_turn_look_inside_a_repeat_after_the_static_k_s_turn(
+        served_dir, demo_config_raw, monkeypatch):
+    """Where a repeat at a level is split into blocks of prompts, a cell measured in turn looks
+    before each block of a repeat whose turn comes after the static k's on that instance
+    (`grid.after_lead`), and only before the whole repeat where its turn comes first: the
+    constant schedule, clearly slower, stops after one block of its first repeat; the report's
+    check recomputes every stop."""
+    demo_config_raw["loadgen"]["prompts_per_concurrency"] = 16  # (4 blocks of 4 at 1)
+    config, arms = _split_in_turns(demo_config_raw, monkeypatch, repeats=3, instances=3,
+                                   blocks=4)
+    static, constant, derived = arms
+    at1 = {"mode": "concurrency", "concurrency": 1}
+    blocks = grid.point_blocks(constant, at1)
+    assert blocks > 1
+    # instance by instance: S C D, then C D S, then D S C
+    assert [grid.after_lead(arms, c) for c in arms] == [frozenset(), {0, 2}, {0}]
+    stand = Stand(throughput={static.speculator: 20.0, constant.speculator: 13.0,
+                              derived.speculator: lambda c: 26.0 if c == 24 else 22.4})
+    use(stand, monkeypatch)
+    records = cellmod.measure_in_turns(arms, config, layout.cell_output(derived.cell_id))
+    mine = [r for r in records if r["cell_id"] == constant.cell_id and r["concurrency"] == 1]
+    measured = [r["repeat"] for r in mine if r["status"] == "ok"]
+    stop = next(r["loadgen"]["stop"] for r in mine if r["status"] == "stopped")
+    # (before its second whole repeat, at `blocks`, without looks inside one)
+    assert measured == list(range(stop["before_repeat"])) and 0 < len(measured) < blocks
+    assert stop["against"] == static.cell_id and stop["high"] < 1
+    # a look inside a repeat only on an instance where the static k's turn came first
+    for record in records:
+        if record["status"] == "stopped" and record["cell_id"] != static.cell_id:
+            look = record["loadgen"]["stop"]["before_repeat"]
+            cell = next(c for c in arms if c.cell_id == record["cell_id"])
+            step = grid.point_blocks(cell, {"mode": "concurrency",
+                                            "concurrency": record["concurrency"]})
+            assert look % step == 0 or look // step in grid.after_lead(arms, cell)
+    frame = aggregate.summarize([layout.cell_output(derived.cell_id)])
+    checks_ = stops.recheck_frame(frame)
+    assert len(checks_) and checks_["holds"].all(), checks_.to_dict("records")

@@ -89,10 +89,14 @@ def _recheck(level: pd.DataFrame, row, stop: dict) -> str | None:
     against = (level[level["cell_id"] == stop["against"]] if "against" in stop else None)
     ys = _log_speedups(level[level["cell_id"] == row.cell_id], before, metric, against)
     pooled = level[level["cell_id"].isin(stop.get("pooled_cells") or [row.cell_id])]
-    # (a chain's look inside a whole repeat: σ pooled as it stood at the repeat's first block)
+    # (a chain's look inside a whole repeat: σ pooled over each cell's repeats as far as the
+    # look saw them, `seen_before`; stops stored before 2026-12-04 say only group_before,
+    # how far it saw every cell's: as of the repeat's first block)
     group_before = stop.get("group_before", before)
-    ss, df = adaptive.spread(_log_speedups(cell, group_before, metric, against)
-                             for _, cell in pooled.groupby("cell_id"))
+    seen = stop.get("seen_before") or {}
+    ss, df = adaptive.spread(_log_speedups(cell, seen.get(cell_id, group_before), metric,
+                                           against)
+                             for cell_id, cell in pooled.groupby("cell_id"))
     rule = adaptive.Rule(**stop["rule"]).at(stop.get("blocks", 1), _closed(row.concurrency))
     sigma, _ = adaptive.pooled_sigma(rule, ss, df)
     if not math.isclose(sigma, stop["sigma"], rel_tol=1e-9):

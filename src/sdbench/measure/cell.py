@@ -161,21 +161,11 @@ def measure_cell(cell: grid.Cell, config: dict, output: str | Path, *,
     return assemble(cell, manifests, output, log=log)
 
 
-def turn_order(cells: list[grid.Cell]) -> list[tuple[grid.Cell, int]]:
-    """(cell, server instance) in the order `measure_in_turns` runs them: instance 0 of every
-    cell, then instance 1, ..., the cells' order rotating with the instance so that none is
-    always measured first."""
-    most = max(len(cell.used_instances) for cell in cells)
-    return [(cell, i) for i in range(most)
-            for cell in cells[i % len(cells):] + cells[:i % len(cells)]
-            if i in cell.used_instances]
-
-
 def measure_in_turns(cells: list[grid.Cell], config: dict, output: str | Path, *,
                      log: TextIO | None = None) -> list[dict]:
     """Measure cells compared with each other (a derived dynamic-K schedule, its static k, that
     k as a constant schedule), each on its own servers, taking turns by server instance
-    (`turn_order`): repeat r of every cell is measured by instance r mod n, minutes apart, so
+    (`grid.turn_order`): repeat r of every cell is measured by instance r mod n, minutes apart, so
     their ratios pair repeats measured close in time (one GPU holds one server at a time).
     Under the adaptive rule (the config's `adaptive:`) each runner's cells stop against their
     static k (`stopping.turn_stops`): before a repeat, the schedule's and the constant
@@ -188,15 +178,16 @@ def measure_in_turns(cells: list[grid.Cell], config: dict, output: str | Path, *
     stop on: every repeat of them is measured. Their records go, in order,
     into `output` with their request detail."""
     manifests: dict[str, list[str]] = {cell.cell_id: [] for cell in cells}
-    for cell, instance in turn_order(cells):
+    for cell, instance in grid.turn_order(cells):
         session = sessions.standalone(cell)[sessions.session_id(
             sessions.config_id(cell.server_config), instance)]
         manifest = layout.standalone_session_output(cell.cell_id, instance)
-        group = turn_group(cells, cell)
+        group = grid.turn_group(cells, cell)
         paired = any(c.speculator.endswith(grid.STATIC_ARM) for c in group) and (
             grid.stops_in_turn(group))
         run_session(session, {cell.cell_id: cell}, in_turns(config, paired), manifest, log=log,
-                    turns=(group, {c.cell_id: list(manifests[c.cell_id]) for c in group})
+                    turns=(group, {c.cell_id: list(manifests[c.cell_id]) for c in group},
+                           {c.cell_id: grid.after_lead(cells, c) for c in group})
                     if paired else None)
         manifests[cell.cell_id].append(manifest)
     return assemble_cells(cells, manifests, output, log=log)
@@ -211,17 +202,6 @@ def in_turns(config: dict, paired: bool) -> dict:
     if adaptive.Rule.from_config(section) is None:
         return config
     return {**config, "adaptive": {**section, "bisect": False}}
-
-
-def turn_group(cells: list[grid.Cell], cell: grid.Cell) -> list[grid.Cell]:
-    """The cells of `cell`'s model runner among cells measured in turn (`grid.dynamic_k_arms`:
-    each runner's static k, then its others): those that stop against that static k."""
-    groups: list[list[grid.Cell]] = []
-    for other in cells:
-        if other.speculator.endswith(grid.STATIC_ARM) or not groups:
-            groups.append([])
-        groups[-1].append(other)
-    return next(g for g in groups if cell in g)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -120,13 +120,13 @@ def _measure_cell_points(server: SessionServer, run: CellRun, pids: list, failed
 def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
                 manifest: str | Path, *, log: TextIO | None = None,
                 baseline_records: dict[str, str] | None = None,
-                turns: tuple[list[grid.Cell], dict[str, list]] | None = None) -> dict:
+                turns: tuple[list[grid.Cell], dict[str, list], dict] | None = None) -> dict:
     """Measure every due point of the session's cells (`cells`: at least those), then write
     `manifest`: per cell, its points in the point cache (or its unsupported records), or why it
     is not done; and the session's time split. Returns the manifest. `turns`: the session is a
-    turn of cells measured in turn (`sdbench.measure.cell.measure_in_turns`: those cells, and
-    the manifests of their turns so far), which stop under the rule against each other
-    (`stopping.turn_stops`)."""
+    turn of cells measured in turn (`sdbench.measure.cell.measure_in_turns`: those cells, the
+    manifests of their turns so far and the instances where each one's turn follows the
+    static k's), which stop under the rule against each other (`stopping.turn_stops`)."""
     log = log or sys.stderr
     clock = Clock()
     runs: list[CellRun] = []
@@ -265,7 +265,8 @@ def _chained(run: CellRun, config: dict, cells: dict[str, grid.Cell], stage: int
     against its baseline's stages up to this one, with its own earlier stages' points as its
     looks so far, in the group of the chained cells paired with that baseline (σ pooled with
     theirs and the race among its speculator's settings as they stood at the whole repeat's
-    first block: `GroupStops._look`); a baseline measures a whole repeat of this stage only
+    first block, but for its rivals that measure this stage before it, `sessions.chain_rivals`,
+    as far as this stage: `GroupStops._look`); a baseline measures a whole repeat of this stage only
     where one of them goes on at its first block (recomputed from their stages before), or
     where a cell outside the chain needs it (`groups.paired_elsewhere`: it reads the finished
     records)."""
@@ -286,14 +287,23 @@ def _chained(run: CellRun, config: dict, cells: dict[str, grid.Cell], stage: int
         found, base_missing = stopping.stage_points(base, range(stage + 1))
         missing = ([f"its baseline cell {base.cell_id}'s stage {s}" for s in base_missing]
                    + [f"its own stage {s}" for s in own_missing])
+        # the group: every chained cell paired with that baseline, as of its stages before,
+        # and the rivals that measure this stage before it (`sessions.chain_rivals`) with it
+        before = {c.cell_id for c in sessions.chain_rivals(cell, cells)}
+        others = []
+        for other in sessions.chain_partners(base, cells):
+            if other.cell_id == cell.cell_id:
+                continue
+            points, not_done = stopping.stage_points(
+                other, range(stage + 1 if other.cell_id in before else stage))
+            if other.cell_id in before and stage in not_done:
+                missing.append(f"its rival cell {other.cell_id}'s stage {stage}")
+            others.append(stopping.ChainRun(other, points))
         if missing:
             raise CellError(f"cell {cell.cell_id} ({cell.label}), stage {stage} of its chain: "
                             f"{', '.join(missing)} not done (adaptive.chain: run those "
                             "sessions first; snakemake runs them in order)")
         lead = stopping.ChainRun(base, found)
-        # the group: every chained cell paired with that baseline, as of its stages before
-        others = [stopping.ChainRun(c, stopping.stage_points(c, range(stage))[0])
-                  for c in sessions.chain_partners(base, cells) if c.cell_id != cell.cell_id]
         run.stops = stopping.GroupStops(rule, lead, [mine, *others], chained=True)
     run.adaptive = rule.to_dict()
 

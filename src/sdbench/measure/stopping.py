@@ -21,8 +21,10 @@ them, `adaptive.reads_baseline`); its baseline is measured in full. Under `adapt
 cells and their baseline run in stages instead (`grid.Cell.chain`: one session each, depth by
 depth of the level tree, repeat by repeat, the baseline's stage first): a cell's looks are its
 stages' points so far (`ChainRun`), its group the chained cells of its baseline as of their
-stages before, the group's σ and race as they stood at the whole repeat's first block
-(`GroupStops._look`: `group_before` in the stop), and the baseline measures a repeat where one
+stages before, the group's σ and race as they stood at the whole repeat's first block, but
+inside the repeat with the rivals that measure the stage before it as far as the stage
+(`sessions.chain_rivals`, k ascending; `GroupStops._look`: `seen_before` in the stop), and
+the baseline measures a repeat where one
 of them goes on at its first block (`settle`: a stage with nothing to measure starts no
 server).
 
@@ -139,10 +141,13 @@ class GroupStops:
 
     def __init__(self, rule: adaptive.Rule, lead, partners: list,
                  keep: frozenset[tuple] = frozenset(), chained: bool = False,
-                 turns: bool = False):
+                 turns: bool = False, inside: dict[str, frozenset[int]] | None = None):
         # `turns`: cells measured in turn, whole repeat by whole repeat, each on its own
-        # servers (`turn_stops`): a look only before a whole repeat, as a chain's group
+        # servers (`turn_stops`): a look before a whole repeat, as a chain's group, and inside
+        # one only on the server instances where the cell's turn comes after the lead's
+        # (`inside`: cell id -> those instances, `grid.after_lead`)
         self.rule, self.lead, self.keep, self.turns = rule, lead, keep, turns
+        self.inside = inside or {}
         self.chained = chained or turns
         self.partners = [p for p in partners if not p.unsupported]
         # a session's run -> how the rule sees it (a chained stage's `ChainRun`)
@@ -229,35 +234,57 @@ class GroupStops:
                 out.append(y)
         return out
 
+    def _before(self, run, other, level: tuple, repeat: int) -> int:
+        """How far `run`'s look before `repeat` at `level` sees `other`'s repeats: its own
+        before `repeat`; in a chain the others' as they stood at the whole repeat's first block
+        (its cells measure a stage one after another), but inside the repeat (past its first
+        block) a rival that measures the stage before it (`sessions.chain_rivals`: its
+        speculator's, before it in `sessions.race_order`) as far as the repeat's end. (The
+        look at a repeat's first block is the one the baseline's stage, measured first,
+        recomputes.)"""
+        if other is run or not self.chained:
+            return repeat
+        start = self._first_block((*level, repeat))[-1]
+        if (not self.turns and repeat > start and other.cell.speculator == run.cell.speculator
+                and sessions.race_order(other.cell) < sessions.race_order(run.cell)):
+            return start + self.blocks.get(level, 1)
+        return start
+
     def _look(self, run, level: tuple, repeat: int) -> dict | None:
-        """The rule's look before `repeat` at `level` (None: go on). In a chain the group's
-        part of it (σ pooled over the cells, the race among a speculator's settings) is as it
-        stood at the whole repeat's first block: its cells measure a stage one after another,
-        so inside it a cell sees only its own blocks."""
+        """The rule's look before `repeat` at `level` (None: go on), from each cell's repeats
+        as far as it sees them (`_before`): σ pooled over the cells, the race among a
+        speculator's settings."""
         ys = self._ys(run, level, repeat)
         if not ys:
             return None
         start = self._first_block((*level, repeat))[-1] if self.chained else repeat
-        ss, df = adaptive.spread(self._ys(other, level, start) for other in self.partners)
+        seen = {other.cell_id: self._before(run, other, level, repeat)
+                for other in self.partners}
+        ss, df = adaptive.spread(self._ys(other, level, seen[other.cell_id])
+                                 for other in self.partners)
         rule = adaptive.for_cell(self.rule_at(level), run.cell)
         sigma, pooled_df = adaptive.pooled_sigma(rule, ss, df)
         looks = len(self._repeats(run, level))
         rivals = [other for other in self.partners
                   if other.cell.speculator == run.cell.speculator]
-        bar, racing = adaptive.race({other.cell_id: self._ys(other, level, start)
+        bar, racing = adaptive.race({other.cell_id: self._ys(other, level, seen[other.cell_id])
                                      for other in rivals},
                                     run.cell_id, looks, rule, sigma, pooled_df)
         if self.chained and start == 0:
-            # a chain's first repeat: no rival measured at this level yet, so any that measures
-            # it counts as racing (a settled point goes on until precise)
+            # a chain's first repeat: a rival that measures it after this cell has not been
+            # seen at this level yet, so it counts as racing (a settled point goes on until
+            # precise)
             gate = self.gate(level)["cells"]
-            racing = any(other is not run and (gate is None or other.cell_id in gate)
-                         for other in rivals)
+            racing = racing or any(
+                other is not run and (gate is None or other.cell_id in gate)
+                and seen[other.cell_id] == start for other in rivals)
         look = adaptive.decide(ys, looks, rule, sigma, pooled_df, bar, racing)
         if look.reason == adaptive.CONTINUE or look.n >= looks:
             return None
         return {**look.to_dict(), "before_repeat": repeat,
                 **({"group_before": start} if start != repeat else {}),
+                # (in a chain: how far the look saw each cell's repeats, `_before`)
+                **({"seen_before": seen} if self.chained else {}),
                 "rule": adaptive.for_cell(self.rule, run.cell).to_dict(),
                 "blocks": self.blocks.get(level, 1), "metric": metric_of(level),
                 "bar": bar, "rivals": racing, "pooled_ss": ss, "pooled_df": df,
@@ -279,8 +306,11 @@ class GroupStops:
                 for earlier in self._repeats(run, _level(pid)):
                     if earlier[-1] > pid[-1]:
                         break
-                    if self.turns and earlier != self._first_block(earlier):
-                        continue  # (in turns: a look only before a whole repeat)
+                    if (self.turns and earlier != self._first_block(earlier)
+                            and run.cell.instance_of(earlier[-1], run.plan[earlier][0])
+                            not in self.inside.get(run.cell_id, ())):
+                        # (in turns: inside a whole repeat only after the lead's turn there)
+                        continue
                     if (look := self._look(run, _level(pid), earlier[-1])) is not None:
                         self.decided[key] = look
                         break
@@ -307,15 +337,18 @@ class GroupStops:
 
 
 def turn_stops(rule: adaptive.Rule, run, group: list[grid.Cell],
-               manifests: dict[str, list[str | Path]]) -> GroupStops:
+               manifests: dict[str, list[str | Path]],
+               inside: dict[str, frozenset[int]] | None = None) -> GroupStops:
     """The rule over cells measured in turn (`sdbench.measure.cell.measure_in_turns`: a
     derived dynamic-K schedule, its static k and that k as a constant schedule), for `run`'s
     session: the static k leads (`grid.STATIC_ARM`), and each other cell's looks are its output
     throughput ÷ the static k's, repeat by repeat (the net and the mechanism's cost), from
     their sessions so far (`manifests`: cell id -> the manifests of its turns before). Turns
     go instance by instance, so before repeat r every cell's repeats before r are measured: a
-    look is made only there (`GroupStops.turns`), and the static k measures a repeat while one
-    of the others goes on at it."""
+    look is made there (`GroupStops.turns`), and inside repeat r (before each of its blocks
+    of prompts) on the server instances where the cell's turn comes after the static k's
+    (`inside`: cell id -> those instances, `grid.after_lead`), and the static k measures a
+    repeat while one of the others goes on at its first block."""
     views = []
     for cell in group:
         found: dict[tuple, dict] = {}
@@ -323,7 +356,8 @@ def turn_stops(rule: adaptive.Rule, run, group: list[grid.Cell],
             manifest_points(cell, manifest, found)
         views.append(ChainRun(cell, found, run if cell.cell_id == run.cell_id else None))
     lead = next(v for v in views if v.cell.speculator.endswith(grid.STATIC_ARM))
-    return GroupStops(rule, lead, [v for v in views if v is not lead], turns=True)
+    return GroupStops(rule, lead, [v for v in views if v is not lead], turns=True,
+                      inside=inside)
 
 
 def settle(run, when: str) -> None:

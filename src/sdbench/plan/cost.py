@@ -189,10 +189,13 @@ def predicted_schedules(config: dict, cells: dict[str, grid.Cell],
 class ArmSweep:
     """One cell of a derived dynamic-K schedule's split as the projection simulates it: the
     cells measured in turn stop against their static k (`sdbench.measure.stopping.turn_
-    stops`: a look before each whole repeat, no bisection), so each of the others is a sweep of
+    stops`: a look before each whole repeat, and before each block of prompts of the repeats
+    whose turn comes after the static k's, no bisection), so each of the others is a sweep of
     one setting over its levels; `ratios`: the log throughput ratio to the static k the plan
     predicts at each level (the static k's own: empty), `weights` its measuring hours there;
-    `instances`: the server instances its repeats take turns on (`grid.stops_in_turn`)."""
+    `instances`: the server instances its repeats take turns on (`grid.stops_in_turn`);
+    `blocks`: the blocks of prompts a repeat is split into at each level, `inside`: per
+    repeat, whether it looks inside it (`grid.after_lead`)."""
 
     entry: int
     arm: str
@@ -202,6 +205,8 @@ class ArmSweep:
     ratios: tuple[float, ...]
     rule: adaptive.Rule
     instances: int = 1
+    blocks: tuple[int, ...] = ()
+    inside: tuple[bool, ...] = ()
 
     @property
     def hours(self) -> float:
@@ -211,21 +216,26 @@ class ArmSweep:
         """The expected share of its measuring the rule spends: simulated over the family of
         surfaces, or (`predicted`) with its predicted ratios as the truth."""
         weights, levels, ratios = self.weights, self.concurrency, self.ratios
+        blocks = self.blocks or (1,) * len(levels)
         if len(levels) < 2:  # (one level: simulated as two alike)
             weights, levels, ratios = tuple(w / 2 for w in weights) * 2, levels * 2, ratios * 2
+            blocks *= 2
         total = sum(weights) or 1.0  # (relative weights: sweeps alike simulate once)
         return sweeps.expected_share(
             self.rule, 1, len(levels), self.repeats, False, weights=tuple(
                 round(w / total, 3) or 1e-3 for w in weights), concurrency=levels,
+            blocks=blocks, chained=True, inside=self.inside,
             surface=(tuple(round(r, 3) for r in ratios),) if predicted else ())
 
 
 def arm_sweep(cell: grid.Cell, tally: Tally, config: dict,
-              schedules: dict[int, PredictedSchedule], gpu: bool) -> ArmSweep:
+              schedules: dict[int, PredictedSchedule], gpu: bool,
+              turns: list[grid.Cell] | None = None) -> ArmSweep:
     """A derived dynamic-K cell of the plan (`derived_cells`) as `ArmSweep`, its hours from its
     sessions' `tally`: the constant schedule's ratio the mechanism's cost
     (`rates.DYNAMIC_K_MECHANISM`), the derived one's that times its schedule's predicted value
-    over the static k (`PredictedSchedule.value`; 1 where the plan predicts none)."""
+    over the static k (`PredictedSchedule.value`; 1 where the plan predicts none); `turns`:
+    the cells it is measured in turn with (its entry's, `grid.after_lead`)."""
     entry = cell.server_config["method_options"]["derived"]
     hours: dict[int, float] = defaultdict(float)
     for (level, _), h in tally.levels.items():
@@ -239,8 +249,13 @@ def arm_sweep(cell: grid.Cell, tally: Tally, config: dict,
               tuple(mechanism + (math.log(value.get(c, 1.0)) if arm == grid.DERIVED_ARM else 0)
                     for c in levels))
     rule = adaptive.cell_rule(config, cell) or adaptive.Rule()
+    blocks = tuple(grid.point_blocks(cell, {"mode": "concurrency", "concurrency": c})
+                   for c in levels)
+    instances = len(cell.used_instances)
+    after = grid.after_lead(turns or [cell], cell)
     return ArmSweep(entry, arm, levels, tuple(hours[c] for c in levels), cell.repeats, ratios,
-                    rule, len(cell.used_instances))
+                    rule, instances, blocks,
+                    tuple(r % instances in after for r in range(cell.repeats)))
 
 
 def stopping_entries(arms: list[ArmSweep]) -> set[int]:
@@ -303,7 +318,11 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
                                     gpu=model.device.gpu)
     schedules = predicted_schedules(config, measuring, model, root)
     arms = []
-    for cell in derived_cells(config, {n: s.differs for n, s in schedules.items()}):
+    derived = derived_cells(config, {n: s.differs for n, s in schedules.items()})
+    entries = defaultdict(list)  # (the cells measured in turn: an entry's)
+    for cell in derived:
+        entries[cell.server_config["method_options"]["derived"]].append(cell)
+    for cell in derived:
         tallies["dynamic-K"].cells += 1
         cold.add(sessions.config_id(cell.server_config))
         own = Tally()
@@ -312,7 +331,8 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
             tallies["dynamic-K"].add(work, gpu=model.device.gpu)
             tallies["dynamic-K"].add(work, without=True, gpu=model.device.gpu)
             own.add(work, gpu=model.device.gpu)
-        arms.append(arm_sweep(cell, own, config, schedules, model.device.gpu))
+        arms.append(arm_sweep(cell, own, config, schedules, model.device.gpu,
+                              entries[cell.server_config["method_options"]["derived"]]))
     total = Tally()
     for tally in tallies.values():
         for name in ("cells", "sessions", "starts", "starts_without", "startup_h",
@@ -638,7 +658,9 @@ def adaptive_projection(config: dict, parts: dict,
                  "share of the measuring as this plan projects it; open-loop rates stop on "
                  "the TPOT speedup at the general prior, bisected as levels; a derived "
                  "dynamic-K schedule's cells each stop against its static k before each "
-                 "whole repeat, every level measured, the static k counted at the larger "
+                 "whole repeat and, in the repeats whose turn comes after the static k's, "
+                 "before each block of prompts, every level measured, the static k counted "
+                 "at the larger "
                  "of its others' shares, their predicted ratios the mechanism's cost "
                  f"({rates.DYNAMIC_K_MECHANISM[True]:g} of the static k on a GPU, a draft "
                  "model's on an H100; 1 on a CPU) "

@@ -922,8 +922,43 @@ def alike_levels(schedule: list[list[int]], k: int, levels) -> list[int]:
     return [c for c in levels if all(step == k for low, _, step in schedule if low <= c)]
 
 
+def turn_order(cells: list[Cell]) -> list[tuple[Cell, int]]:
+    """(cell, server instance) in the order `measure.cell.measure_in_turns` runs them:
+    instance 0 of every cell, then instance 1, ..., the cells' order rotating with the
+    instance so that none is always measured first."""
+    most = max(len(cell.used_instances) for cell in cells)
+    return [(cell, i) for i in range(most)
+            for cell in cells[i % len(cells):] + cells[:i % len(cells)]
+            if i in cell.used_instances]
+
+
+def turn_group(cells: list[Cell], cell: Cell) -> list[Cell]:
+    """The cells of `cell`'s model runner among cells measured in turn (`dynamic_k_arms`:
+    each runner's static k, then its others): those that stop against that static k."""
+    groups: list[list[Cell]] = []
+    for other in cells:
+        if other.speculator.endswith(STATIC_ARM) or not groups:
+            groups.append([])
+        groups[-1].append(other)
+    return next(g for g in groups if cell in g)
+
+
+def after_lead(cells: list[Cell], cell: Cell) -> frozenset[int]:
+    """The server instances at which `cell`'s turn comes after its runner's static k's
+    (`turn_order`, `turn_group`): there the static k's repeat is measured first, so `cell`'s
+    looks inside that repeat (past its first block of prompts) can read it
+    (`measure.stopping.turn_stops`). None for the static k itself."""
+    group = turn_group(cells, cell)
+    lead = next((c for c in group if c.speculator.endswith(STATIC_ARM)), None)
+    if lead is None or cell == lead:
+        return frozenset()
+    order = turn_order(cells)
+    return frozenset(i for i in cell.used_instances
+                     if (lead, i) in order and order.index((lead, i)) < order.index((cell, i)))
+
+
 def stops_in_turn(cells: list[Cell]) -> bool:
-    """Whether cells measured in turn (`sdbench.measure.cell.turn_order`: instance by
+    """Whether cells measured in turn (`turn_order`: instance by
     instance) can stop under the adaptive rule against each other: every cell's repeats
     before r are measured before any cell's repeat r, so that a look before r reads all of
     them (`measure.stopping.turn_stops`): each whole repeat on an instance of its own, or all

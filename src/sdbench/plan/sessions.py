@@ -17,9 +17,9 @@ Two exceptions, both planned here:
   the session starts a server for each of its points; `starts` counts each.
 - **Chained cells** (`adaptive.chain`, `grid.Cell.chain`): a configuration's chained cells are
   measured in stages, one session each (`<config id>-c<stage>`: depth by depth of the rule's
-  level tree, repeat by repeat), a speculative cell's stage after its baseline's same stage
-  and its own stage before, a baseline's after its chained cells' stage before
-  (`chain_inputs`).
+  level tree, repeat by repeat), a speculative cell's stage after its baseline's same stage,
+  its own stage before and its rivals' same stage before it (k ascending: `race_order`), a
+  baseline's after its chained cells' stage before (`chain_inputs`).
 
 The session id is the lead configuration's id (a short hash of its canonical server config)
 and the instance: `<config id>-i<instance>`.
@@ -126,10 +126,32 @@ def cell_sessions(cell: grid.Cell, cells: dict[str, grid.Cell]) -> list[str]:
     return [session_id(lead, i, bool(cell.chain)) for i in cell.used_instances]
 
 
+def race_order(cell: grid.Cell) -> tuple:
+    """Where a chained speculative cell measures each stage among its rivals (`chain_rivals`):
+    k ascending, then its setting, then its server configuration's id (one order for every
+    workload, so that no session waits on one that waits on it)."""
+    return (cell.server_config.get("num_speculative_tokens") or 0, cell.setting,
+            config_id(cell.server_config))
+
+
+def chain_rivals(cell: grid.Cell, cells: dict[str, grid.Cell]) -> list[grid.Cell]:
+    """The chained cells a speculative cell races in each stage and that measure that stage
+    before it: its baseline's chained cells of its speculator (its other k values or
+    settings) before it in `race_order`. Its looks inside a stage see theirs
+    (`measure.stopping.GroupStops._look`)."""
+    if not cell.chain or cell.is_baseline:
+        return []
+    return sorted((c for c in cells.values()
+                   if c.chain and c.baseline_cell_id == cell.baseline_cell_id
+                   and c.speculator == cell.speculator and race_order(c) < race_order(cell)),
+                  key=race_order)
+
+
 def chain_inputs(cell: grid.Cell, stage: int, cells: dict[str, grid.Cell]) -> list[str]:
     """The sessions a chained cell's stage waits for: a speculative cell's, its baseline's
-    same stage and its own stage before; a baseline's, the stage before of every chained cell
-    paired with it (whose decisions say which of its points it still measures)."""
+    same stage, its own stage before and the same stage of the rivals that measure it before
+    it (`chain_rivals`); a baseline's, the stage before of every chained cell paired with it
+    (whose decisions say which of its points it still measures)."""
     if not cell.chain:
         return []
     if cell.is_baseline:
@@ -138,7 +160,8 @@ def chain_inputs(cell: grid.Cell, stage: int, cells: dict[str, grid.Cell]) -> li
             if c.baseline_cell_id == cell.cell_id and c.chain]
     own = [session_id(config_id(cell.server_config), stage - 1, True)] if stage else []
     return [session_id(config_id(cells[cell.baseline_cell_id].server_config), stage, True),
-            *own]
+            *own, *(session_id(config_id(c.server_config), stage, True)
+                    for c in chain_rivals(cell, cells))]
 
 
 def chain_partners(cell: grid.Cell, cells: dict[str, grid.Cell]) -> list[grid.Cell]:

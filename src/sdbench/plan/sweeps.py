@@ -25,8 +25,10 @@ either neighbour (`adaptive.level_contenders`), the same functions the workflow 
 pick a best k at every level: the highest mean where measured, else the highest of each k's
 mean interpolated (linearly in log concurrency) between the nearest levels that measured it.
 A `chained` sweep is measured as the workflow's chained cells are (`adaptive.chain`): a whole
-repeat's blocks on one server instance, and inside a repeat each k's look sees the group's σ
-and race as they stood at the repeat's first block (every k racing through the first repeat).
+repeat's blocks on one server instance, stage by stage, and inside a stage the k values in
+turn, k ascending (`sessions.race_order`): each k's look sees the k values before it as far as
+their stage (this repeat) and those after it as of the repeat's first block (in the first
+repeat it counts as racing while one after it is still to measure).
 
 `python -m sdbench.plan.sweeps` runs the full table under the rule of a config's `adaptive:`
 section (`--config`, config/config.yaml by default: the rule the real study runs; each row
@@ -80,13 +82,21 @@ class Sweep:
     # (a level whose true noise the prior misjudges)
     prior_levels: tuple[float, ...] = ()
     # measured in a chain (`adaptive.chain`: each k's cell on its own servers, in stages, a
-    # whole repeat's blocks on one server instance): inside a repeat a k's look sees the
-    # group (σ pooled over the k values, the race among them) as it stood at the repeat's
-    # first block, since the k values measure a stage one after another
+    # whole repeat's blocks on one server instance, the k values of a stage one after
+    # another, k ascending): inside a repeat a k's look sees the group (σ pooled over the k
+    # values, the race among them) with the k values before it as far as this stage and
+    # those after it as of the repeat's first block
     chained: bool = False
     # the true log speedups, ks × levels, where they are given (a config's predicted ones:
     # `sdbench.plan.cost`), instead of the family's surface at a shift drawn per sweep
     surface: tuple[tuple[float, ...], ...] = ()
+    # chained: per repeat, whether a look is made inside it (before each block past its
+    # first; empty: in every repeat), as a cell measured in turn looks only where its turn
+    # comes after its static k's (`grid.after_lead`)
+    inside: tuple[bool, ...] = ()
+
+    def looks_inside(self, r: int) -> bool:
+        return not self.inside or self.inside[r]
 
     def block(self, i: int) -> int:
         return self.blocks[i] if self.blocks else 1
@@ -136,7 +146,7 @@ class Sweep:
         if self.prior_levels:
             shape += f" (its prior × {self.prior_levels[0]:g})"
         if self.chained:
-            shape += "; chained (the group as of each repeat's first block)"
+            shape += "; chained (k by k in each stage)"
         return (f"instance noise {self.instance_noise:.0%}, measurement noise "
                 f"{self.measurement_noise:.0%}, prior σ × {self.prior_scale:g}{shape}")
 
@@ -210,8 +220,7 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
     """The adaptive design on the full design's draws (it measures a subset of them), as the
     workflow's interleaved groups measure (`sdbench.measure.stopping`); without `bisect` (the
     rule's `bisect: false`), every level with every k; a `chained` sweep as the workflow's
-    chained cells (`GroupStops._look`: the group's σ and race as of each whole repeat's first
-    block)."""
+    chained cells (`run_chain`, `GroupStops._look`)."""
     ys: dict[tuple[int, int], list[float]] = {}
     last: dict[tuple[int, int], adaptive.Look] = {}
 
@@ -229,16 +238,14 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
         return at, sigma, df, {k: adaptive.race(here, k, looks, at, sigma, df) for k in active}
 
     def run_level(i: int, ks: list[int]) -> None:
+        if sweep.chained:
+            return run_chain(i, ks)
         active, looks = list(ks), sweep.looks(i)
         state = group(i, active, looks)  # (before any look: the prior, no race)
-        if sweep.chained and len(active) > 1:
-            # a chain's first repeat: no rival has been seen yet, so each counts as racing
-            state = (*state[:3], {k: (None, True) for k in active})
         for n in range(looks):
             for k in active:
                 ys.setdefault((k, i), []).append(float(y[k, i, n]))
-            if not sweep.chained or (n + 1) % sweep.block(i) == 0:
-                state = group(i, active, looks)
+            state = group(i, active, looks)
             at, sigma, df, places = state
             keep = []
             for k in active:
@@ -250,6 +257,39 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
             active = keep
             if not active:
                 return
+
+    def chain_look(i: int, k: int, ks: list[int], n: int) -> adaptive.Look:
+        """k's look before its look n at level i in a chain (`GroupStops._look`): its own
+        looks so far, the others' up to the first block of look n's whole repeat, but inside
+        that repeat (past its first block) a k before it in the race order
+        (`sessions.race_order`: k ascending) as far as the repeat's end (its stage there ran
+        first; the look at the first block is the one the baseline's stage recomputes)."""
+        looks, b = sweep.looks(i), sweep.block(i)
+        start = n - n % b
+        views = {kk: ys.get((kk, i), [])[:n if kk == k else start + b if kk < k and n > start
+                                          else start] for kk in ks}
+        at = rule.at(b, sweep.concurrency(i))
+        sigma, df = adaptive.pooled_sigma(at, *adaptive.spread(views.values()))
+        bar, racing = adaptive.race(views, k, looks, at, sigma, df)
+        if start == 0:  # (a k after it measures this repeat later: it counts as racing)
+            racing = racing or any(kk > k for kk in ks)
+        return adaptive.decide(views[k], looks, at, sigma, df, bar, racing)
+
+    def run_chain(i: int, ks: list[int]) -> None:
+        """Level i measured in a chain: stage by stage (a whole repeat's blocks), inside a
+        stage k by k in the race order, each look made before the block it would measure."""
+        active, looks, b = list(ks), sweep.looks(i), sweep.block(i)
+        for r in range(sweep.repeats):
+            for k in list(active):
+                for n in range(r * b, (r + 1) * b):
+                    if n and (n == r * b or sweep.looks_inside(r)):
+                        last[(k, i)] = look = chain_look(i, k, ks, n)
+                        if look.reason != adaptive.CONTINUE:
+                            active.remove(k)
+                            break
+                    ys.setdefault((k, i), []).append(float(y[k, i, n]))
+        for k in active:  # (measured to the cap: its look there)
+            last[(k, i)] = chain_look(i, k, ks, looks)
 
     def decisions(i: int) -> dict:
         return adaptive.level_decisions(
@@ -359,20 +399,22 @@ def expected_share(rule: adaptive.Rule, ks: int, levels: int, repeats: int,
                    bisect: bool, sweeps: int = 40, blocks: tuple[int, ...] = (),
                    weights: tuple[float, ...] = (),
                    concurrency: tuple[int, ...] = (), chained: bool = False,
-                   surface: tuple[tuple[float, ...], ...] = ()) -> float:
+                   surface: tuple[tuple[float, ...], ...] = (),
+                   inside: tuple[bool, ...] = ()) -> float:
     """The expected share of a sweep's measuring the adaptive design spends (point-repeats,
     each level's weighted by `weights`: what a whole repeat costs there), at the rule's prior
     noise at each level's `concurrency` (taken as the truth: all run noise, no instance
     offsets), with each level's repeats split into its `blocks`; `chained`: measured in a
-    chain (`Sweep.chained`); `surface`: the true log speedups (ks × levels; its shape sets
-    both) instead of the simulation's family of surfaces."""
+    chain (`Sweep.chained`; `inside`: the repeats it looks inside, `Sweep.inside`);
+    `surface`: the true log speedups (ks × levels; its shape sets both) instead of the
+    simulation's family of surfaces."""
     if surface:
         ks, levels = len(surface), len(surface[0])
     scales = tuple(rule.noise_at(c) / rule.noise for c in concurrency)
     sweep = Sweep(0.0, rule.noise / math.sqrt(2), ks=max(ks, 1), levels=max(levels, 2),
                   repeats=max(repeats, 1), blocks=tuple(blocks), weights=tuple(weights),
                   scales=scales if set(scales) - {1.0} else (), chained=chained,
-                  surface=tuple(map(tuple, surface)))
+                  surface=tuple(map(tuple, surface)), inside=tuple(inside))
     return run(sweep, rule, sweeps, seed=0, bisect=bisect)["cost"]
 
 
@@ -409,8 +451,10 @@ def write_table(frame: pd.DataFrame, path: Path, sweeps: int, rule: adaptive.Rul
         "y)\": the prior there says y, less than the truth;",
         "- **chained**: the k values measured in a chain (`adaptive.chain`, as "
         "config/config.yaml's cells, which are not interleaved): a whole repeat's blocks on "
-        "one server instance, inside a repeat a k's look sees the group's σ and race as they "
-        "stood at the repeat's first block, and every k races through its first repeat.",
+        "one server instance, stage by stage, the k values of a stage in turn (k ascending): "
+        "a k's look sees the σ and race of the k values before it as far as this stage and "
+        "of those after it as of the stage's start (in the first stage it races while one "
+        "after it is still to measure).",
         "",
         "| noise | levels | coverage | same verdict | best k within 2 % (adaptive / full) | "
         "point-repeats | points measured | stops: settled / precise / beaten / futile / cap |",
