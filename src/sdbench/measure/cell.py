@@ -165,8 +165,9 @@ def measure_in_turns(cells: list[grid.Cell], config: dict, output: str | Path, *
                      log: TextIO | None = None) -> list[dict]:
     """Measure cells compared with each other (a derived dynamic-K schedule, its static k, that
     k as a constant schedule), each on its own servers, taking turns by server instance
-    (`grid.turn_order`): repeat r of every cell is measured by instance r mod n, minutes apart, so
-    their ratios pair repeats measured close in time (one GPU holds one server at a time).
+    (`grid.turn_order`): repeat r of every cell is measured by instance r mod n, minutes
+    apart, so their ratios pair repeats measured close in time (one GPU holds one server at a
+    time).
     Under the adaptive rule (the config's `adaptive:`) each runner's cells stop against their
     static k (`stopping.turn_stops`): before a repeat, the schedule's and the constant
     schedule's levels whose ratio to the static k is settled, precise or out of reach stop,
@@ -178,6 +179,7 @@ def measure_in_turns(cells: list[grid.Cell], config: dict, output: str | Path, *
     stop on: every repeat of them is measured. Their records go, in order,
     into `output` with their request detail."""
     manifests: dict[str, list[str]] = {cell.cell_id: [] for cell in cells}
+    inside = {cell.cell_id: grid.after_lead(cells, cell) for cell in cells}
     for cell, instance in grid.turn_order(cells):
         session = sessions.standalone(cell)[sessions.session_id(
             sessions.config_id(cell.server_config), instance)]
@@ -187,7 +189,7 @@ def measure_in_turns(cells: list[grid.Cell], config: dict, output: str | Path, *
             grid.stops_in_turn(group))
         run_session(session, {cell.cell_id: cell}, in_turns(config, paired), manifest, log=log,
                     turns=(group, {c.cell_id: list(manifests[c.cell_id]) for c in group},
-                           {c.cell_id: grid.after_lead(cells, c) for c in group})
+                           {c.cell_id: inside[c.cell_id] for c in group})
                     if paired else None)
         manifests[cell.cell_id].append(manifest)
     return assemble_cells(cells, manifests, output, log=log)

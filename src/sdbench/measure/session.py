@@ -266,8 +266,9 @@ def _chained(run: CellRun, config: dict, cells: dict[str, grid.Cell], stage: int
     looks so far, in the group of the chained cells paired with that baseline (σ pooled with
     theirs and the race among its speculator's settings as they stood at the whole repeat's
     first block, but for its rivals that measure this stage before it, `sessions.chain_rivals`,
-    as far as this stage: `GroupStops._look`); a baseline measures a whole repeat of this stage only
-    where one of them goes on at its first block (recomputed from their stages before), or
+    as far as this stage: `GroupStops._look`); a baseline measures a whole repeat of this
+    stage only where one of them goes on at its first block (recomputed from their stages
+    before), or
     where a cell outside the chain needs it (`groups.paired_elsewhere`: it reads the finished
     records)."""
     rule = adaptive.cell_rule(config, run.cell)

@@ -245,8 +245,7 @@ class GroupStops:
         if other is run or not self.chained:
             return repeat
         start = self._first_block((*level, repeat))[-1]
-        if (not self.turns and repeat > start and other.cell.speculator == run.cell.speculator
-                and sessions.race_order(other.cell) < sessions.race_order(run.cell)):
+        if not self.turns and repeat > start and sessions.races_before(other.cell, run.cell):
             return start + self.blocks.get(level, 1)
         return start
 

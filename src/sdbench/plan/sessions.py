@@ -134,6 +134,12 @@ def race_order(cell: grid.Cell) -> tuple:
             config_id(cell.server_config))
 
 
+def races_before(other: grid.Cell, cell: grid.Cell) -> bool:
+    """Whether chained `other` measures each stage before `cell` and is its rival there: of
+    the same speculator (its other k values or settings), before it in `race_order`."""
+    return other.speculator == cell.speculator and race_order(other) < race_order(cell)
+
+
 def chain_rivals(cell: grid.Cell, cells: dict[str, grid.Cell]) -> list[grid.Cell]:
     """The chained cells a speculative cell races in each stage and that measure that stage
     before it: its baseline's chained cells of its speculator (its other k values or
@@ -143,7 +149,7 @@ def chain_rivals(cell: grid.Cell, cells: dict[str, grid.Cell]) -> list[grid.Cell
         return []
     return sorted((c for c in cells.values()
                    if c.chain and c.baseline_cell_id == cell.baseline_cell_id
-                   and c.speculator == cell.speculator and race_order(c) < race_order(cell)),
+                   and races_before(c, cell)),
                   key=race_order)
 
 

@@ -241,12 +241,10 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
         if sweep.chained:
             return run_chain(i, ks)
         active, looks = list(ks), sweep.looks(i)
-        state = group(i, active, looks)  # (before any look: the prior, no race)
         for n in range(looks):
             for k in active:
                 ys.setdefault((k, i), []).append(float(y[k, i, n]))
-            state = group(i, active, looks)
-            at, sigma, df, places = state
+            at, sigma, df, places = group(i, active, looks)
             keep = []
             for k in active:
                 bar, rivals = places.get(k, (None, False))
