@@ -86,7 +86,8 @@ def test_points_have_paired_speedups_with_t_intervals():
     assert point["speedup_ci_low"] == pytest.approx(np.exp(logs.mean() - log_half))
     assert point["speedup_ci_high"] == pytest.approx(np.exp(logs.mean() + log_half))
     assert point["speedup_df"] == 2 and point["speedup_mde"] > 1
-    assert "within one server instance only" in point["interval_covers"]
+    assert "one start of each server" in point["interval_covers"]
+    assert "server starts' share is not covered" in point["interval_covers"]
     assert point["repeats"] == point["repeats_ok"] == point["repeats_paired"] == 3
     one = aggregate_points(add_speedups(records_frame(rows[:2]))).set_index("cell_id").loc["ng"]
     assert one["speedup_mean"] == pytest.approx(1.5) and math.isnan(one["speedup_ci_low"])

@@ -32,10 +32,16 @@ def points(rows):
 
 
 def measurements(rows, repeats=3, spread=0.02):
-    """Per-measurement rows: (speculator, k, concurrency, mean speedup); each repeat r gets
-    mean + spread * (r - (repeats - 1) / 2), so the mean over repeats is the given one."""
+    """Per-measurement rows: (speculator, k, concurrency, mean speedup); each repeat r of the
+    j-th setting gets mean + spread * ((r + j) mod repeats - (repeats - 1) / 2), so the mean
+    over repeats is the given one, and settings paired with one baseline are not all off in
+    the same repeat (which the noise model would read as the baseline's run)."""
+    order = {}
+    for s, k, _, _ in rows:
+        order.setdefault((s, k), len(order))
     out = [{"speculator": s, "k": k, "concurrency": c, "repeat": r,
-            "speedup": None if m is None else m + spread * (r - (repeats - 1) / 2)}
+            "speedup": None if m is None else m + spread * ((r + order[(s, k)]) % repeats
+                                                            - (repeats - 1) / 2)}
            for s, k, c, m in rows for r in range(repeats)]
     return _identified(pd.DataFrame(out))
 
@@ -442,9 +448,15 @@ def test_a_point_measured_once_leaves_the_switch_gain_in_sample_not_an_error():
     once = measurements([("draft", 2, 1, 1.3), ("draft", 2, 8, 0.8)], repeats=3)
     once.loc[(once["concurrency"] == 1) & (once["repeat"] > 0), ["speedup", "paired"]] = [
         np.nan, False]
+    # (alone in its class: another method, nothing to borrow a spread from)
+    once["method"] = "draft_model"
     row = switch_gain(pd.concat([three, once], ignore_index=True)).iloc[0]
     assert row["evaluation"] == "in-sample (no spread measured): biased upward"
     assert np.isnan(row["gain_ci_low"]) and np.isfinite(row["gain"])
+    # beside another point of its class it borrows the class's spread: an interval
+    once["method"] = "ngram"
+    row = switch_gain(pd.concat([three, once], ignore_index=True)).iloc[0]
+    assert np.isfinite(row["gain_ci_low"]) and np.isfinite(row["gain"])
 
 
 def test_no_crossover_is_claimed_where_no_level_is_clearly_below_1():

@@ -22,6 +22,13 @@ def test_demo_grid_shape():
 
     demo_config = validate_config(yaml.safe_load((REPO / "config" / "demo.yaml").read_text()))
     cells = grid.all_cells(demo_config)
+    # the instance probe: n-gram and its baseline again, on 3 starts, at concurrency 1
+    probes = [c for c in cells if grid.is_probe(c)]
+    assert sorted(c.speculator for c in probes) == ["ngram", "vanilla"]
+    assert {(c.round, c.instances, c.repeats, c.concurrency) for c in probes} == {
+        (grid.PROBE_ROUND, 3, 3, (1,))}
+    assert {c.server_config["target"]["name"] for c in probes} == {"smollm2-135m"}
+    cells = [c for c in cells if not grid.is_probe(c)]
     rounds = {r: [c for c in cells if c.round == r] for r in ROUNDS}
     # round 1 (server only): vanilla, ngram and the EAGLE head (k=3) on the target; vanilla and
     # the calibration draft (k=5) on the deeper target, and vanilla on that draft (its step

@@ -403,7 +403,8 @@ def test_a_repeat_split_into_blocks_of_prompts_stops_after_a_block(
     row = summary[(summary["cell_id"] == pair.cell_id) & (summary["concurrency"] == 1)].iloc[0]
     assert row["blocks"] == 4 and row["repeats"] == 20
     assert row["stop_reason"] == "settled after 1 of 20 blocks of prompts"
-    assert "prior (σ 0.1 on 20 degrees of freedom)" in row["interval_covers"]
+    assert "priors (σ 0.1 a look within a start, 0.03 between starts, on 20 degrees of " \
+        "freedom)" in row["interval_covers"]
     assert row["interval_covers"].startswith("1 block of 1/4 of a repeat's prompts, ")
     whole = summary[(summary["cell_id"] == pair.cell_id) & (summary["concurrency"] == 24)]
     assert whole.iloc[0]["interval_covers"].startswith("1 repeat, ")

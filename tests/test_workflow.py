@@ -30,9 +30,10 @@ def test_lint_is_clean():
 # workloads x (vanilla + ngram + draft, k=3);
 # round 2: 12 targets (7B-72B, each also AWQ and GPTQ) x 18 buckets x (vanilla + draft k=3);
 # round 3: vanilla, 4 speculative-only settings (one shared vanilla), 3 server settings (each
-# with its own vanilla)
+# with its own vanilla); the instance probe: the offline and Transformers cells run on one
+# start, so n-gram and the draft on each engine again, with the engine's vanilla (2 x 3)
 REAL_STUDY_CELLS = (7 * (15 + 10 + 6 + 6 + 4) + 2 * 11 + 2 * 3
-                    + 12 * 18 * 2 + (1 + 4) + 3 * 2)
+                    + 12 * 18 * 2 + (1 + 4) + 3 * 2 + 2 * 3)
 
 
 def test_real_study_plans(tmp_path):

@@ -37,13 +37,20 @@ from scipy import stats
 from sdbench.analyze import engine
 from sdbench.analyze.acceptance import FROM_DRAFTS, FROM_REPEATS, draft_interval, synthetic_setting
 from sdbench.analyze.lossless import lossless_columns, read_all_details, sampling_columns
-from sdbench.analyze.noise import INSTANCES, WITHIN, minimum_detectable, point_key, point_noise
+from sdbench.analyze.noise import (
+    SPEC_START,
+    WITHIN,
+    minimum_detectable,
+    point_key,
+    point_noise,
+)
 from sdbench.analyze.prompts import with_prompt_intervals
 from sdbench.analyze.slo import frame_slos, point_stats, slos_of, with_slo_columns
 from sdbench.analyze.stats import mean_interval, ratio_interval, verdict
 from sdbench.files import atomic_path
 from sdbench.plan import adaptive, grid
 from sdbench.plan.grid import prefix_caching
+from sdbench.plan.sessions import config_id
 from sdbench.records import STOPPED, read_records, upgrade
 
 # a point: closed-loop concurrency (batch size for offline / Transformers cells) or open-loop
@@ -59,6 +66,8 @@ SPEEDUPS = {
     # energy); NaN without GPU readings
     "energy_gain": ("energy_per_output_token_j", False),
 }
+# which server start measured a record (`noise`: a start's offset is shared by its runs)
+START_COLUMNS = ("config_id", "server_started_at", "session")
 # output tokens of a speculative measurement vs its baseline's beyond this share: flagged
 DRIFT_LIMIT = 0.02
 # what both sides of a pair must share (column, what the issue says)
@@ -137,6 +146,11 @@ def _row(record: dict) -> dict:
         "finished_at": prov["finished_at"],
         "server_startup_s": record["server"].get("startup_s"),
         "server_instance": record["server"].get("instance"),
+        # which server start measured it (the noise model's start component): its
+        # configuration, and when it started (engine cells: their session)
+        "config_id": config_id(server),
+        "server_started_at": record["server"].get("started_at"),
+        "session": record["server"].get("session"),
         "isolation": record["server"].get("isolation"),
         # the cells whose servers took the points in turn with this one (`interleave`)
         "interleaved_with": ",".join(record["server"].get("interleaved_with") or []) or None,
@@ -196,14 +210,17 @@ def add_speedups(frame: pd.DataFrame) -> pd.DataFrame:
     for column in metrics + list(PAIR_CHECKS):
         if column not in frame:
             frame[column] = np.nan
-    if "server_instance" not in frame:
-        frame["server_instance"] = np.nan
+    for column in ("server_instance", *START_COLUMNS):
+        if column not in frame:
+            frame[column] = np.nan
     if "engine_settings" not in frame:
         frame["engine_settings"] = None
     base = frame.loc[ok, KEY + metrics + list(PAIR_CHECKS) + ["server_instance",
-                                                              "engine_settings"]].rename(
+                                                              "engine_settings",
+                                                              *START_COLUMNS]].rename(
         columns={"cell_id": "_base", "server_instance": "baseline_server_instance",
                  "engine_settings": "_base_engine",
+                 **{c: f"baseline_{c}" for c in START_COLUMNS},
                  **{m: f"baseline_{m}" for m in metrics},
                  **{c: f"_pair_{c}" for c in PAIR_CHECKS}})
     # vanilla rows are their own baseline
@@ -358,6 +375,7 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
                    stop_reason=_stop_reason(stopped), adaptive=_rule(group),
                    blocks=int(group["blocks"].max()) if "blocks" in group else 1,
                    sequential_factor=_sequential_factor(group),
+                   stop_interval=_stop_interval(stopped),
                    status="ok" if len(ok) + len(stopped) == len(group) else ", ".join(
                        f"{n} {s}" for s, n in group["status"].value_counts().items()),
                    errors="; ".join(sorted({str(e) for e in group["error"].dropna()})) or None)
@@ -414,7 +432,8 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
         if (row["adaptive"] is not None and pd.notna(row.get("request_rate"))
                 and row.get("method") != "vanilla" and "tpot_speedup" in ok):
             row.update(zip(("tpot_speedup_mean", "tpot_speedup_ci_low", "tpot_speedup_ci_high"),
-                           rule_interval(ok["tpot_speedup"].to_numpy(float), row, len(group)),
+                           rule_interval(ok["tpot_speedup"].to_numpy(float), row, len(group),
+                                         ok.get("server_instance")),
                            strict=True))
         if slos:
             row.update(point_stats(group, slos), slos=group["slos"].iloc[0])
@@ -475,6 +494,27 @@ def _stop_reason(stopped: pd.DataFrame) -> str | None:
             f"{adaptive.look_unit(stop.get('blocks', 1))}")
 
 
+# the stops whose interval is the point's reported one (`_stop_interval`): they stopped on
+# what the interval said, at a look before the cap
+INTERVAL_STOPS = (adaptive.SETTLED, adaptive.PRECISE, adaptive.BEATEN, adaptive.FUTILE)
+
+
+def _stop_interval(stopped: pd.DataFrame) -> str | None:
+    """The adaptive rule's interval at the look a point stopped on its output-token speedup
+    (JSON: its log mean, half-width, σ, degrees of freedom and looks): what the rule decided
+    on, the point's reported interval (`with_pooled_intervals`); None for a point measured to
+    the cap, stopped with its baseline or level, at an open-loop rate (stopped on the TPOT
+    speedup) or against another cell (measured in turn)."""
+    if stopped.empty or "stop" not in stopped or stopped["stop"].isna().all():
+        return None
+    stop = json.loads(stopped.sort_values("repeat")["stop"].dropna().iloc[0])
+    if (stop.get("reason") not in INTERVAL_STOPS or stop.get("metric", "speedup") != "speedup"
+            or "against" in stop or "half_log" not in stop):
+        return None
+    return json.dumps({k: stop.get(k) for k in ("mean_log", "half_log", "sigma", "df",
+                                                 "repeats", "reason")})
+
+
 def _rule(group: pd.DataFrame) -> str | None:
     """The adaptive rule a point was measured under (its JSON), or None."""
     if "adaptive" not in group or group["adaptive"].isna().all():
@@ -494,66 +534,88 @@ def _sequential_factor(group: pd.DataFrame) -> float:
             / stats.norm.ppf(1 - rule.alpha / 2))
 
 
-def rule_interval(ratios: np.ndarray, row: dict, looks: int) -> tuple[float, float, float]:
-    """(geometric mean, low, high) of a point's paired `ratios` (of `looks` planned) as the
-    adaptive rule it was measured under (`row`'s) reads them at an open-loop rate, where it
-    stops on the TPOT speedup (`sdbench.measure.stopping.METRICS`): the repeated confidence
-    interval at the look it stopped, σ the rule's prior pooled with their own spread. It
-    covers at that look whatever the stop (tests/test_adaptive.py simulates it), and it has a
-    width after one repeat, where a Student-t interval over the repeats has none."""
+def rule_interval(ratios: np.ndarray, row: dict, looks: int,
+                  instances=None) -> tuple[float, float, float]:
+    """(geometric mean, low, high) of a point's paired `ratios` (of `looks` planned; measured on
+    server `instances`, where given) as the adaptive rule it was measured under (`row`'s)
+    reads them at an open-loop rate, where it stops on the TPOT speedup
+    (`sdbench.measure.stopping.METRICS`): the repeated confidence interval at the look it
+    stopped, σ from the rule's priors and their own spread (`adaptive.rule_sigma`). It covers
+    at that look whatever the stop (tests/test_adaptive.py simulates it), and it has a width
+    after one repeat, where a Student-t interval over the repeats has none."""
     values = np.asarray(ratios, dtype=float)
-    ys = np.log(values[np.isfinite(values) & (values > 0)])
+    keep = np.isfinite(values) & (values > 0)
+    ys = np.log(values[keep])
     if not len(ys):
         return np.nan, np.nan, np.nan
+    starts = ([0] * len(ys) if instances is None else
+              [0 if pd.isna(i) else int(i) for i in np.asarray(instances)[keep]])
     rule = adaptive.Rule(**json.loads(row["adaptive"])).at(int(row.get("blocks") or 1))
     centre, half = adaptive.interval(ys, max(looks, len(ys)), rule,
-                                     *adaptive.pooled_sigma(rule, *adaptive.spread([ys])))
+                                     *adaptive.rule_sigma(rule, [(ys, starts)], starts))
     return math.exp(centre), math.exp(centre - half), math.exp(centre + half)
 
 
 def _with_prior(row: dict, rule: adaptive.Rule) -> dict:
-    """A point measured under the adaptive rule, with repeats as its units (or no spread of its
-    own): its unit variance pooled with the rule's prior σ (`prior_df` degrees of freedom), as
-    the rule pooled it when it decided, and the interval, standard error and minimum detectable
-    effect from that."""
-    own_df = row["df"] if pd.notna(row["df"]) and pd.notna(row.get("unit_var")) else 0.0
-    if row["kind"] != WITHIN and own_df > 0:
-        return row  # instances as units: their spread is more than one repeat's noise
-    own = own_df * row["unit_var"] if own_df else 0.0
-    df = rule.prior_df + own_df
-    se = float(np.sqrt((rule.prior_df * rule.noise ** 2 + own) / df / row["units"]))
-    half = stats.t.ppf(1 - rule.alpha / 2, df) * se
-    return {**row, "df": df, "se": se, "low": float(np.exp(row["center"] - half)),
+    """A point measured under the adaptive rule: its variance from the noise model pooled with
+    the rule's priors for its looks (`prior_df` degrees of freedom: within a start `noise` per
+    look, the starts' share `instance_noise`, as the rule pooled them when it decided), and
+    the interval, standard error and minimum detectable effect from that. (A rule stored
+    without an instance prior pooled only a point measured on one server instance, with its
+    prior σ, as it did then.)"""
+    if rule.instance_noise is None:
+        own_df = row["df"] if pd.notna(row["df"]) else 0.0
+        if row["kind"] != WITHIN and own_df > 0:
+            return row
+        within = row["var"] * row["n"]  # one run's variance, as that rule read it
+        df = rule.prior_df + own_df
+        var = (rule.prior_df * rule.noise ** 2 + own_df * within) / df / row["n"]
+    else:
+        # part by part: the server starts' share with `instance_noise`, the runs' with `noise`
+        # (a part measured with many degrees of freedom keeps its own; one with few leans on
+        # its prior), as the rule pools them (`adaptive.look_variance`)
+        loads = row["loads"].get(SPEC_START, {})
+        shared = float(sum(w * w for w in loads.values())) if loads else 1.0
+        parts = []
+        for prior, own, own_df in (
+                (rule.instance_noise ** 2 * shared, row["instance_var"],
+                 row["instance_df"] if row["instance_from"] else 0.0),
+                (rule.noise ** 2 / row["n"], row["run_var"], row["run_df"])):
+            # (a part not measured counts for nothing; one known exactly, for a great deal)
+            own_df = 0.0 if pd.isna(own) or pd.isna(own_df) else min(float(own_df), 1e6)
+            d = rule.prior_df + own_df
+            parts.append(((rule.prior_df * prior + own_df * own) / d if d > 0 else prior, d))
+        var = sum(v for v, _ in parts)
+        spread = sum(v * v / d for v, d in parts if v > 0 and d > 0)
+        df = var ** 2 / spread if spread > 0 else rule.prior_df
+    se = float(np.sqrt(var))
+    half = stats.t.ppf(1 - rule.alpha / 2, max(df, 1.0)) * se
+    return {**row, "df": df, "se": se, "var": var, "low": float(np.exp(row["center"] - half)),
             "high": float(np.exp(row["center"] + half)), "mde": minimum_detectable(se, df),
-            "covers": f"{row['covers']}; pooled with the adaptive rule's prior (σ "
-                      f"{rule.noise:g} on {rule.prior_df:g} degrees of freedom)"}
-
-
-def one_repeat_units(row: dict) -> bool:
-    """Whether each unit of a point's noise model (`noise.point_noise`'s row) is one repeat:
-    its repeats on one server instance, or each on a speculative instance of its own (the
-    instances' offsets then part of every repeat's noise, as of a repeat held out). Not where
-    only the baseline's instances differ: the speculative instance's offset is shared by every
-    repeat, and a mean over them keeps it."""
-    return row["kind"] == WITHIN or (row["kind"] == INSTANCES and row["n"] == row["units"])
+            "covers": f"{row['covers']}; pooled with the adaptive rule's priors (σ "
+                      f"{rule.noise:g} a look within a start"
+                      + (f", {rule.instance_noise:g} between starts" if rule.instance_noise
+                         else "") + f", on {rule.prior_df:g} degrees of freedom)"}
 
 
 def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
-    """The speedup of every speculative point from the pooled noise model: its estimate (the
-    geometric mean of its units: server instances, or repeats on one instance), its interval
-    (the Student-t interval around the arithmetic mean of its own repeats kept as
-    `speedup_unpooled_mean`, `speedup_unpooled_ci_low/high`), their degrees of freedom, the
-    standard error of the log speedup (`speedup_se`), the minimum detectable speedup, what
-    the interval covers, and where each of its units is one repeat (`one_repeat_units`) one
-    repeat's standard deviation of the log speedup under that model (`speedup_repeat_sd`: what
-    a held-out estimate's interval reads, `analysis.held_out_interval`). A point measured
-    under the adaptive rule gets the repeated confidence interval (`_sequential_factor`): it
-    covers at the look the point stopped, whatever the rule's stop."""
+    """The speedup of every speculative point from the noise model (`noise.point_noise`): its
+    estimate (the geometric mean of its runs), its interval (the Student-t interval around the
+    arithmetic mean of its own repeats kept as `speedup_unpooled_mean`,
+    `speedup_unpooled_ci_low/high`), their degrees of freedom, the standard error of the log
+    speedup (`speedup_se`), the minimum detectable speedup, the server starts' share of its
+    variance and where it was measured (`speedup_instance_sd`, `speedup_instance_from`), what
+    the interval covers, and one run's variance and what its runs share beyond independent runs
+    (`speedup_repeat_sd`, `speedup_shared_sd`: what a held-out estimate's interval reads,
+    `analysis.held_out_interval`). A point measured under the adaptive rule gets the repeated
+    confidence interval (`_sequential_factor`): it covers at the look the point stopped,
+    whatever the rule's stop."""
     points = points.assign(speedup_unpooled_mean=points["speedup_mean"],
                            speedup_unpooled_ci_low=points["speedup_ci_low"],
                            speedup_unpooled_ci_high=points["speedup_ci_high"],
                            speedup_df=np.nan, speedup_se=np.nan, speedup_mde=np.nan,
-                           speedup_repeat_sd=np.nan)
+                           speedup_repeat_sd=np.nan, speedup_shared_sd=np.nan,
+                           speedup_instance_sd=np.nan, speedup_instance_from=None)
     noise = point_noise(frame)
     found = {point_key(*k): row for k, row in zip(
         noise[["cell_id", "concurrency", "request_rate"]].itertuples(index=False, name=None),
@@ -575,12 +637,29 @@ def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataF
             center = row["center"]
             low = float(np.exp(center - factor * (center - np.log(low))))
             high = float(np.exp(center + factor * (np.log(high) - center)))
-        # the estimate the interval is around: the geometric mean of its units
+        stopped = points.at[at, "stop_interval"] if "stop_interval" in points else None
+        if isinstance(stopped, str) and factor != 1.0 and rule.instance_noise is not None:
+            # the interval the rule stopped on (its σ from its priors and the looks it saw):
+            # the verdict it settled is the one reported (read with σ from every later look,
+            # a stop made at the boundary would often read otherwise)
+            stop = json.loads(stopped)
+            low, high = (float(np.exp(stop["mean_log"] + sign * stop["half_log"]))
+                         for sign in (-1, 1))
+            se = stop["sigma"] / np.sqrt(stop["repeats"])
+            df = np.inf if stop["df"] is None else stop["df"]
+            row = {**row, "df": min(df, 1e6), "se": se,
+                   "mde": minimum_detectable(se, min(df, 1e6)),
+                   "covers": f"{row['covers']}; the interval the adaptive rule stopped on "
+                             f"({stop['reason']}: σ {stop['sigma']:.3g} a look, from its "
+                             "priors and the looks it saw)"}
+        # the estimate the interval is around: the geometric mean of its runs
         points.loc[at, ["speedup_mean", "speedup_ci_low", "speedup_ci_high", "speedup_df",
-                        "speedup_se", "speedup_mde"]] = [np.exp(row["center"]), low, high,
-                                                         row["df"], row["se"], row["mde"]]
-        if one_repeat_units(row):  # its units are single repeats: one repeat's pooled spread
-            points.loc[at, "speedup_repeat_sd"] = row["se"] * np.sqrt(row["units"])
+                        "speedup_se", "speedup_mde", "speedup_repeat_sd", "speedup_shared_sd",
+                        "speedup_instance_sd"]] = [
+            np.exp(row["center"]), low, high, row["df"], row["se"], row["mde"],
+            np.sqrt(row["repeat_var"]), np.sqrt(row["shared_var"]),
+            np.sqrt(row["instance_var"]) if row["instance_from"] else np.nan]
+        points.loc[at, "speedup_instance_from"] = row["instance_from"]
         if factor != 1.0:
             points.loc[at, "interval_covers"] = (
                 f"{points.loc[at, 'interval_covers']}; sequential (adaptive stopping: the "

@@ -19,7 +19,7 @@ from scipy import optimize, special, stats
 
 from sdbench.analyze import engine
 from sdbench.analyze.acceptance import break_even, simulated_lengths, sweep_points
-from sdbench.analyze.noise import correlations, covariance, dof_text, point_noise
+from sdbench.analyze.noise import covariance, dof_text, point_noise
 from sdbench.analyze.stats import CONFIDENCE, level_text, mean_interval, ratio_interval, verdict
 from sdbench.plan import adaptive, grid
 
@@ -157,7 +157,6 @@ def crossover(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.Data
     missing = _missing_levels(frame, SETTING)
     spec = speculative(frame)
     noise = _noise(spec, noise)
-    rho = correlations(noise) if not noise.empty else {}
     for key, group in spec.groupby(SETTING, dropna=False):
         points = noise[noise["cell_id"].isin(group["cell_id"].unique())].sort_values(
             "concurrency")
@@ -166,7 +165,7 @@ def crossover(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.Data
         levels = [int(c) for c in points["concurrency"]]
         logs = points["center"].to_numpy(float)
         cross = crossing(levels, logs)
-        low, high, how = _crossover_set(levels, logs, covariance(points, rho),
+        low, high, how = _crossover_set(levels, logs, covariance(points),
                                         points["df"].to_numpy(float))
         rows.append({**dict(zip(SETTING, key, strict=True)), "crossover": cross,
                      "crossover_low": low, "crossover_high": high,
@@ -227,11 +226,12 @@ def held_out_interval(held: list[float], picks: list[str],
     """(geometric mean, low, high, what the interval rests on) of held-out speedups (`held`,
     of the settings `picks` chosen on the other repeats; `found`: the level's point-table rows,
     `points_at`). Each held-out speedup is one repeat of its pick, not seen by the choice, so
-    its noise is one repeat's: where the point table gives every pick's (`speedup_repeat_sd`:
-    the pooled noise model's, where each unit is one repeat: on one server instance, or each on
-    an instance of its own, `aggregate.one_repeat_units`) the interval is the mean's ± t at
-    the fewest degrees of freedom among them × √(Σ σ²) ÷ n, widened by the largest sequential
-    factor of an adaptive stop among them (as their own intervals are); else the Student t
+    its noise is one repeat's, and the repeats held out of one pick share what its runs share
+    (a server start that measured them all): where the point table gives every pick's (the
+    noise model's `speedup_repeat_sd`, one run's σ, and `speedup_shared_sd`, what its runs
+    share beyond independent runs) the interval is the mean's ± t at the fewest degrees of
+    freedom among them × the mean's σ, widened by the largest sequential factor of an adaptive
+    stop among them (as their own intervals are); else the Student t
     interval over the held-out values alone, whose n − 1 degrees of freedom (t 12.7 at two
     repeats, 4.3 at three) tell little from few repeats. Speculation off (`OFF`) is 1
     without noise."""
@@ -240,16 +240,36 @@ def held_out_interval(held: list[float], picks: list[str],
                        or row["speedup_df"] <= 0 for row in rows):
         # a pick without one repeat's σ, or off in every fold (1, exactly)
         return (*ratio_interval(np.array(held, dtype=float)), HELD_OUT)
-    sds = [float(row["speedup_repeat_sd"]) for row in rows]
     dfs = [float(row["speedup_df"]) for row in rows]
     factors = [1.0] + [1.0 if pd.isna(f := row.get("sequential_factor", 1.0)) else float(f)
                        for row in rows]
     logs = np.log(np.array(held, dtype=float))
     mean = float(logs.mean())
-    half = (float(stats.t.ppf(0.5 + CONFIDENCE / 2, min(dfs))) * max(factors)
-            * math.sqrt(sum(sd * sd for sd in sds)) / len(logs))
+    half = (float(stats.t.ppf(0.5 + CONFIDENCE / 2, max(min(dfs), 1.0))) * max(factors)
+            * math.sqrt(_held_out_var(picks, found)))
     basis = HELD_OUT_POOLED + (", widened for adaptive stopping" if max(factors) > 1 else "")
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half), basis
+
+
+def _held_out_var(picks: list[str], found: dict[str, dict]) -> float:
+    """The variance of the mean of held-out repeats, one per fold, of `picks`: each repeat one
+    run's variance (`speedup_repeat_sd`²), two of one pick's repeats the covariance its runs
+    share (a point's n runs whose mean has variance v, one run's r: (n v − r) ÷ (n − 1), from
+    `speedup_shared_sd`² = v − r ÷ n); speculation off adds nothing."""
+    total = 0.0
+    counts: dict[str, int] = {}
+    for pick in picks:
+        counts[pick] = counts.get(pick, 0) + 1
+    for pick, count in counts.items():
+        if pick == OFF:
+            continue
+        row = found[pick]
+        one = float(row["speedup_repeat_sd"]) ** 2
+        shared = (0.0 if pd.isna(row.get("speedup_shared_sd")) else
+                  float(row["speedup_shared_sd"]) ** 2)
+        n = max(int(row.get("repeats_paired") or 2), 2)
+        total += count * one + count * (count - 1) * n * shared / (n - 1)
+    return total / len(picks) ** 2
 
 
 def point_basis(row: dict) -> str:
@@ -453,7 +473,6 @@ def switch_gain(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.Da
     noise = _noise(spec, noise)
     if noise.empty:
         return pd.DataFrame()
-    rho = correlations(noise)
     label = {c: f"{s} k={int(k)}" for c, s, k in zip(spec["cell_id"], spec["speculator"],
                                                       spec["k"], strict=True)}
     for (target, workload), group in spec.groupby(["target", "workload"]):
@@ -472,7 +491,7 @@ def switch_gain(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.Da
         center[:-1] = points["center"].to_numpy(float).reshape(shape[0] - 1, shape[1])
         static, switch = (c[0] for c in _choices(center[None]))
         df = float(points["df"].median())
-        gain, low, high = _picked_gain(center, static, switch, covariance(points, rho), df)
+        gain, low, high = _picked_gain(center, static, switch, covariance(points), df)
         rows.append({"target": target, "workload": workload,
                      "static_best": settings[static],
                      "static_speedup": float(np.exp(center[static].mean())),
@@ -540,15 +559,19 @@ def _ratio_row(logs: pd.DataFrame, level, name: str,
             f"{name}_verdict": {"speculate": faster, "no speculation": slower}.get(said, said)}
 
 
-def _rule_interval(ys: np.ndarray, rule: adaptive.Rule, looks: int) -> tuple[float, ...]:
+def _rule_interval(ys: np.ndarray, rule: adaptive.Rule, looks: int,
+                   several: bool = False) -> tuple[float, ...]:
     """(centre, low, high) of a level's log ratios as the adaptive rule reads them: the
-    repeated confidence interval after len(ys) of `looks` repeats, σ the rule's prior pooled
-    with their own spread (it covers at whatever look the rule stopped; it has a width after
-    one repeat, where a Student-t interval has none)."""
+    repeated confidence interval after len(ys) of `looks` repeats, σ from the rule's priors
+    and their own spread (`adaptive.rule_sigma`; `several`: each repeat on a server instance
+    of its own, else all on one; it covers at whatever look the rule stopped; it has a width
+    after one repeat, where a Student-t interval has none)."""
     if not len(ys):
         return np.nan, np.nan, np.nan
+    starts = list(range(len(ys))) if several else [0] * len(ys)
     centre, half = adaptive.interval(ys, max(looks, len(ys)), rule,
-                                     *adaptive.pooled_sigma(rule, *adaptive.spread([ys])))
+                                     *adaptive.rule_sigma(rule, [(ys, starts)], starts,
+                                                          several))
     return centre, centre - half, centre + half
 
 
@@ -567,7 +590,10 @@ def _turn_rules(frame: pd.DataFrame, cell_ids: set) -> dict:
             continue
         rule = adaptive.Rule(**json.loads(ruled["adaptive"].iloc[0]))
         blocks = int(ruled["blocks"].iloc[0]) if "blocks" in ruled else 1
-        rules[level] = (rule.at(blocks, int(level)), int(at.groupby("cell_id").size().max()))
+        # (its repeats on server instances of their own: the rule's looks on several starts)
+        several = "server_instance" in at and at["server_instance"].nunique() > 1
+        rules[level] = (rule.at(blocks, int(level)), int(at.groupby("cell_id").size().max()),
+                        several)
     return rules
 
 

@@ -1,37 +1,34 @@
-"""A noise model of the log speedup, pooled where the data support it, and the interval, verdict
-and minimum detectable effect every speculative point gets from it.
+"""The noise model of the log speedup: variance components shared by server starts and baseline
+runs, estimated per class of points with their degrees of freedom, and the interval, verdict and
+minimum detectable effect every speculative point gets from it.
 
-Each paired repeat r of a point gives y_r = log(speculative ÷ baseline throughput). Under the
-model
+Each paired repeat r of a point (or block of prompts: every record) gives y = log(speculative ÷
+baseline throughput). Under the model
 
-    y_r = log S + a(speculative instance of r) − b(baseline instance of r) + e_r
+    y = log S + a(the speculative server's start) − b(the baseline's start)
+        − c(the baseline's run, shared by the settings paired with it) + e(the run),
 
-a server instance's offsets (a, b: how fast that start of the server happens to be) are shared by
-all the repeats it measures, and e_r is the measurement's own noise (the two sides' runs,
-paired by repeat). The repeats of a point are averaged per *unit*, and the units are what the
-interval counts:
+a server start's offset (how fast that start happens to be) is shared by every run it
+measures: every level and workload of its configuration on that start, and for the baseline
+every setting paired with it. A point's estimate is the mean of its runs, and its variance is
+the components' (`sdbench.variance`): a start that measured every run of a point counts in
+full however many repeats it measured, one of three starts a third.
 
-- **instances**: the speculative side ran on several instances: a unit is one speculative
-  instance (the repeats it measured; its baseline's instances go along with it). The spread of
-  the unit means covers both the instances' offsets and the measurement noise.
-- **baseline instances**: one speculative instance, several baseline instances: a unit is one
-  baseline instance. The speculative instance's offset is common to every repeat and cannot be
-  seen in the point itself: its variance is taken as the baseline's (the spread between the
-  units less their measurement noise), and added.
-- **within**: one instance on either side: a unit is one repeat, and the interval covers the
-  noise within one server only (a second start of the same servers may differ by more).
-
-The unit variance is pooled over the points of a *class*: the same engine, target, method and
-load level (noise is not the same everywhere: it grows with concurrency and differs between a
-vanilla and a speculative server), and the same kind of unit and repeats per unit. Workloads, k
-values, settings and cells are pooled within it, unless Bartlett's test finds their variances
-unequal (p < `HOMOGENEITY_P`): then each point keeps its own. The degrees of freedom of the
-pooled variance set the Student t multiplier, so a point of 2 repeats in a class of 6 such
-points has 6, not 1.
+The components are estimated per *class*: the same engine, target, method and load level
+(noise grows with concurrency and differs between a vanilla and a speculative server), pooled
+over its workloads, k values and settings, with Satterthwaite's degrees of freedom (a
+baseline start shared by every point of a class counts as the few draws it is) and each point's
+spread shrunk toward its workload's and its class's (a noisier point keeps most of its own).
+A class sees a start's variance only where some point of it ran on several starts (a chained
+cell's stages, `server_instances`, the instance probe's extra starts: `grid.probe_cells`).
+Where it does not, the component comes from the nearest class that does (the same method and
+target at other levels, then the same target, then the engine), and the interval says from
+where; where no class does, the interval covers the noise within one start only and says so.
 
 `point_noise` gives one row per point; `aggregate.aggregate_points` puts its interval and
 verdict on the points table (the interval over the point's own repeats stays there, as
-`speedup_unpooled_ci_low/high`).
+`speedup_unpooled_ci_low/high`); `covariance` gives the covariance of several points'
+estimates (the crossover, the switch gain).
 """
 
 from __future__ import annotations
@@ -42,56 +39,301 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
+from sdbench import variance
 from sdbench.analyze.stats import CONFIDENCE
 
 POWER = 0.8
-HOMOGENEITY_P = 0.01
 # what a class shares: its points' noise is estimated together
 CLASS = ["engine", "target", "method", "load", "concurrency", "request_rate"]
 POINT = ["cell_id", "concurrency", "request_rate"]
 INSTANCES, BASELINE_INSTANCES, WITHIN = "instances", "baseline instances", "within"
+# the variance components, as the reports name them
+SPEC_START, BASE_START, BASE_RUN = ("speculative server start", "baseline server start",
+                                    "baseline run")
+STARTS = (BASE_START, SPEC_START)
+RUN = "run"  # each run's own noise (`variance.RESIDUAL`)
 COVERS = {
-    INSTANCES: "between server instances and within",
-    BASELINE_INSTANCES: ("between server instances (the speculative server's taken as its "
-                         "baseline's) and within"),
-    WITHIN: "within one server instance only",
+    INSTANCES: "its repeats on several starts of the speculative server",
+    BASELINE_INSTANCES: "its repeats on one start of the speculative server, several of the "
+                        "baseline's",
+    WITHIN: "its repeats on one start of each server",
 }
+# where a class's start component comes from, nearest first (`_donors`)
+NEAR = (("engine", "target", "method", "load"), ("engine", "target"), ("engine",))
 
 
-def _units(y: np.ndarray, spec: np.ndarray, base: np.ndarray) -> tuple[str, np.ndarray]:
-    """(kind of unit, the unit each repeat belongs to)."""
-    if len(np.unique(spec)) > 1:
-        return INSTANCES, spec
-    if len(np.unique(base)) > 1:
-        return BASELINE_INSTANCES, base
-    return WITHIN, np.arange(len(y))
+def _start_ids(frame: pd.DataFrame, prefix: str, cell: str) -> list[tuple]:
+    """Each run's server start on one side (`prefix` "" for the speculative, "baseline_" for
+    the baseline's): its configuration (its config id, else its cell) and the start (when the
+    server started, else its session, else its server instance): runs of several workloads of
+    one configuration on one start share it."""
+    n = len(frame)
+
+    def column(name: str) -> list:
+        return frame[name].tolist() if name in frame else [None] * n
+
+    configs = [c if isinstance(c, str) else x for c, x in zip(
+        column(f"{prefix}config_id"), frame[cell].tolist(), strict=True)]
+    started, sessions, instances = (column(f"{prefix}server_started_at"),
+                                    column(f"{prefix}session"),
+                                    column(f"{prefix}server_instance"))
+    out = []
+    for config, at, session, instance in zip(configs, started, sessions, instances,
+                                             strict=True):
+        if isinstance(at, str):
+            out.append((config, "at", at))
+        elif isinstance(session, str):
+            out.append((config, "session", session))
+        else:
+            out.append((config, "instance", 0 if pd.isna(instance) else int(instance)))
+    return out
 
 
-def _point_row(y: np.ndarray, spec: np.ndarray, base: np.ndarray) -> dict:
-    kind, unit = _units(y, spec, base)
-    groups = [y[unit == u] for u in np.unique(unit)]
-    ss_units, df_units, ss_within, df_within = _anova(groups)
-    return {"kind": kind, "n": len(y), "units": len(groups),
-            "per_unit": int(round(len(y) / len(groups))),
-            "center": float(np.mean([g.mean() for g in groups])),
-            # each unit's mean, by unit: what points measured on the same units share
-            "unit_means": {float(u): float(g.mean())
-                           for u, g in zip(np.unique(unit), groups, strict=True)},
-            "ss_units": ss_units, "df_units": df_units,
-            "ss_within": ss_within, "df_within": df_within}
+def runs(frame: pd.DataFrame) -> pd.DataFrame:
+    """The paired speculative runs the model reads (per-measurement rows in, as
+    `aggregate.summarize` gives them): their log speedup, point, class and the keys of the
+    components they share."""
+    if not {"method", "speedup", "cell_id", "baseline_cell_id"} <= set(frame):
+        return pd.DataFrame()  # (no paired speedup in these rows)
+    paired = frame[(frame["method"] != "vanilla") & frame["speedup"].notna()
+                   & (frame["speedup"] > 0)].drop_duplicates(["cell_id", "concurrency",
+                                                              "request_rate", "repeat"])
+    if paired.empty:
+        return pd.DataFrame()
+    out = paired[[c for c in POINT + CLASS + ["workload", "baseline_cell_id", "repeat"]
+                  if c in paired]].copy()
+    out = out.loc[:, ~out.columns.duplicated()]
+    if "workload" not in out:
+        out["workload"] = None
+    out["y"] = np.log(paired["speedup"].to_numpy(float))
+    out[SPEC_START] = _start_ids(paired, "", "cell_id")
+    out[BASE_START] = _start_ids(paired, "baseline_", "baseline_cell_id")
+    out[BASE_RUN] = [(b, None if pd.isna(c) else int(c), None if pd.isna(q) else float(q), r)
+                     for b, c, q, r in zip(paired["baseline_cell_id"], paired["concurrency"],
+                                           paired["request_rate"], paired["repeat"],
+                                           strict=True)]
+    out["point"] = [point_key(*p) for p in zip(out["cell_id"], out["concurrency"],
+                                               out["request_rate"], strict=True)]
+    return out.reset_index(drop=True)
 
 
-def _bartlett_p(ss: np.ndarray, df: np.ndarray) -> float:
-    """Bartlett's test that variances ss/df (df > 0 each) are equal: its p-value."""
-    keep = (df > 0) & (ss > 0)
-    ss, df = ss[keep], df[keep]
-    if len(ss) < 2:
-        return 1.0
-    var, total = ss / df, df.sum()
-    pooled = ss.sum() / total
-    stat = total * np.log(pooled) - (df * np.log(var)).sum()
-    stat /= 1 + ((1 / df).sum() - 1 / total) / (3 * (len(ss) - 1))
-    return float(stats.chi2.sf(stat, len(ss) - 1))
+def _class_key(row: dict) -> tuple:
+    return tuple(None if pd.isna(row[c]) else row[c] for c in CLASS)
+
+
+def _fit(group: pd.DataFrame, external: dict | None = None) -> variance.Fit:
+    return variance.fit(group["y"].to_numpy(float), group["point"].tolist(),
+                        {name: group[name].tolist() for name in (*STARTS, BASE_RUN)},
+                        external=external,
+                        groups=dict(zip(group["point"], group["workload"], strict=True)))
+
+
+def _exported(fit: variance.Fit) -> dict[str, tuple[float, float]]:
+    """The start components a class measured, as another class borrows them: each with what
+    the class could not tell apart from it folded in (a speculative start always paired with
+    one baseline start), and its degrees of freedom."""
+    out = {}
+    for name in STARTS:
+        if name in fit.sigma2:
+            value = fit.sigma2[name] + sum(fit.sigma2.get(other, 0.0)
+                                           for other, into in fit.folded.items()
+                                           if into == name)
+            out[name] = (value, float(fit.df.get(name, np.inf)))
+    return out
+
+
+def _missing(fit: variance.Fit, group: pd.DataFrame) -> list[str]:
+    """The start components a class's points load on that it did not measure."""
+    return [name for name in STARTS if name not in fit.sigma2 and name not in fit.folded
+            and group[name].nunique() >= 1]
+
+
+def _donors(key: tuple, measured: dict[tuple, dict], names: list[str]
+            ) -> tuple[dict[str, tuple[float, float]], str | None]:
+    """The start components a class borrows (name -> (variance, degrees of freedom)) and
+    where from, in words: from the classes nearest to it that measured them (`NEAR`), their
+    variances averaged by degrees of freedom, the degrees of freedom the most any of them has
+    (classes at other levels of one configuration may share its starts)."""
+    at = dict(zip(CLASS, key, strict=True))
+    for fields in NEAR:
+        found = [(k, v) for k, v in measured.items() if k != key
+                 and all(dict(zip(CLASS, k, strict=True))[f] == at[f] for f in fields)
+                 and any(n in v for n in names)]
+        if not found:
+            continue
+        out = {}
+        for name in names:
+            values = [v[name] for _, v in found if name in v]
+            if values:
+                weights = np.array([max(df, 1.0) if np.isfinite(df) else 1e6
+                                    for _, df in values])
+                var = float(np.average([x for x, _ in values], weights=weights))
+                out[name] = (var, float(max(df for _, df in values)))
+        return out, _where(fields, [dict(zip(CLASS, k, strict=True)) for k, _ in found])
+    return {}, None
+
+
+def _where(fields: tuple, donors: list[dict]) -> str:
+    levels = sorted({_level_text(d) for d in donors})
+    if len(fields) == 4:
+        return f"measured at {', '.join(levels)} (the same method and target)"
+    methods = sorted({str(d["method"]) for d in donors})
+    if len(fields) == 2:
+        return f"measured with {', '.join(methods)} on the same target"
+    targets = sorted({str(d["target"]) for d in donors})
+    return f"measured with {', '.join(methods)} on {', '.join(targets)}"
+
+
+def _level_text(row: dict) -> str:
+    if row.get("concurrency") is not None and not pd.isna(row["concurrency"]):
+        return f"concurrency {int(row['concurrency'])}"
+    return f"{float(row['request_rate']):g} requests/s"
+
+
+def fits(frame: pd.DataFrame) -> dict[tuple, tuple[variance.Fit, pd.DataFrame, str | None]]:
+    """class key -> (its fit, its runs, where its borrowed start components come from: None
+    where it measured them or borrowed none)."""
+    table = runs(frame)
+    if table.empty:
+        return {}
+    groups = {_class_key(g.iloc[0].to_dict()): g
+              for _, g in table.groupby(CLASS, dropna=False, sort=False)}
+    first = {key: _fit(group) for key, group in groups.items()}
+    measured = {key: _exported(f) for key, f in first.items() if _exported(f)}
+    out = {}
+    for key, group in groups.items():
+        fit = first[key]
+        missing = _missing(fit, group)
+        where = None
+        if missing:
+            external, where = _donors(key, measured, missing)
+            if external:
+                fit = _fit(group, external)
+        out[key] = (fit, group, where)
+    return out
+
+
+def _half(df: float, se: float) -> float:
+    return stats.t.ppf(0.5 + CONFIDENCE / 2, max(df, 1.0)) * se if np.isfinite(df) else (
+        stats.norm.ppf(0.5 + CONFIDENCE / 2) * se)
+
+
+def _class_rows(fit: variance.Fit, group: pd.DataFrame, where: str | None) -> list[dict]:
+    """One `point_noise` row per point of a class, without its interval."""
+    by_point = group.groupby("point", sort=False)
+    # (not `agg(engine=...)`: `engine` is one of agg's own arguments)
+    info = by_point[["cell_id", "concurrency", "request_rate", "engine", "target", "method",
+                     "load", "workload", "baseline_cell_id"]].first().rename(
+        columns={"baseline_cell_id": "baseline"})
+    info["n"] = by_point["y"].size()
+    info["spec_starts"] = by_point[SPEC_START].nunique()
+    info["base_starts"] = by_point[BASE_START].nunique()
+    return [_row(meta.to_dict(), fit.points[key], fit, where, len(info))
+            for key, meta in info.iterrows()]
+
+
+def _with_intervals(rows: list[dict]) -> pd.DataFrame:
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return pd.DataFrame(columns=POINT + ["low", "high", "mde", "covers"])
+    halves = [_half(d, s) for d, s in zip(out["df"], out["se"], strict=True)]
+    out["low"] = np.exp(out["center"] - halves)
+    out["high"] = np.exp(out["center"] + halves)
+    out["mde"] = [minimum_detectable(s, d) for s, d in zip(out["se"], out["df"], strict=True)]
+    return out
+
+
+def point_noise(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per speculative point with paired speedups: its estimate (`center`, the mean log
+    speedup of its runs), its variance's components and where the start component was measured
+    (`instance_var`, `instance_from`), `df`, `se` of the log speedup, the interval (`low`,
+    `high`), `mde` (the smallest speedup this design tells from 1 with 80 % power) and `covers`
+    (what the interval covers, in words)."""
+    return _with_intervals([row for fit, group, where in fits(frame).values()
+                            for row in _class_rows(fit, group, where)])
+
+
+def _kind(meta: dict) -> str:
+    if meta["spec_starts"] > 1:
+        return INSTANCES
+    if meta["base_starts"] > 1:
+        return BASELINE_INSTANCES
+    return WITHIN
+
+
+def _row(meta: dict, point: variance.Point, fit: variance.Fit, where: str | None,
+         points: int) -> dict:
+    kind = _kind(meta)
+    starts = sum(point.parts.get(name, 0.0) for name in STARTS) * point.scale
+    measured = any(name in fit.sigma2 or name in fit.folded for name in STARTS)
+    borrowed = any(name in fit.external for name in STARTS)
+    run_var = sum(fit.sigma2.get(f, 0.0) + fit.external.get(f, (0.0, 0))[0]
+                  for f in (*STARTS, BASE_RUN)) + fit.sigma2.get(variance.RESIDUAL, 0.0)
+    n = int(meta["n"])
+    var = point.var
+    instance_df = _parts_df(point, fit, STARTS) if (measured or borrowed) else np.nan
+    return {
+        **{k: meta[k] for k in ("cell_id", "concurrency", "request_rate", "engine", "target",
+                                "method", "load", "workload", "baseline")},
+        "kind": kind, "n": n, "units": int(meta["spec_starts"]),
+        "per_unit": int(round(n / max(int(meta["spec_starts"]), 1))),
+        "center": point.center, "var": var, "se": float(np.sqrt(var)) if var >= 0 else np.nan,
+        # (Satterthwaite's df of a design it is exact for comes out as a whole number; a
+        # variance known exactly, infinite; none where nothing measured a spread)
+        # (below 1, Satterthwaite's approximation says only that the variance is hardly
+        # known: read as 1, Student's t at 12.7)
+        "df": (np.nan if not np.isfinite(var) else max(1.0, round(float(point.df), 6))
+               if np.isfinite(point.df) else 1e6),
+        "scale": point.scale,
+        "instance_var": starts, "instance_df": instance_df,
+        # the rest of its variance: the runs' (its own and the baseline's), and their df
+        "run_var": max(0.0, var - starts),
+        "run_df": _parts_df(point, fit, (BASE_RUN, variance.RESIDUAL)),
+        "instance_from": ("this class" if measured else where if borrowed else None),
+        # one run's variance about the truth, and what the point's runs share beyond
+        # independent runs (a start that measured all of them)
+        "repeat_var": run_var * point.scale,
+        "shared_var": max(0.0, var - run_var * point.scale / n),
+        "pooled_points": points, "prior_df": fit.prior_df,
+        "loads": point.loads,
+        "sigma2": {**{k: v for k, v in fit.sigma2.items()},
+                   **{k: v for k, (v, _) in fit.external.items()}},
+        "covers": _covers(kind, points, point, fit, where, measured, borrowed)}
+
+
+def _parts_df(point: variance.Point, fit: variance.Fit, names) -> float:
+    """Satterthwaite's degrees of freedom of the sum of a point's parts of components
+    `names` (each estimate's own: the class's, or where borrowed the donor's); infinite where
+    none carries a variance."""
+    parts = [(point.parts.get(name, 0.0), fit.df.get(name, np.inf) if name in fit.sigma2
+              else fit.external.get(name, (0.0, np.inf))[1]) for name in names]
+    parts = [(v, d) for v, d in parts if v > 0]
+    if not parts:
+        return np.inf
+    spread = sum(v * v / d for v, d in parts if np.isfinite(d) and d > 0)
+    return sum(v for v, _ in parts) ** 2 / spread if spread > 0 else np.inf
+
+
+def _covers(kind: str, points: int, point: variance.Point, fit: variance.Fit,
+            where: str | None, measured: bool, borrowed: bool) -> str:
+    text = COVERS[kind]
+    starts = sum(point.parts.get(name, 0.0) for name in STARTS) * point.scale
+    if measured:
+        text += (f"; the server starts' share (σ {np.sqrt(starts):.1%}) measured in its class"
+                 if starts > 0 else "; the server starts measured in its class (no spread "
+                 "between them beyond the runs')")
+    elif borrowed:
+        text += f"; the server starts' share (σ {np.sqrt(starts):.1%}) {where}"
+    else:
+        text += ("; the server starts' share is not covered: no class of this engine ran a "
+                 "configuration on several starts (set `instance_probe:`)")
+    pooled = (f"variance pooled over {points} points of its engine, target, method and level "
+              f"({dof_text(point.df)})" if points > 1 else f"its own variance "
+              f"({dof_text(point.df)})")
+    if points > 1 and np.isfinite(fit.prior_df) and abs(point.scale - 1) > 0.05:
+        pooled += (f", its own spread {point.scale:.2g}x the class's (shrunk toward its "
+                   "workload's and class's)")
+    return f"{text}; {pooled}"
 
 
 @cache
@@ -110,201 +352,45 @@ def minimum_detectable(se: float, df: float) -> float:
     stated effect is then as often above the design's true one as below."""
     if not (np.isfinite(se) and np.isfinite(df) and df > 0):
         return np.nan
-    df = round(float(df), 1)
+    df = round(float(min(df, 1e4)), 1)
     return float(np.exp(_noncentrality(df) * se * np.sqrt(df / stats.chi2.median(df))))
-
-
-def _agreeing(ss: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, float]:
-    """(which points pool, Bartlett's p of those that do): the noisiest point leaves the pool,
-    in turn, until the rest agree (p >= HOMOGENEITY_P); those that left keep their own."""
-    pool = df > 0
-    p = _bartlett_p(ss[pool], df[pool])
-    while p < HOMOGENEITY_P and pool.sum() > 2:
-        loudest = np.flatnonzero(pool)[np.argmax(ss[pool] / df[pool])]
-        pool[loudest] = False
-        p = _bartlett_p(ss[pool], df[pool])
-    if p < HOMOGENEITY_P or pool.sum() < 2:
-        pool[:] = False
-    return pool, p
-
-
-def _with_class(noise: pd.DataFrame) -> pd.DataFrame:
-    """Pooled unit variance and its degrees of freedom per point (its own if its noise
-    differs from its class's), then the standard error, interval and minimum detectable
-    effect."""
-    rows = []
-    for _, group in noise.groupby(CLASS + ["kind", "per_unit"], dropna=False, sort=False):
-        ss, df = group["ss_units"].to_numpy(float), group["df_units"].to_numpy(float)
-        pool, p = _agreeing(ss, df)
-        within_df = group["df_within"].sum()
-        within = group["ss_within"].sum() / within_df if within_df else np.nan
-        # the points of one baseline share its instances' offsets: what the pool knows of the
-        # baselines' spread has the baselines' degrees of freedom, not the points'
-        baselines_df = float(group[pool].drop_duplicates("baseline")["df_units"].sum())
-        for row, pooled, own_ss, own_df in zip(group.to_dict("records"), pool, ss, df,
-                                               strict=True):
-            var, dof = ((ss[pool].sum() / df[pool].sum(), df[pool].sum()) if pooled
-                        else (own_ss / own_df if own_df else np.nan, own_df))
-            se2 = var / row["units"]
-            if row["kind"] == BASELINE_INSTANCES and np.isfinite(var):
-                # the speculative instance's offset, taken to vary like the baseline's: the
-                # unit variance less its measurement part (all of it, without a within estimate)
-                instance = max(0.0, var - within / row["per_unit"]) if np.isfinite(within) \
-                    else var
-                se2 += instance
-                # both parts come from the one unit variance: its degrees of freedom
-                if pooled:
-                    dof = baselines_df
-            rows.append({**row, "pooled_points": int(pool.sum()) if pooled else 1,
-                         "homogeneity_p": p,
-                         # left out of its class's pool: its noise differs
-                         "set_apart": bool(not pooled and own_df > 0 and (df > 0).sum() > 1),
-                         "unit_var": var, "df": float(dof), "se": float(np.sqrt(se2))})
-    out = pd.DataFrame(rows)
-    half = [stats.t.ppf(0.5 + CONFIDENCE / 2, d) * s if d > 0 else np.nan
-            for d, s in zip(out["df"], out["se"], strict=True)]
-    out["low"] = np.exp(out["center"] - half)
-    out["high"] = np.exp(out["center"] + half)
-    out["mde"] = [minimum_detectable(s, d) for s, d in zip(out["se"], out["df"], strict=True)]
-    return out
-
-
-def point_noise(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per speculative point with paired speedups (per-measurement rows in, as
-    `aggregate.summarize` gives them): its unit kind, the pooled interval (`low`, `high`,
-    around the geometric mean of its units), `df`, `se` of the log speedup, `mde` (the
-    smallest speedup this design tells from 1 with 80 % power) and `covers` (what the interval
-    covers, in words)."""
-    paired = frame[(frame["method"] != "vanilla") & frame["speedup"].notna()
-                   & (frame["speedup"] > 0)].drop_duplicates(["cell_id", "concurrency",
-                                                              "request_rate", "repeat"])
-    if paired.empty:
-        return pd.DataFrame(columns=POINT + ["low", "high", "mde", "covers"])
-    rows = []
-    keys = POINT + CLASS[:4] + ["baseline_cell_id"]
-    for key, group in paired.groupby(keys, dropna=False, sort=False):
-        rows.append({**dict(zip(POINT + CLASS[:4] + ["baseline"], key, strict=True)), **_point_row(
-            np.log(group["speedup"].to_numpy(float)),
-            *(_instances(group, c) for c in ("server_instance", "baseline_server_instance")))})
-    noise = _with_class(pd.DataFrame(rows))
-    noise["covers"] = [
-        f"{COVERS[kind]}; {_pooling(n, p, d, apart)}"
-        for kind, n, p, d, apart in zip(noise["kind"], noise["pooled_points"],
-                                        noise["homogeneity_p"], noise["df"], noise["set_apart"],
-                                        strict=True)]
-    return noise
-
-
-def _instances(group: pd.DataFrame, column: str) -> np.ndarray:
-    """The server instance of each repeat (records that do not say: one instance)."""
-    if column not in group:
-        return np.zeros(len(group))
-    return group[column].fillna(0).to_numpy(dtype=float)
 
 
 def dof_text(df: float) -> str:
     """'6 degrees of freedom'; '1 degree of freedom'."""
+    if not np.isfinite(df) or df >= 1e4:
+        return "many degrees of freedom"
     return f"{df:.0f} degree{'' if round(df) == 1 else 's'} of freedom"
 
 
-def _pooling(points: int, p: float, df: float, apart: bool) -> str:
-    if points > 1:
-        return (f"variance pooled over {points} points of its engine, target, method and level "
-                f"({dof_text(df)}; Bartlett p = {p:.2f})")
-    if apart:
-        return (f"its own variance ({dof_text(df)}): its noise differs from the other points of "
-                f"its engine, target, method and level (Bartlett p < {HOMOGENEITY_P})")
-    return f"its own variance ({dof_text(df)})"
-
-
-def _anova(groups: list[np.ndarray]) -> tuple[float, float, float, float]:
-    """(between-group sum of squares of the group means, its df, within sum of squares, its
-    df) of groups of values."""
-    means = np.array([g.mean() for g in groups])
-    within = float(sum(((g - g.mean()) ** 2).sum() for g in groups))
-    return (float(((means - means.mean()) ** 2).sum()), len(groups) - 1, within,
-            sum(len(g) for g in groups) - len(groups))
-
-
-LEVELS, SETTINGS, OTHER = "levels of one cell", "cells at one level", "one baseline"
-
-
-def _relation(a: dict, b: dict) -> str | None:
-    """How two points' errors are related: the levels of one cell share its server instances,
-    the cells of one baseline at one level share the baseline's measurements, at different
-    levels its instances; points of different baselines are independent (None)."""
-    if a["cell_id"] == b["cell_id"]:
-        return LEVELS
-    if a["baseline"] != b["baseline"]:
-        return None
-    same_level = (point_key(None, a["concurrency"], a["request_rate"])
-                  == point_key(None, b["concurrency"], b["request_rate"]))
-    return SETTINGS if same_level else OTHER
-
-
-def correlations(noise: pd.DataFrame) -> dict[str, float]:
-    """The correlation of two points' errors, per relation (`_relation`), pooled over every
-    pair of points that measured at least two units in common (the unit means' cross products
-    about their means over those units, summed over pairs, over the root of the products of
-    their sums of squares): the levels of one cell share its instances' offsets, the cells at
-    one level share their baseline's noise. Points of different baselines are independent, and
-    a relation no pair measured has no entry (read as 0)."""
-    sums: dict[str, np.ndarray] = {}
-    for rows in (group.to_dict("records") for _, group in noise.groupby("baseline", sort=False)):
-        for i, a in enumerate(rows):
-            for b in rows[i + 1:]:
-                common = sorted(set(a["unit_means"]) & set(b["unit_means"]))
-                relation = _relation(a, b)
-                if len(common) < 2 or relation is None:
-                    continue
-                x = np.array([a["unit_means"][u] for u in common])
-                y = np.array([b["unit_means"][u] for u in common])
-                x, y = x - x.mean(), y - y.mean()
-                sums.setdefault(relation, np.zeros(3))
-                sums[relation] += [(x * y).sum(), (x * x).sum(), (y * y).sum()]
-    return {relation: float(np.clip(xy / np.sqrt(xx * yy), -1, 1)) if xx > 0 and yy > 0
-            else 0.0 for relation, (xy, xx, yy) in sums.items()}
-
-
-def covariance(points: pd.DataFrame, rho: dict[str, float]) -> np.ndarray:
-    """The covariance of the points' log speedup estimates: each point's standard error from
-    the pooled model, their correlation per relation (`correlations`), made positive
-    semi-definite."""
+def covariance(points: pd.DataFrame, rho: dict | None = None) -> np.ndarray:
+    """The covariance of the points' log speedup estimates (`point_noise` rows): each point's
+    variance on the diagonal; between two points, every component they share (a server start
+    that measured both, a baseline run both are paired with), its weight in each point's mean
+    times the component's standard deviation in each point's class. (`rho`: unused, kept for
+    callers of the earlier correlation model.)"""
     rows = points.to_dict("records")
-    se = points["se"].to_numpy(float)
-    corr = np.eye(len(rows))
+    cov = np.diag(points["var"].to_numpy(float))
     for i, a in enumerate(rows):
         for j in range(i + 1, len(rows)):
             b = rows[j]
-            corr[i, j] = corr[j, i] = rho.get(_relation(a, b), 0.0)
-    values, vectors = np.linalg.eigh(corr)
-    corr = (vectors * np.clip(values, 0, None)) @ vectors.T
-    scale = np.sqrt(np.clip(np.diag(corr), 1e-12, None))
-    corr /= np.outer(scale, scale)
-    return corr * np.outer(se, se)
+            total = 0.0
+            for name in (*STARTS, BASE_RUN):
+                la, lb = a["loads"].get(name, {}), b["loads"].get(name, {})
+                shared = set(la) & set(lb)
+                if not shared:
+                    continue
+                sd = np.sqrt(max(a["sigma2"].get(name, 0.0), 0.0)
+                             * max(b["sigma2"].get(name, 0.0), 0.0))
+                total += sd * sum(la[k] * lb[k] for k in shared)
+            cov[i, j] = cov[j, i] = total * np.sqrt(a["scale"] * b["scale"])
+    return cov
 
 
-def _server_spread(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per class, from the no-speculation points: the spread of log output throughput within
-    one server instance and between instances (the instance means less their within part)."""
-    ok = frame[(frame["method"] == "vanilla") & (frame["status"] == "ok")
-               & (frame["output_throughput"] > 0)].drop_duplicates(
-        ["cell_id", "concurrency", "request_rate", "repeat"])
-    rows = []
-    for key, group in ok.groupby(CLASS, dropna=False, sort=False):
-        parts = []
-        for _, point in group.groupby(POINT, dropna=False):
-            values = np.log(point["output_throughput"].to_numpy(float))
-            instances = _instances(point, "server_instance")
-            parts.append(_anova([values[instances == i] for i in np.unique(instances)]))
-        ss_b, df_b, ss_w, df_w = (np.array(p, dtype=float) for p in zip(*parts, strict=True))
-        within = ss_w.sum() / df_w.sum() if df_w.sum() else np.nan
-        per = len(group) / max(1.0, float((df_b + 1).sum()))  # repeats per instance
-        between = (max(0.0, ss_b.sum() / df_b.sum() - within / per)
-                   if df_b.sum() and np.isfinite(within) else np.nan)
-        rows.append({**dict(zip(CLASS, key, strict=True)), "baseline within": within,
-                     "baseline between": between})
-    return pd.DataFrame(rows, columns=CLASS + ["baseline within", "baseline between"])
+def correlations(noise: pd.DataFrame) -> dict[str, float]:
+    """Kept for callers of the earlier model: the covariance now comes from the components
+    (`covariance`)."""
+    return {}
 
 
 def point_key(cell_id: str, concurrency, rate) -> tuple:
@@ -313,70 +399,65 @@ def point_key(cell_id: str, concurrency, rate) -> tuple:
             None if pd.isna(rate) else float(rate))
 
 
-def _level(row: dict) -> tuple:
-    """A class without its method: engine, target and load level (NaN read as None)."""
-    return tuple(None if pd.isna(row[c]) else row[c] for c in CLASS if c != "method")
-
-
-def _units_needed(var: float, points: int, half_width: float) -> int | None:
-    """The fewest units per point whose pooled interval (the same number of points pooled) is
-    at most ± half_width (a share: 0.05 is ±5 %) on the speedup."""
-    for units in range(2, 65):
-        df = points * (units - 1)
-        if stats.t.ppf(0.5 + CONFIDENCE / 2, df) * np.sqrt(var / units) <= np.log1p(half_width):
+def _units_needed(start: float, within: float, per: int, half_width: float,
+                  df: float) -> int | None:
+    """The fewest starts per point (each measuring `per` runs) whose interval is at most
+    ± half_width (a share: 0.05 is ±5 %) on the speedup, the start and within-start variances
+    as measured, at `df` degrees of freedom."""
+    t = stats.t.ppf(0.5 + CONFIDENCE / 2, max(df, 1.0))
+    for units in range(1, 65):
+        if t * np.sqrt((start + within / per) / units) <= np.log1p(half_width):
             return units
     return None
 
 
 def _median(values: pd.Series) -> float:
-    """The median of the finite values, NaN where there is none (one unit: no spread) —
-    without numpy's all-NaN warning, which a report would print."""
-    finite = values.dropna()
+    """The median of the finite values, NaN where there is none — without numpy's all-NaN
+    warning, which a report would print."""
+    finite = pd.to_numeric(values, errors="coerce").dropna()
     return float(finite.median()) if len(finite) else np.nan
 
 
 def precision(frame: pd.DataFrame) -> pd.DataFrame:
-    """The variance components this run measured, per engine, target, method and level, and
-    the design that would resolve ±5 % and ±10 %: one row per class of speculative points.
-    Standard deviations are of the log (≈ a share: 0.03 is about 3 %); the measuring time a
-    repeat costs is the mean duration of its two sides' runs."""
-    noise = point_noise(frame)
-    if noise.empty:
+    """The variance components this run measured, per engine, target, method and level (one
+    row per class of speculative points: standard deviations of the log, ≈ shares), where the
+    server starts' share was measured, the minimum detectable speedup, and the starts per point
+    that would resolve ±5 % and ±10 % (with the measuring time they add: a repeat costs the
+    mean duration of its two sides' runs)."""
+    found = fits(frame)
+    if not found:
         return pd.DataFrame()
-    sides = {_level(row): row for row in _server_spread(frame).to_dict("records")}
     duration = ({point_key(*k): v for k, v in frame.groupby(POINT, dropna=False)["duration"]
                  .mean().items()} if "duration" in frame else {})
     rows = []
-    for key, group in noise.groupby(CLASS + ["kind"], dropna=False, sort=False):
-        first = group.iloc[0]
-        within_df = group["df_within"].sum()
-        within = group["ss_within"].sum() / within_df if within_df else np.nan
-        per = int(first["per_unit"])
-        var = _median(group["unit_var"])
-        between = (max(0.0, var - within / per) if np.isfinite(within) and
-                   first["kind"] != WITHIN else np.nan)
-        side = sides.get(_level(dict(zip(CLASS, key[:-1], strict=True))), {})
-        # a repeat measures both sides: the speculative run and its baseline's
+    for key, (fit, group, where) in found.items():
+        points = _with_intervals(_class_rows(fit, group, where))
+        sigma = {**fit.sigma2, **{k: v for k, (v, _) in fit.external.items()}}
+        start = sum(sigma.get(name, 0.0) for name in STARTS)
+        within = sigma.get(variance.RESIDUAL, 0.0) + sigma.get(BASE_RUN, 0.0)
+        per = int(points["per_unit"].median()) if len(points) else 1
+        measured = any(n in fit.sigma2 or n in fit.folded for n in STARTS)
         seconds = float(pd.Series([duration.get(point_key(c, k, r), np.nan)
                                    + duration.get(point_key(b, k, r), np.nan)
-                                   for c, b, k, r in zip(group["cell_id"], group["baseline"],
-                                                         group["concurrency"],
-                                                         group["request_rate"], strict=True)],
-                                  dtype=float).mean())
-        row = {**dict(zip(CLASS + ["unit"], key, strict=True)), "points": len(group),
-               "repeats per point": int(group["n"].median()),
-               "units per point": int(group["units"].median()), "repeats per unit": per,
-               "unit sd": float(np.sqrt(var)), "df": float(group["df"].median()),
-               "within sd (speedup)": float(np.sqrt(within)) if np.isfinite(within) else np.nan,
-               "between sd (speedup)": float(np.sqrt(between)) if np.isfinite(between)
+                                   for c, b, k, r in zip(points["cell_id"], points["baseline"],
+                                                         points["concurrency"],
+                                                         points["request_rate"],
+                                                         strict=True)], dtype=float).mean())
+        row = {**dict(zip(CLASS, key, strict=True)), "points": len(points),
+               "runs per point": int(points["n"].median()),
+               "starts per point": int(points["units"].median()), "runs per start": per,
+               "run sd": float(np.sqrt(sigma.get(variance.RESIDUAL, np.nan))),
+               "baseline run sd": float(np.sqrt(sigma[BASE_RUN])) if BASE_RUN in sigma
                else np.nan,
-               "baseline within sd": float(np.sqrt(side.get("baseline within", np.nan))),
-               "baseline between sd": float(np.sqrt(side.get("baseline between", np.nan))),
-               "mde": _median(group["mde"])}
+               "start sd": float(np.sqrt(start)) if (measured or fit.external) else np.nan,
+               "start df": _median(points["instance_df"]),
+               "start measured": ("in this class" if measured else where if fit.external
+                                  else "nowhere: within one start only"),
+               "df": _median(points["df"]), "mde": _median(points["mde"])}
         for half in (0.05, 0.10):
-            units = _units_needed(var, len(group), half)
-            row[f"units for ±{half:.0%}"] = units
-            extra = None if units is None else max(0, units * per - row["repeats per point"])
+            units = _units_needed(start, within, per, half, row["df"])
+            row[f"starts for ±{half:.0%}"] = units
+            extra = None if units is None else max(0, units * per - row["runs per point"])
             row[f"added measuring s per point, ±{half:.0%}"] = (
                 None if extra is None or not np.isfinite(seconds) else extra * seconds)
         rows.append(row)

@@ -1,15 +1,29 @@
 """Studies with known true speedups, simulated through the code the reports use
-(`noise.point_noise`): how often each design's interval covers the truth, how often it calls a
-true gain "speculate", and whether the minimum detectable effect it states is right.
+(`noise.point_noise`, `aggregate.with_pooled_intervals`): how often each design's interval
+covers the truth, how often it calls a true gain "speculate", whether the minimum detectable
+effect it states has its power, and whether the crossover and the switch gain cover theirs.
 
-A simulated study is one class of points (the same engine, target, method and level): a
-method at `ks` values of k on `workloads` workloads, each workload with its own vanilla
-baseline shared by its k values, all at one concurrency. Log throughputs are
+A simulated study is one method at `ks` values of k on `workloads` workloads, each workload
+with its own vanilla baseline cell (all of one baseline configuration), at one or more
+concurrency levels. Each run's log speedup is
 
-    log T = log(true level) + (the server instance's offset) + (the measurement's noise),
+    log S + a(the speculative start) − b(the baseline start) + e(its run) − c(the baseline run),
 
-both normal, with standard deviations `instance_noise` and `measurement_noise` (on the log
-scale: 0.05 is about 5 %), on both sides; repeat r runs on instance r mod n of its server.
+a, b each a server start's offset (sd `instance_noise`; the speculative configuration's start
+shared by its workloads, the baseline's by every k and workload), e, c the runs' own noise
+(sd `measurement_noise`; the baseline run shared by the k values it is paired with). Which
+start measures a run is the design's (`Design.chained`):
+
+- **chained** (config/config.yaml's served cells, `adaptive.chain`): every repeat on a start
+  of its own, on both sides; the levels of one depth of the level tree (the lowest and highest
+  first) on the same start;
+- **one start** per configuration (interleaved groups, the demo's; engine cells): every repeat
+  on it, with or without the instance probe (`probe`: that many starts of the first k's and
+  the baseline's configuration measuring the first workload, `repeats` runs each, the first on
+  the study's own starts: `grid.probe_cells`).
+
+`noisy` makes half of a class noisier (3x the runs' sd): the odd workloads' runs on both
+sides ("workload"), or the odd points' own runs ("point").
 
 `python -m sdbench.analyze.simulate` runs the full grid and writes docs/precision-simulation.md.
 """
@@ -30,31 +44,105 @@ from scipy import stats
 from sdbench.analyze.aggregate import with_pooled_intervals
 from sdbench.analyze.analysis import best_settings, crossing, crossover, switch_gain
 from sdbench.analyze.noise import minimum_detectable, point_noise
+from sdbench.plan.grid import level_tree
 
 REPO = Path(__file__).resolve().parents[3]
+PROBE = "probe"  # the instance probe's cells' ids begin so
 
 
 @dataclass(frozen=True)
 class Design:
     repeats: int
-    instances: int  # server instances of each speculative cell
-    baseline_instances: int  # of each baseline (at least the most of its pairs)
     instance_noise: float
     measurement_noise: float
-    workloads: int = 2
-    ks: int = 2
+    chained: bool = True
+    probe: int = 0  # one-start designs: the instance probe's starts of each side
+    workloads: int = 7
+    ks: int = 5
+    noisy: str = ""  # "", "workload" or "point": half of the class 3x noisier
 
     @property
     def label(self) -> str:
-        return (f"{self.repeats} repeats, {self.instances} instance(s) "
-                f"(baseline {self.baseline_instances}), instance noise "
-                f"{self.instance_noise:.0%}, measurement noise {self.measurement_noise:.0%}")
+        design = ("chained (every repeat on a start of its own)" if self.chained else
+                  "one start per configuration" + (f", instance probe of {self.probe} starts"
+                                                   if self.probe else ", no probe"))
+        return (f"{design}, {self.repeats} repeats, instance noise {self.instance_noise:.0%}, "
+                f"run noise {self.measurement_noise:.0%}"
+                + (f", half the {'workloads' if self.noisy == 'workload' else 'points'} 3x "
+                   "noisier" if self.noisy else ""))
+
+
+def _depths(levels: tuple[int, ...]) -> list[int]:
+    """Each level's depth in the adaptive rule's level tree (2 coarse levels, config/config.yaml's):
+    the levels of one depth share a chained start."""
+    tree = level_tree(len(levels), 2)
+    return [tree[i][0] for i in range(len(levels))]
+
+
+def _hot(design: Design, k: int, w: int) -> tuple[float, float]:
+    """(the point's own run noise factor, its baseline run's)."""
+    if design.noisy == "workload" and w % 2:
+        return 3.0, 3.0
+    if design.noisy == "point" and (k * design.workloads + w) % 2:
+        return 3.0, 1.0
+    return 1.0, 1.0
+
+
+def levels_frame(design: Design, curves, rng: np.random.Generator,
+                 levels: tuple[int, ...] = (1,)) -> pd.DataFrame:
+    """Per-measurement rows (the columns the noise model reads) of a study of `len(curves)`
+    settings (each its true speedup at every level of `levels`) on `design.workloads`
+    workloads, with the instance probe's where the design has one."""
+    d = design
+    depths = _depths(levels)
+    stages = (max(depths) + 1) * d.repeats if d.chained else 1
+    base_offset = rng.normal(0, d.instance_noise, stages)
+    spec_offset = rng.normal(0, d.instance_noise, (len(curves), stages))
+    rows = []
+
+    def row(cell, base_cell, config, k, w, level, r, y, spec_start, base_start):
+        return {"cell_id": cell, "concurrency": level, "request_rate": np.nan, "repeat": r,
+                "baseline_cell_id": base_cell, "engine": "serve", "target": "t",
+                "method": "m", "load": "concurrency", "workload": f"w{w}", "speculator": "m",
+                "k": k + 1, "paired": True, "speedup": float(np.exp(y)),
+                "server_instance": spec_start, "baseline_server_instance": base_start,
+                "config_id": config, "baseline_config_id": "B",
+                "server_started_at": f"{config}@{spec_start}",
+                "baseline_server_started_at": f"B@{base_start}", "status": "ok"}
+
+    for w in range(d.workloads):
+        for i, level in enumerate(levels):
+            base_runs = rng.normal(0, d.measurement_noise, d.repeats)
+            for k, curve in enumerate(curves):
+                own, base = _hot(d, k, w)
+                for r in range(d.repeats):
+                    stage = depths[i] * d.repeats + r if d.chained else 0
+                    y = (np.log(curve[i]) + spec_offset[k, stage] - base_offset[stage]
+                         + own * rng.normal(0, d.measurement_noise) - base * base_runs[r])
+                    rows.append(row(f"w{w}k{k}", f"w{w}", f"S{k}", k, w, level, r, y, stage,
+                                    stage))
+    if d.probe and not d.chained:
+        # the first k's and the baseline's configurations on `probe` starts each (the first
+        # the study's own), the first workload's prompts, `repeats` runs per start
+        extra_base = np.concatenate([[base_offset[0]], rng.normal(0, d.instance_noise,
+                                                                  d.probe - 1)])
+        extra_spec = np.concatenate([[spec_offset[0, 0]], rng.normal(0, d.instance_noise,
+                                                                     d.probe - 1)])
+        for i, level in enumerate(levels):
+            for start in range(d.probe):
+                for r in range(d.repeats):
+                    y = (np.log(curves[0][i]) + extra_spec[start] - extra_base[start]
+                         + rng.normal(0, d.measurement_noise)
+                         - rng.normal(0, d.measurement_noise))
+                    rows.append(row(f"{PROBE}w0k0", f"{PROBE}w0", "S0", 0, 0, level,
+                                    start * d.repeats + r, y, start, start))
+    return pd.DataFrame(rows)
 
 
 def study_frame(design: Design, speedup: float, rng: np.random.Generator) -> pd.DataFrame:
-    """The per-measurement rows of one simulated study (the columns `point_noise` reads): its
-    `ks` cells per workload at concurrency 1, all of true speedup `speedup`."""
-    return levels_frame(design, ((speedup,),) * design.ks, rng, levels=(1,))
+    """The per-measurement rows of one simulated study at concurrency 1: every k of true
+    speedup `speedup`."""
+    return levels_frame(design, ((speedup,),) * design.ks, rng)
 
 
 LEVELS = (1, 4, 16)
@@ -67,33 +155,9 @@ CURVES = {
 }
 
 
-def levels_frame(design: Design, curves, rng: np.random.Generator,
-                 levels: tuple[int, ...] = LEVELS) -> pd.DataFrame:
-    """Per-measurement rows of a study of `len(curves)` settings (each its true speedup at
-    every level) at `levels` on `design.workloads` workloads (each with its baseline): a server
-    instance's offset is shared by all the levels it measures, the measurement noise is drawn
-    per run."""
-    d = design
-    rows = []
-    for w in range(d.workloads):
-        base_offset = rng.normal(0, d.instance_noise, d.baseline_instances)
-        base_noise = rng.normal(0, d.measurement_noise, (len(levels), d.repeats))
-        for k, curve in enumerate(curves):
-            offset = rng.normal(0, d.instance_noise, d.instances)
-            noise = rng.normal(0, d.measurement_noise, (len(levels), d.repeats))
-            for i, level in enumerate(levels):
-                for r in range(d.repeats):
-                    log_ratio = (np.log(curve[i]) + offset[r % d.instances] + noise[i, r]
-                                 - base_offset[r % d.baseline_instances] - base_noise[i, r])
-                    rows.append({"cell_id": f"w{w}k{k}", "concurrency": level,
-                                 "request_rate": np.nan, "repeat": r,
-                                 "baseline_cell_id": f"w{w}", "engine": "serve",
-                                 "target": "t", "method": "m", "load": "concurrency",
-                                 "workload": f"w{w}", "speculator": "m", "k": k + 1,
-                                 "paired": True, "speedup": float(np.exp(log_ratio)),
-                                 "server_instance": r % d.instances,
-                                 "baseline_server_instance": r % d.baseline_instances})
-    return pd.DataFrame(rows)
+def _studied(noise: pd.DataFrame) -> pd.DataFrame:
+    """The study's own points (not the instance probe's)."""
+    return noise[~noise["cell_id"].astype(str).str.startswith(PROBE)]
 
 
 def _true_gain(curves, table: pd.DataFrame) -> float:
@@ -114,8 +178,9 @@ def run_derived(design: Design, scenario: str, studies: int, seed: int = 0) -> d
     true_cross = [crossing(list(LEVELS), np.log(curve)) for curve in curves]
     cross_hits, gain_hits, widths = [], [], []
     for _ in range(studies):
-        frame = levels_frame(design, curves, rng)
+        frame = levels_frame(design, curves, rng, LEVELS)
         noise = point_noise(frame)
+        frame = frame[~frame["cell_id"].str.startswith(PROBE)]
         for row in crossover(frame, noise).to_dict("records"):
             truth = true_cross[int(row["k"]) - 1]
             high = np.inf if pd.isna(row["crossover_high"]) else row["crossover_high"]
@@ -157,7 +222,7 @@ def run_held_out(design: Design, scenario: str, studies: int, seed: int = 0) -> 
              for k, curve in enumerate(CURVES[scenario])}
     found = {"pooled": ([], [], []), "own": ([], [], [])}
     for _ in range(studies):
-        frame = levels_frame(design, CURVES[scenario], rng)
+        frame = levels_frame(design, CURVES[scenario], rng, LEVELS)
         for name, points in (("pooled", points_of(frame)), ("own", None)):
             hits, calls, widths = found[name]
             for row in best_settings(frame, points).to_dict("records"):
@@ -179,18 +244,25 @@ def run_held_out(design: Design, scenario: str, studies: int, seed: int = 0) -> 
 
 
 def run_design(design: Design, speedup: float, studies: int, seed: int = 0) -> dict:
-    """Coverage of the true speedup, the share of points called "speculate", the median
-    minimum detectable effect stated, and what the intervals say they cover."""
+    """Coverage of the true speedup (of the whole class, and of its noisier and quieter half
+    where `noisy`), the share of points called "speculate", the median minimum detectable
+    effect stated, and what the intervals say they cover."""
     rng = np.random.default_rng(seed)
-    covered, called, mde, covers = [], [], [], set()
+    covered, called, mde, covers, halves = [], [], [], set(), {True: [], False: []}
     for _ in range(studies):
-        noise = point_noise(study_frame(design, speedup, rng))
-        covered += list((noise["low"] <= speedup) & (noise["high"] >= speedup))
+        noise = _studied(point_noise(study_frame(design, speedup, rng)))
+        hit = list((noise["low"] <= speedup) & (noise["high"] >= speedup))
+        covered += hit
         called += list(noise["low"] > 1)
         mde += list(noise["mde"])
-        covers |= {c.split(";")[0] for c in noise["covers"]}
+        covers |= {"; ".join(c.split("; ")[:2]) for c in noise["covers"]}
+        for cell, h in zip(noise["cell_id"], hit, strict=True):
+            k, w = int(cell.split("k")[1]), int(cell[1:].split("k")[0])
+            halves[_hot(design, k, w)[0] > 1].append(h)
     return {**asdict(design), "speedup": speedup, "studies": studies,
             "coverage": float(np.mean(covered)), "called": float(np.mean(called)),
+            "noisy coverage": float(np.mean(halves[True])) if halves[True] else np.nan,
+            "quiet coverage": float(np.mean(halves[False])),
             "mde": float(np.nanmedian(mde)), "covers": "; ".join(sorted(covers))}
 
 
@@ -203,7 +275,7 @@ def power_at_mde(design: Design, studies: int, seed: int = 0) -> dict:
 
 
 def _design_rows(design: Design, studies: int) -> list[dict]:
-    rows = [run_design(design, speedup, studies) for speedup in (1.0, 1.1, 1.5)]
+    rows = [run_design(design, 1.0, studies)]
     rows[-1].update(power_at_mde(design, studies))
     return rows
 
@@ -212,65 +284,82 @@ def _derived_rows(design: Design, studies: int) -> list[dict]:
     return [run_derived(design, scenario, studies) for scenario in CURVES]
 
 
+NOISE_GRID = list(itertools.product((0.0, 0.03, 0.08), (0.02, 0.10)))
+# the real config's design (chained, 3 repeats), the one-start design with and without the
+# instance probe; then half of a class 3x noisier
+DESIGNS_SIMULATED = [Design(3, i, m, chained=c, probe=p)
+                     for c, p in ((True, 0), (False, 3), (False, 0)) for i, m in NOISE_GRID] + [
+    Design(3, i, m, noisy=noisy) for noisy in ("workload", "point") for i, m in NOISE_GRID]
+DERIVED_SIMULATED = [Design(3, i, m, chained=c, probe=p, workloads=2, ks=3)
+                     for c, p in ((True, 0), (False, 3)) for i, m in NOISE_GRID]
+
+
 def grid(studies: int, workers: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(the speedup's coverage, power and MDE per design; the crossover's and switch gain's
-    coverage per design with several instances)."""
-    designs = [
-        # one speculative instance: its baseline on two (which the model borrows from)
-        Design(repeats, instances, 2 if instances == 1 else instances, inst_noise, meas_noise)
-        for repeats, instances, inst_noise, meas_noise in itertools.product(
-            (2, 3, 5), (1, 2, 3, 5), (0.0, 0.05), (0.02, 0.10))
-        if instances <= repeats]
-    derived = [d for d in designs if d.repeats in (3, 5) and d.instances > 1]
+    """(per design: the speedup's coverage, calls at a true 1.00, MDE and power; per design
+    and scenario: the crossover's and switch gain's coverage)."""
     with ProcessPoolExecutor(workers or os.cpu_count()) as pool:
-        done = pool.map(_design_rows, designs, [studies] * len(designs))
-        derived_done = pool.map(_derived_rows, derived, [studies] * len(derived))
+        done = pool.map(_design_rows, DESIGNS_SIMULATED, [studies] * len(DESIGNS_SIMULATED))
+        derived = pool.map(_derived_rows, DERIVED_SIMULATED,
+                           [studies] * len(DERIVED_SIMULATED))
         return (pd.DataFrame([row for rows in done for row in rows]),
-                pd.DataFrame([row for rows in derived_done for row in rows]))
+                pd.DataFrame([row for rows in derived for row in rows]))
+
+
+def _pct(value) -> str:
+    return "" if value is None or pd.isna(value) else f"{value:.1%}"
 
 
 def write_table(table: pd.DataFrame, path: Path, studies: int,
                 derived: pd.DataFrame | None = None) -> None:
     lines = ["# Precision of the speedup intervals: simulated coverage and power", "",
              f"Generated by `python -m sdbench.analyze.simulate` ({studies} simulated studies "
-             "per row; `sdbench.analyze.simulate` says how a study is simulated). "
-             "Coverage: the share of 95 % intervals that contain the true speedup. Called: the "
-             "share of points whose verdict is \"speculate\". MDE: the median minimum "
-             "detectable speedup the design states (80 % power); power at MDE: the share "
-             "called \"speculate\" when the true speedup is that MDE.", "",
-             "| repeats | instances (baseline) | instance noise | measurement noise | "
-             "true speedup | coverage | called | MDE | power at MDE | interval covers |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "per row; `sdbench.analyze.simulate` says how a study is simulated): one method "
+             "at 5 values of k on 7 workloads at one level (35 points, the shape of a round 1 "
+             "class of config/config.yaml), 3 repeats, through the noise model the reports use. "
+             "Instance noise: the sd of each server start's offset, on both sides; run noise: "
+             "of each run. Coverage: the share of 95 % intervals that contain the true "
+             "speedup (of the noisier and the quieter half where half the class is noisier). "
+             "Speculate at 1.00: the share of points called \"speculate\" where the true "
+             "speedup is 1. MDE: the median minimum detectable speedup the design states "
+             "(80 % power); power at MDE: the share called \"speculate\" when the true speedup "
+             "is that MDE.", "",
+             "| design | instance noise | run noise | coverage | noisier / quieter half | "
+             "speculate at 1.00 | MDE | power at MDE | interval covers |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in table.to_dict("records"):
-        power = row.get("power")
+        design = Design(**{k: row[k] for k in Design.__dataclass_fields__})
+        halves = (f"{_pct(row['noisy coverage'])} / {_pct(row['quiet coverage'])}"
+                  if row["noisy"] else "")
         lines.append(
-            f"| {row['repeats']} | {row['instances']} ({row['baseline_instances']}) | "
-            f"{row['instance_noise']:.0%} | {row['measurement_noise']:.0%} | "
-            f"{row['speedup']:.2f} | {row['coverage']:.1%} | {row['called']:.1%} | "
-            f"{row['mde']:.3f} | {'' if power is None or pd.isna(power) else f'{power:.1%}'} "
-            f"| {row['covers']} |")
+            f"| {design.label.split(', instance noise')[0]} | {row['instance_noise']:.0%} | "
+            f"{row['measurement_noise']:.0%} | {_pct(row['coverage'])} | {halves} | "
+            f"{_pct(row['called'])} | {row['stated_mde']:.3f} | {_pct(row.get('power'))} | "
+            f"{row['covers']} |")
     if derived is not None and not derived.empty:
         lines += ["", "## The crossover and the switch gain", "",
                   "Three settings of one method at concurrency "
                   f"{', '.join(map(str, LEVELS))} on two workloads, each with its baseline "
-                  "(`CURVES`): *crossing*, three settings whose speedups cross 1 at "
+                  "cell (`CURVES`): *crossing*, three settings whose speedups cross 1 at "
                   "different loads and whose best setting changes with load; *tied*, three "
                   "equal settings (true speedups "
-                  f"{', '.join(f'{v:g}' for v in CURVES['tied'][0])}). A server instance's "
-                  "offset is shared by every level it measures. Crossover coverage: the "
-                  "share of 95 % confidence sets (`analysis.crossover`) that contain where "
-                  "the true curve falls below 1. Switch gain coverage: the share of 95 % "
-                  "intervals (`analysis.switch_gain`) that contain the true gain of the "
-                  "switch and static setting the study picked; width: the interval's median "
-                  "width (on the speedup ratio).", "",
-                  "| repeats | instances | instance noise | measurement noise | scenario | "
-                  "crossover coverage | switch gain coverage | switch gain interval width |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  f"{', '.join(f'{v:g}' for v in CURVES['tied'][0])}). A server start's "
+                  "offset is shared by every level it measures (chained: the lowest and highest "
+                  "level's repeats share their starts, the middle level's have their own). "
+                  "Crossover coverage: the share of 95 % confidence sets "
+                  "(`analysis.crossover`) that contain where the true curve falls below 1. "
+                  "Switch gain coverage: the share of 95 % intervals (`analysis.switch_gain`) "
+                  "that contain the true gain of the switch and static setting the study "
+                  "picked; width: the interval's median width (on the speedup ratio).", "",
+                  "| design | instance noise | run noise | scenario | crossover coverage | "
+                  "switch gain coverage | switch gain interval width |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
         for row in derived.to_dict("records"):
+            design = Design(**{k: row[k] for k in Design.__dataclass_fields__})
             lines.append(
-                f"| {row['repeats']} | {row['instances']} | {row['instance_noise']:.0%} | "
-                f"{row['measurement_noise']:.0%} | {row['scenario']} | "
-                f"{row['crossover coverage']:.1%} | {row['switch gain coverage']:.1%} | "
+                f"| {design.label.split(', instance noise')[0]} | "
+                f"{row['instance_noise']:.0%} | {row['measurement_noise']:.0%} | "
+                f"{row['scenario']} | {_pct(row['crossover coverage'])} | "
+                f"{_pct(row['switch gain coverage'])} | "
                 f"{row['switch gain interval width']:.3f} |")
     path.write_text("\n".join(lines) + "\n")
 
@@ -329,11 +418,11 @@ def write_defaults(path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-HELD_OUT_DESIGNS = [Design(repeats, 1, 1, 0.0, noise, workloads=1)
+HELD_OUT_DESIGNS = [Design(repeats, 0.0, noise, chained=False, workloads=1, ks=3)
                     for repeats in (2, 3, 5) for noise in (0.02, 0.05, 0.10)] + [
-    # each repeat on a server instance of its own, both sides: an instance's offset is part of
-    # each repeat's noise (shared by the levels it measures)
-    Design(3, 3, 3, offset, 0.05, workloads=1) for offset in (0.02, 0.05)]
+    # each repeat on a server start of its own, both sides (chained): a start's offset is part
+    # of each repeat's noise (shared by the levels of its depth)
+    Design(3, offset, 0.05, workloads=1, ks=3) for offset in (0.02, 0.05)]
 
 
 def _held_out_rows(design: Design, studies: int) -> list[dict]:
@@ -369,8 +458,8 @@ def write_held_out(path: Path, studies: int, workers: int | None = None) -> None
     for row in rows:
         called = [("" if pd.isna(row[f"{n} called"]) else f"{row[f'{n} called']:.1%}")
                   for n in ("pooled", "own")]
-        instances = ("1" if row["instances"] == 1 else
-                     f"{row['instances']}, offset σ {row['instance_noise']:.0%}")
+        instances = ("1" if not row["chained"] else
+                     f"{row['repeats']} (chained), offset σ {row['instance_noise']:.0%}")
         lines.append(
             f"| {row['repeats']} | {instances} | {row['measurement_noise']:.0%} | "
             f"{row['scenario']} | "

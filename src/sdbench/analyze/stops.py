@@ -23,21 +23,35 @@ LEVEL = ["concurrency", "request_rate"]
 COLUMNS = ["cell_id", *LEVEL, "reason", "repeats", "looks", "holds", "why"]
 
 
-def _log_speedups(frame: pd.DataFrame, before: int, metric: str = "speedup",
-                  against: pd.DataFrame | None = None) -> np.ndarray:
+def _looks(frame: pd.DataFrame, before: int, metric: str = "speedup",
+           against: pd.DataFrame | None = None) -> tuple[np.ndarray, list[int]]:
     """The paired log speedups (`metric`: the throughput's, or the TPOT's that a stop at an
-    open-loop rate reads) of the repeats before `before`, in repeat order; `against`: another
-    cell's records at the level (cells measured in turn, `stopping.turn_stops`), the speedups
-    then over its repeats (the ratio of the metric's column, repeat by repeat)."""
+    open-loop rate reads) of the repeats before `before`, in repeat order, and the server start
+    (instance: a chained cell's stage) each was measured on; `against`: another cell's records
+    at the level (cells measured in turn, `stopping.turn_stops`), the speedups then over its
+    repeats (the ratio of the metric's column, repeat by repeat)."""
+    mine = frame[(frame["status"] == "ok") & (frame["repeat"] < before)]
     if against is not None:
         column, higher = SPEEDUPS[metric]
         values = [part[(part["status"] == "ok") & (part["repeat"] < before)].set_index(
             "repeat")[column] for part in (frame, against)]
         ratio = (values[0] / values[1]).dropna().sort_index() ** (1 if higher else -1)
-        return np.log(ratio[ratio > 0].to_numpy(float))
-    paired = frame[(frame["status"] == "ok") & frame[metric].notna() & (frame["repeat"]
-                                                                         < before)]
-    return np.log(paired.sort_values("repeat")[metric].to_numpy(float))
+        ratio = ratio[ratio > 0]
+        repeats = list(ratio.index)
+        ys = np.log(ratio.to_numpy(float))
+    else:
+        mine = mine[mine[metric].notna()].sort_values("repeat")
+        repeats = list(mine["repeat"])
+        ys = np.log(mine[metric].to_numpy(float))
+    instances = (dict(zip(mine["repeat"], mine["server_instance"], strict=True))
+                 if "server_instance" in mine else {})
+    return ys, [0 if pd.isna(instances.get(r)) else int(instances[r]) for r in repeats]
+
+
+def _log_speedups(frame: pd.DataFrame, before: int, metric: str = "speedup",
+                  against: pd.DataFrame | None = None) -> np.ndarray:
+    """The paired log speedups of the repeats before `before` (`_looks`)."""
+    return _looks(frame, before, metric, against)[0]
 
 
 def recheck_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -87,18 +101,17 @@ def _recheck(level: pd.DataFrame, row, stop: dict) -> str | None:
     before, metric = stop["before_repeat"], stop.get("metric", "speedup")
     # cells measured in turn: their speedups over the cell they stopped against
     against = (level[level["cell_id"] == stop["against"]] if "against" in stop else None)
-    ys = _log_speedups(level[level["cell_id"] == row.cell_id], before, metric, against)
+    ys, own = _looks(level[level["cell_id"] == row.cell_id], before, metric, against)
     pooled = level[level["cell_id"].isin(stop.get("pooled_cells") or [row.cell_id])]
     # (a chain's look inside a whole repeat: σ pooled over each cell's repeats as far as the
     # look saw them, `seen_before`; stops stored before 2026-12-04 say only group_before,
     # how far it saw every cell's: as of the repeat's first block)
     group_before = stop.get("group_before", before)
     seen = stop.get("seen_before") or {}
-    ss, df = adaptive.spread(_log_speedups(cell, seen.get(cell_id, group_before), metric,
-                                           against)
-                             for cell_id, cell in pooled.groupby("cell_id"))
+    looks = [_looks(cell, seen.get(cell_id, group_before), metric, against)
+             for cell_id, cell in pooled.groupby("cell_id")]
     rule = adaptive.Rule(**stop["rule"]).at(stop.get("blocks", 1), _closed(row.concurrency))
-    sigma, _ = adaptive.pooled_sigma(rule, ss, df)
+    sigma, _ = adaptive.rule_sigma(rule, looks, own, bool(stop.get("several_starts")))
     if not math.isclose(sigma, stop["sigma"], rel_tol=1e-9):
         return f"σ recomputed {sigma:.4g}, stored {stop['sigma']:.4g}"
     return adaptive.recheck(stop, ys)
@@ -113,9 +126,10 @@ def _level_decisions(frame: pd.DataFrame, level: float, cells: list, rule,
     at = frame[(frame[column] == level) & frame["cell_id"].isin(cells)]
     if not (at["status"] == "ok").any():
         return None
+    looks = {cell_id: _looks(rows, math.inf, metric) for cell_id, rows in at.groupby("cell_id")}
     return adaptive.level_decisions(
-        {cell_id: (str(rows["speculator"].iloc[0]), list(_log_speedups(rows, math.inf, metric)),
-                   len(rows)) for cell_id, rows in at.groupby("cell_id")}, rule)
+        {cell_id: (str(rows["speculator"].iloc[0]), list(looks[cell_id][0]), len(rows),
+                   looks[cell_id][1]) for cell_id, rows in at.groupby("cell_id")}, rule)
 
 
 def _level_recheck(frame: pd.DataFrame, cell_id: str, stop: dict) -> str | None:

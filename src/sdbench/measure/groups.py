@@ -110,8 +110,9 @@ def measure_group(session: Session, cells: dict[str, grid.Cell], runs: list[Cell
                     fail(run, failed, f"{type(exc).__name__}: {exc}")
                 continue
             members = [r for r in members if r.cell_id not in failed]
-            if rule is not None:
-                at = adaptive.cell_rule(config, lead.cell)  # (one workload per group)
+            # (one workload per group; none for the instance probe's, measured in full)
+            at = None if rule is None else adaptive.cell_rule(config, lead.cell)
+            if at is not None:
                 stops = stopping.GroupStops(at, lead, [r for r in members if r is not lead],
                                             keep=paired_elsewhere(lead, members, cells,
                                                                   config))

@@ -184,8 +184,8 @@ class GroupStops:
     def decisions(self, level: tuple) -> dict:
         """The level's `adaptive.level_decisions` from every partner's repeats there."""
         return adaptive.level_decisions(
-            {p.cell_id: (p.cell.speculator, self._ys(p, level, math.inf),
-                         len(self._repeats(p, level)))
+            {p.cell_id: (p.cell.speculator, *self._looks(p, level, math.inf)[:1],
+                         len(self._repeats(p, level)), self._looks(p, level, math.inf)[1])
              for p in self.partners if self._repeats(p, level)}, self.rule_at(level))
 
     def gate(self, level: tuple) -> dict:
@@ -228,11 +228,23 @@ class GroupStops:
         return sorted((pid for pid in run.plan if _level(pid) == level), key=lambda p: p[-1])
 
     def _ys(self, run, level: tuple, before: int) -> list[float]:
-        out = []
+        return self._looks(run, level, before)[0]
+
+    def _starts(self, run, level: tuple) -> int:
+        """The server starts `run`'s point at `level` is planned on (a chained cell's stages,
+        its instances)."""
+        return len({run.cell.instance_of(pid[-1], run.plan[pid][0])
+                    for pid in self._repeats(run, level)})
+
+    def _looks(self, run, level: tuple, before: int) -> tuple[list[float], list[int]]:
+        """`run`'s paired log speedups at `level` before repeat `before`, and the server start
+        (instance: a chained cell's stage) each was measured on."""
+        ys, starts = [], []
         for pid in self._repeats(run, level):
             if pid[-1] < before and (y := _log_ratio(run, self.lead, pid)) is not None:
-                out.append(y)
-        return out
+                ys.append(y)
+                starts.append(run.cell.instance_of(pid[-1], run.plan[pid][0]))
+        return ys, starts
 
     def _before(self, run, other, level: tuple, repeat: int) -> int:
         """How far `run`'s look before `repeat` at `level` sees `other`'s repeats: its own
@@ -253,16 +265,17 @@ class GroupStops:
         """The rule's look before `repeat` at `level` (None: go on), from each cell's repeats
         as far as it sees them (`_before`): σ pooled over the cells, the race among a
         speculator's settings."""
-        ys = self._ys(run, level, repeat)
+        ys, own = self._looks(run, level, repeat)
         if not ys:
             return None
         start = self._first_block((*level, repeat))[-1] if self.chained else repeat
         seen = {other.cell_id: self._before(run, other, level, repeat)
                 for other in self.partners}
-        ss, df = adaptive.spread(self._ys(other, level, seen[other.cell_id])
-                                 for other in self.partners)
+        looks = [self._looks(other, level, seen[other.cell_id]) for other in self.partners]
+        ss, df = adaptive.spread(values for values, _ in looks)
         rule = adaptive.for_cell(self.rule_at(level), run.cell)
-        sigma, pooled_df = adaptive.pooled_sigma(rule, ss, df)
+        several = self._starts(run, level) > 1
+        sigma, pooled_df = adaptive.rule_sigma(rule, looks, own, several)
         looks = len(self._repeats(run, level))
         rivals = [other for other in self.partners
                   if other.cell.speculator == run.cell.speculator]
@@ -287,6 +300,7 @@ class GroupStops:
                 "rule": adaptive.for_cell(self.rule, run.cell).to_dict(),
                 "blocks": self.blocks.get(level, 1), "metric": metric_of(level),
                 "bar": bar, "rivals": racing, "pooled_ss": ss, "pooled_df": df,
+                **({"several_starts": True} if several else {}),
                 "pooled_cells": sorted(p.cell_id for p in self.partners),
                 **({"against": self.lead.cell_id} if self.turns else {}),
                 "speedup": math.exp(look.mean), "low": math.exp(look.low),

@@ -50,6 +50,7 @@ analysis stage recomputes it. `sdbench.plan.sweeps` simulates whole sweeps throu
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, fields, replace
 from functools import cache, lru_cache
 
@@ -65,6 +66,15 @@ LEVEL = "level"  # a point at a level the bisection leaves out (for its cell, or
 BASELINE = "baseline"  # a cell others stop against, stopped where all of them have
 
 
+# the config's defaults where they differ from a stored rule's (`Rule.from_config`): the prior
+# counts for 4 degrees of freedom (a run's own spread outweighs it after a few repeats: with 20,
+# a prior at half the true noise kept intervals too narrow, 85 % coverage in simulation), and
+# the server starts' share of one repeat's log speedup is 3 % (the H100's instances of one
+# configuration differed by 0.1-3.8 %, docs/design-defaults.md)
+PRIOR_DF = 4.0
+INSTANCE_NOISE = 0.03
+
+
 @dataclass(frozen=True)
 class Rule:
     """The sequential rule of one sweep (the config's `adaptive:`)."""
@@ -72,7 +82,7 @@ class Rule:
     precision: float = 0.05  # stop when the interval is within ± this share of the speedup
     alpha: float = 0.05  # 1 − the simultaneous coverage of a point's intervals
     shape: float = 0.25  # Wang & Tsiatis' Δ: 0.5 Pocock, 0 O'Brien-Fleming
-    noise: float = 0.05  # prior sd of one repeat's log speedup
+    noise: float = 0.05  # prior sd of one repeat's log speedup within a server start
     prior_df: float = 20.0  # how many degrees of freedom the prior counts for
     futility: float = 0.1  # stop when the chance of a verdict by the cap falls below this
     min_repeats: int = 1  # never stop before this many paired repeats
@@ -85,6 +95,10 @@ class Rule:
     # out of reach by the cap (`decide`); False: at once (the rule before 2026-11-28: a stored
     # rule without the key reads so, and its stops recheck as they were decided)
     beaten_needs_verdict: bool = False
+    # prior sd of the server starts' share of the log speedup (both sides' starts: it does not
+    # shrink with more repeats on one start); None: the rule before 2026-12-07, which counted
+    # none and pooled the looks' spread with `noise` (a stored rule without the key reads so)
+    instance_noise: float | None = None
 
     def __post_init__(self):
         # from the config (a mapping) or a stored stop (JSON lists): sorted pairs, hashable
@@ -98,8 +112,10 @@ class Rule:
         """The config's `adaptive:` section as a rule; None where it is off or absent."""
         if not settings.adaptive_on(section):
             return None
-        return cls(**{"beaten_needs_verdict": True,
+        return cls(**{"beaten_needs_verdict": True, "prior_df": PRIOR_DF,
+                      "instance_noise": INSTANCE_NOISE,
                       **{f.name: section[f.name] if f.name == "level_noise"
+                         else float(section[f.name]) if f.name == "instance_noise"
                          else type(f.default)(section[f.name]) for f in fields(cls)
                          if f.name in section}})
 
@@ -114,6 +130,8 @@ class Rule:
             del out["level_noise"]
         if not self.beaten_needs_verdict:
             del out["beaten_needs_verdict"]
+        if self.instance_noise is None:
+            del out["instance_noise"]
         return out
 
     def noise_at(self, concurrency: int | None = None) -> float:
@@ -124,10 +142,15 @@ class Rule:
     def at(self, blocks: int = 1, concurrency: int | None = None) -> Rule:
         """The rule at one level: its prior σ the level's own (`noise_at`) and, where its
         repeats are split into `blocks` blocks of prompts (`grid.point_blocks`), one block's,
-        √blocks times a whole repeat's, as it would be were a repeat's noise all its prompts'
-        own."""
-        noise = self.noise_at(concurrency) * math.sqrt(max(blocks, 1))
-        return replace(self, noise=noise, level_noise=())
+        √blocks times a whole repeat's (its noise within a server start is its prompts' own);
+        a level's own prior scales the starts' share alike (an H100's instances differed less
+        at concurrency 1 than under load), which blocks leave as it is (a start's offset is
+        shared by all its blocks)."""
+        level = self.noise_at(concurrency)
+        noise = level * math.sqrt(max(blocks, 1))
+        instance = (None if self.instance_noise is None
+                    else self.instance_noise * level / self.noise)
+        return replace(self, noise=noise, level_noise=(), instance_noise=instance)
 
 
 def staying_inside(bound, step: float = 0.05) -> float:
@@ -194,6 +217,127 @@ def pooled_sigma(rule: Rule, ss: float, df: float) -> tuple[float, float]:
     if total <= 0:
         return rule.noise, math.inf
     return math.sqrt((rule.prior_df * rule.noise ** 2 + ss) / total), total
+
+
+def start_spread(groups) -> dict:
+    """The spread of `groups`' looks (each a point's looks so far: (values, the server start
+    of each)) within and between server starts: `within`, `within_df` (looks about their
+    start's mean); between the start means of points measured on several starts, what is
+    common to the points at each start (`common`, `common_df`: a baseline's start, shared by
+    every setting paired with it) and what is each point's own (`own`, `own_df`: its own
+    server's starts); `points`, the points per start; and `weight`, the mean of 1 ÷ the looks
+    on a start (how much of the within-start variance a start's mean carries)."""
+    within = within_df = 0.0
+    deviations: dict = {}  # start -> each point's start mean less its mean over its starts
+    inverse = []
+    spread_points = 0  # points measured on several starts
+    for values, starts in groups:
+        values = np.asarray(values, dtype=float)
+        starts = np.asarray(list(starts)[:len(values)])
+        own = {}
+        for start in dict.fromkeys(starts.tolist()):
+            part = values[starts == start]
+            within += float(np.sum((part - part.mean()) ** 2))
+            within_df += len(part) - 1
+            own[start] = float(part.mean())
+        if len(own) > 1:
+            spread_points += 1
+            centre = float(np.mean(list(own.values())))
+            for start, mean in own.items():
+                deviations.setdefault(start, []).append(mean - centre)
+                inverse.append(1 / int(np.sum(starts == start)))
+    common = own_ss = 0.0
+    counts = []
+    for values in deviations.values():
+        d = float(np.mean(values))
+        common += len(values) * d * d
+        own_ss += float(np.sum((np.asarray(values) - d) ** 2))
+        counts.append(len(values))
+    common_df = max(len(deviations) - 1, 0)
+    return {"within": within, "within_df": within_df, "common": common,
+            "common_df": common_df, "own": own_ss,
+            "own_df": max(sum(counts) - spread_points - common_df, 0),
+            "points": float(np.mean(counts)) if counts else 1.0,
+            "weight": float(np.mean(inverse)) if inverse else 0.0}
+
+
+# before the spread between server starts is measured (the looks so far on one start of
+# several planned), the starts' share is read at this many times its prior: a prior below the
+# truth would otherwise settle verdicts one start cannot tell from its own offset (a prior at
+# half the truth kept the full design's verdict at 93 % of points with the prior as it is, at
+# 95-97 % with it doubled: docs/adaptive-simulation.md)
+UNMEASURED_STARTS = 2.0
+
+
+def look_variance(rule: Rule, groups, starts, several: bool = False) -> tuple[float, float]:
+    """(σ, its degrees of freedom) of a point's looks so far, as the interval reads them
+    (half-width multiplier × σ ÷ √n): the variance of their mean, × n. The mean's variance is
+    τ² Σ_s (n_s/n)² + σ_w²/n for n_s of its n looks on server start s: σ_w² the within-start
+    variance of one look (the rule's prior, `noise`, pooled with the spread of looks on one
+    start of the points in `groups`: each (values, their starts)), τ² the starts' share (the
+    prior `instance_noise`, pooled with the spread between the start means of points measured
+    on several starts, less what their within-start noise explains: what the points share at
+    a start, a baseline's start, counts as the few starts it is, `start_spread`), each prior
+    counted as `prior_df` degrees of freedom. With one look per start (no within-start spread
+    measured) the two are told apart by the priors only, and their sum is what the starts'
+    spread measures. `several`: the point is planned on several starts; while no point of
+    the group has looks on two, the starts' share is the prior's × UNMEASURED_STARTS. The
+    degrees of freedom are Satterthwaite's, as the summary's noise model counts them
+    (`sdbench.variance`)."""
+    spread_ = start_spread(groups)
+    d = rule.prior_df
+    prior_w, prior_i = rule.noise ** 2, (rule.instance_noise or 0.0) ** 2
+    if several and spread_["common_df"] + spread_["own_df"] == 0:
+        prior_i *= UNMEASURED_STARTS ** 2
+    within, within_df = spread_["within"], spread_["within_df"]
+    df_w = d + within_df
+    sigma_w = (d * prior_w + within) / df_w if df_w > 0 else prior_w
+    # the starts' share from the two strata: each point's own (its server's starts) and what
+    # the points at a start share, per point (a baseline's start, shared by k of them)
+    k = max(spread_["points"], 1.0)
+    parts = []
+    if spread_["own_df"] > 0:
+        parts.append(((1 - 1 / k) * spread_["own"] / spread_["own_df"], spread_["own_df"]))
+    if spread_["common_df"] > 0:
+        parts.append((spread_["common"] / spread_["common_df"] / k, spread_["common_df"]))
+    data = sum(v for v, _ in parts)
+    data_df = (data ** 2 / sum(v * v / f for v, f in parts)
+               if parts and data > 0 else sum(f for _, f in parts))
+    if within_df == 0 and parts:
+        # one look per start: the starts' spread is the whole variance of a look
+        total = (d * (prior_w + prior_i) + data_df * data) / (d + data_df)
+        share = prior_i / (prior_w + prior_i)
+        sigma_i, sigma_w = total * share, total * (1 - share)
+        df_i = df_w = d + data_df
+    else:
+        measured = max(0.0, data - spread_["weight"] * sigma_w) if parts else 0.0
+        df_i = d + (data_df if parts else 0.0)
+        sigma_i = ((d * prior_i + (data_df if parts else 0.0) * measured) / df_i if df_i > 0
+                   else prior_i)
+    starts = list(starts)
+    n = len(starts)
+    if n == 0:
+        return math.sqrt(sigma_w + sigma_i), min(df_w, df_i) if df_w and df_i else math.inf
+    counts = np.array(list(Counter(starts).values()), dtype=float)
+    shared = sigma_i * float(np.sum((counts / n) ** 2))
+    var = shared + sigma_w / n
+    pieces = (shared ** 2 / df_i if shared > 0 and df_i > 0 else 0.0) + (
+        (sigma_w / n) ** 2 / df_w if df_w > 0 else 0.0)
+    df = var ** 2 / pieces if pieces > 0 else math.inf
+    return math.sqrt(var * n), df
+
+
+def rule_sigma(rule: Rule, groups, starts=(), several: bool = False) -> tuple[float, float]:
+    """σ and its degrees of freedom of a point's looks as `decide` reads them, from the looks of
+    the points the rule pools (`groups`: each (values, the server start of each); the point's
+    own among them), the starts of the point's own looks and whether it is planned on several
+    (`several`): `look_variance`, or for a rule without an instance prior (stored before it
+    had one) the prior pooled with the spread of the looks within each point
+    (`pooled_sigma`), as it was decided."""
+    groups = [(list(values), list(on)) for values, on in groups]
+    if rule.instance_noise is None:
+        return pooled_sigma(rule, *spread(values for values, _ in groups))
+    return look_variance(rule, groups, starts, several)
 
 
 @dataclass(frozen=True)
@@ -340,15 +484,18 @@ def level_decisions(cells: dict, rule: Rule) -> dict:
     """What decides whether a level is bisected, from its finished repeats: per speculator,
     [its best setting there (highest mean), whether that setting's interval says speculate (1),
     no speculation (−1) or neither (0)]. `cells`: setting -> (its speculator, its paired log
-    speedups, its planned repeats); σ pools their spread with the rule's prior."""
-    sigma, df = pooled_sigma(rule, *spread(ys for _, ys, _ in cells.values()))
+    speedups, its planned repeats[, the server start of each]); σ from their looks and the
+    rule's priors (`rule_sigma`)."""
+    looks = {key: (value[1], value[3] if len(value) > 3 else [0] * len(value[1]))
+             for key, value in cells.items()}
     best: dict = {}
-    for key, (speculator, ys, looks) in sorted(cells.items()):
+    for key, (speculator, ys, planned, *_) in sorted(cells.items()):
         if len(ys) and (speculator not in best or np.mean(ys) > best[speculator][1]):
-            best[speculator] = (key, float(np.mean(ys)), ys, looks)
+            best[speculator] = (key, float(np.mean(ys)), ys, planned)
     out = {}
-    for speculator, (key, _, ys, looks) in sorted(best.items()):
-        mean, half = interval(ys, max(looks, len(ys)), rule, sigma, df)
+    for speculator, (key, _, ys, planned) in sorted(best.items()):
+        sigma, df = rule_sigma(rule, looks.values(), looks[key][1])
+        mean, half = interval(ys, max(planned, len(ys)), rule, sigma, df)
         out[speculator] = [key, 1 if mean - half > 0 else -1 if mean + half < 0 else 0]
     return out
 
@@ -386,9 +533,12 @@ SAMPLED_MIN_REPEATS = 2
 
 
 def cell_rule(config: dict, cell: grid.Cell) -> Rule | None:
-    """The config's rule as it applies to `cell` (None where the rule is off): above
-    temperature 0, never stopping before SAMPLED_MIN_REPEATS repeats."""
+    """The config's rule as it applies to `cell` (None where the rule is off, and for the
+    instance probe's cells, measured in full: `grid.probe_cells`): above temperature 0, never
+    stopping before SAMPLED_MIN_REPEATS repeats."""
     rule = Rule.from_config(config.get("adaptive"))
+    if rule is not None and grid.is_probe(cell):
+        return None
     if rule is None or not cell.workload["loadgen"].get("temperature"):
         return rule
     return replace(rule, min_repeats=max(rule.min_repeats, SAMPLED_MIN_REPEATS))
@@ -414,4 +564,4 @@ def reads_baseline(config: dict, cell: grid.Cell) -> bool:
     interleaved, an offline or Transformers cell: its engine's points stop between batches,
     `sdbench.measure.engine_cells`)."""
     return (Rule.from_config(config.get("adaptive")) is not None and not cell.is_baseline
-            and not cell.group)
+            and not cell.group and not grid.is_probe(cell))

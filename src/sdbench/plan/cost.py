@@ -41,7 +41,7 @@ from sdbench.plan.work import (
     stored_card,
 )
 
-PARTS = ("round1", "round2", "round3", "dynamic-K")
+PARTS = ("round1", "round2", "round3", grid.PROBE_ROUND, "dynamic-K")
 
 
 @dataclass
@@ -333,6 +333,7 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
             own.add(work, gpu=model.device.gpu)
         arms.append(arm_sweep(cell, own, config, schedules, model.device.gpu,
                               entries[cell.server_config["method_options"]["derived"]]))
+    probe = probe_work(planned, measuring, model, root)
     total = Tally()
     for tally in tallies.values():
         for name in ("cells", "sessions", "starts", "starts_without", "startup_h",
@@ -343,7 +344,36 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
             "unsupported": unsupported, "measured_starts": len(measured),
             "sessions": planned, "work": works, "cells": measuring,
             "cards": prompt_cards(measuring, root),
-            "predicted": predicted_sweeps(config, measuring, model, root), "arms": arms}
+            "predicted": predicted_sweeps(config, measuring, model, root), "arms": arms,
+            "probe": probe, "chained": chained_starts(planned, works)}
+
+
+def probe_work(planned: dict, cells: dict[str, grid.Cell], model, root) -> dict:
+    """What the instance probe costs (`grid.probe_cells`): the starts and start-up of the
+    sessions that measure nothing else (its first instance shares the cells' own start), the
+    measuring of its cells in every session, and the configurations it probes."""
+    out = {"starts": 0, "startup_h": 0.0, "measuring_h": 0.0, "cells": 0, "probed": set()}
+    for session in planned.values():
+        ids = [c for c in session.cells if grid.is_probe(cells[c])]
+        if not ids:
+            continue
+        own = session_work(session.only(ids), cells, model, root=root)
+        out["measuring_h"] += own.measuring_s / 3600 * own.gpus
+        if len(ids) == len(session.cells):
+            out["starts"] += own.starts
+            out["startup_h"] += own.startup_s / 3600 * own.gpus
+        out["probed"] |= {(cells[c].server_config["target"]["name"], cells[c].speculator)
+                          for c in ids if not cells[c].is_baseline}
+    out["cells"] = sum(1 for c in cells.values() if grid.is_probe(c))
+    return out
+
+
+def chained_starts(planned: dict, works: dict) -> dict:
+    """The starts of the chained cells' stages (`adaptive.chain`: every repeat on a start of
+    its own, which is what measures the spread between starts for them) and their start-up."""
+    chained = [works[sid] for sid in planned if "-c" in sid]
+    return {"starts": sum(w.starts for w in chained),
+            "startup_h": sum(w.startup_s / 3600 * w.gpus for w in chained)}
 
 
 # what a predicted sweep's levels are: closed-loop concurrency, open-loop request rates (their
@@ -530,7 +560,8 @@ def adaptive_projection(config: dict, parts: dict,
     ways = ["levels bisected", "every level"] if rule.bisect else ["every level",
                                                                    "levels bisected"]
     lines = ["", f"adaptive measuring ({state} in this config; rule: ±{rule.precision:.0%}, "
-             f"α {rule.alpha}, prior σ {rule.noise:g} of a repeat's log speedup on "
+             f"α {rule.alpha}, prior σ {rule.noise:g} of a repeat's log speedup within a "
+             f"server start and {rule.instance_noise or 0:g} between starts, each on "
              f"{rule.prior_df:g} df, Δ {rule.shape}, futility {rule.futility:g}, "
              f"{rule.coarse} coarse levels, repeats split into at most {rule.blocks} "
              "block(s) of prompts):"]
@@ -654,7 +685,8 @@ def adaptive_projection(config: dict, parts: dict,
     lines.append("  assumptions: every speedup surface of the simulation's family "
                  "(docs/adaptive-simulation.md), the prior σ as the true noise of a repeat at "
                  "each level (level_noise where it names one; a block of 1/b of its prompts √b "
-                 "times it), no instance offsets; a level's "
+                 "times it), the instance prior as the true spread between server starts "
+                 "(instance_noise); a level's "
                  "share of the measuring as this plan projects it; open-loop rates stop on "
                  "the TPOT speedup at the general prior, bisected as levels; a derived "
                  "dynamic-K schedule's cells each stop against its static k before each "
@@ -721,6 +753,7 @@ def format_plan(result: dict, source: str, config: dict | None = None) -> str:
               f"{total.measuring_h:.2f} (the rest {total.rest_without_h:.2f})",
               "A start is one (server configuration, instance); fresh-server-per-point "
               "exceptions: " + ("; ".join(total.exceptions) if total.exceptions else "none")]
+    lines += instance_lines(result, unit)
     if result["unsupported"]:
         lines.append(f"{len(result['unsupported'])} cells are unsupported here (this host "
                      "or its vLLM; no start, nothing measured): " + "; ".join(sorted(set(
@@ -739,6 +772,27 @@ def format_plan(result: dict, source: str, config: dict | None = None) -> str:
         lines.append(f"start-ups: the median of {result['measured_starts']} measured on this "
                      "host where a configuration has one")
     return "\n".join(lines)
+
+
+def instance_lines(result: dict, unit: str) -> list[str]:
+    """What measuring the spread between server starts costs: the chained cells' stages (every
+    repeat a start of its own) and the instance probe for the cells on one start."""
+    probe, chained = result.get("probe") or {}, result.get("chained") or {}
+    lines = ["how much two starts of a server differ (every interval carries it):"]
+    if chained.get("starts"):
+        lines.append(f"  chained cells: every repeat on a start of its own, {chained['starts']} "
+                     f"starts, start-up {chained['startup_h']:.2f} {unit}")
+    if probe.get("cells"):
+        probed = sorted(probe["probed"])
+        lines.append(
+            f"  instance probe: {probe['starts']} starts more, start-up "
+            f"{probe['startup_h']:.2f} + measuring {probe['measuring_h']:.2f} {unit} "
+            f"({len(probed)} speculator(s) on their target: "
+            + ", ".join(f"{s} on {t}" for t, s in probed) + ")")
+    elif not chained.get("starts"):
+        lines.append("  nothing measures it (no chained cell, instance_probe off or no cell "
+                     "on one start): intervals cover the noise within one start only")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -581,7 +581,110 @@ def transformers_cells(config: dict) -> list[Cell]:
                                                     {"dtype": section.dtype})
 
 
+# the instance probe (`probe_cells`): its cells' round and role, and the mark in their workload
+# (part of the cell id, so that a probe's points are never a study cell's)
+PROBE_ROUND, PROBE_ROLE, PROBE_MARK = "probe", "instance probe", "instance_probe"
+
+
+def is_probe(cell: Cell) -> bool:
+    """Whether a cell is the instance probe's (`probe_cells`)."""
+    return bool(cell.workload.get(PROBE_MARK))
+
+
+def one_start(cell: Cell) -> bool:
+    """Whether every repeat of a cell runs on one start of its configuration (not chained, one
+    server instance): its points' own spread cannot see how much two starts differ."""
+    return not cell.chain and cell.instances <= 1
+
+
+def _probe_levels(levels: tuple[int, ...], wanted: tuple[int, ...] | None) -> tuple[int, ...]:
+    if wanted is not None:
+        return tuple(c for c in levels if c in wanted)
+    return tuple(sorted({min(levels), max(levels)})) if levels else ()
+
+
+def probe_cells(config: dict, cells: list[Cell]) -> list[Cell]:
+    """The instance probe's cells (config `instance_probe`): per engine, target and method
+    (what the noise model pools: `analyze.noise.CLASS`) whose cells all run on one start of
+    their configuration (`one_start`, as `all_cells` plans them), one of its cells (its first
+    speculator's, its round's first workload, the k nearest its method's middle, the default
+    setting; not a what-if's, not a sweep's) and that cell's baseline again, each on `starts`
+    server instances with `repeats` runs on each (repeat r on instance r mod starts: the first
+    instance shares the cells' own start), at the probe's levels, in a workload of their own
+    (marked, so their ids and points are their own), interleaved as the cell is, in round
+    "probe". Not measured under the adaptive rule (`adaptive.cell_rule`)."""
+    spec = settings(config).instance_probe
+    if not spec.enabled:
+        return []
+    planned = _grouped(config, cells)
+    by_id = {cell.cell_id: cell for cell in planned}
+    order = {name: i for i, name in enumerate(config["workloads"])}
+
+    def key_of(cell: Cell) -> tuple:
+        return (cell.engine, cell.server_config["target"]["name"], cell.server_config["method"])
+
+    # (a method some cell of which runs on several starts: its class sees them already)
+    seen = {key_of(c) for c in planned if not c.is_baseline and not one_start(c)}
+    candidates: dict[tuple, list[Cell]] = {}
+    for cell in planned:
+        if (cell.is_baseline or cell.baseline_cell_id not in by_id or not one_start(cell)
+                or key_of(cell) in seen
+                or cell_role(config, cell) == WHAT_IF or swept_method(cell.speculator)
+                or cell.setting != DEFAULT_SETTING or not cell.concurrency
+                or (spec.speculators is not None and cell.speculator not in spec.speculators)):
+            continue
+        candidates.setdefault(key_of(cell), []).append(cell)
+    out: dict[str, Cell] = {}
+    for group in candidates.values():
+        first = group[0].speculator
+        group = [c for c in group if c.speculator == first]
+        ks = sorted({c.server_config["num_speculative_tokens"] or 0 for c in group})
+        middle = ks[(len(ks) - 1) // 2]
+        pick = min(group, key=lambda c: (order.get(c.workload["name"], 0),
+                                         abs((c.server_config["num_speculative_tokens"] or 0)
+                                             - middle), c.cell_id))
+        baseline = by_id[pick.baseline_cell_id]
+        levels = _probe_levels(pick.concurrency, spec.levels)
+        if not levels:
+            continue
+        per = spec.repeats or pick.repeats
+        workload = {**pick.workload, "name": f"{pick.workload['name']} (instance probe)",
+                    PROBE_MARK: True}
+        common = dict(round=PROBE_ROUND, workload=workload, concurrency=levels,
+                      request_rates=(), repeats=spec.starts * per, instances=spec.starts,
+                      group=(), chain=(), blocks=1, sweep_anchor=False,
+                      setting=DEFAULT_SETTING, profile=None)
+        base = replace(baseline, cell_id=cell_id_of(baseline.server_config, workload),
+                       interleave=False, **common)
+        out.setdefault(base.cell_id, base)
+        probe = replace(pick, cell_id=cell_id_of(pick.server_config, workload),
+                        baseline_cell_id=base.cell_id, **common)
+        out[probe.cell_id] = probe
+    return list(out.values())
+
+
+def _grouped(config: dict, cells: list[Cell]) -> list[Cell]:
+    """`cells` with their interleave groups and chains, as `all_cells` plans them."""
+    member = {cell_id: tuple(ids) for ids in interleave_groups(cells).values()
+              for cell_id in ids}
+    spread = {cell.cell_id: cell.instances for cell in cells}
+    cells = [replace(cell, group=member.get(cell.cell_id, ()),
+                     instances=spread[member[cell.cell_id][0]] if cell.cell_id in member
+                     else cell.instances)
+             for cell in cells]
+    return chain_cells(config, cells)
+
+
 def _cells_and_rounds(config: dict) -> dict[str, tuple[Cell, list[str]]]:
+    """cell id -> (the cell as the first round defines it, every round that uses it; the
+    instance probe's cells in round "probe", `probe_cells`)."""
+    found = _round_cells(config)
+    for cell in probe_cells(config, [cell for cell, _ in found.values()]):
+        found.setdefault(cell.cell_id, (cell, [PROBE_ROUND]))
+    return found
+
+
+def _round_cells(config: dict) -> dict[str, tuple[Cell, list[str]]]:
     """cell id -> (the cell as the first round defines it, every round that uses it)."""
     found: dict[str, tuple[Cell, list[str]]] = {}
     for round_name in settings(config).rounds:
@@ -602,15 +705,7 @@ def all_cells(config: dict) -> list[Cell]:
     together carry their `group` (see `interleave_groups`), and a cell measured in turn with
     its baseline runs on as many server instances as the baseline (each instance of the
     baseline measures its repeats beside the cell's same repeats)."""
-    cells = [cell for cell, _ in _cells_and_rounds(config).values()]
-    member = {cell_id: tuple(ids) for ids in interleave_groups(cells).values()
-              for cell_id in ids}
-    spread = {cell.cell_id: cell.instances for cell in cells}
-    cells = [replace(cell, group=member.get(cell.cell_id, ()),
-                     instances=spread[member[cell.cell_id][0]] if cell.cell_id in member
-                     else cell.instances)
-             for cell in cells]
-    return chain_cells(config, cells)
+    return _grouped(config, [cell for cell, _ in _cells_and_rounds(config).values()])
 
 
 def chainable(cell: Cell, baseline: Cell) -> bool:
@@ -766,9 +861,12 @@ def built_for_checks(config: dict, model: str | None) -> bool:
 
 
 def cell_role(config: dict, cell: Cell) -> str:
-    """What a cell's numbers can decide: "what-if" (drafts accepted at a set rate: what a
-    method would give), "pipeline check" (its target or draft built by the workflow: the
-    calibration pair, untrained heads, truncated drafts), else "deployable"."""
+    """What a cell's numbers can decide: "instance probe" (its starts measure the spread
+    between starts, `probe_cells`: no verdict of its own), "what-if" (drafts accepted at a set
+    rate: what a method would give), "pipeline check" (its target or draft built by the
+    workflow: the calibration pair, untrained heads, truncated drafts), else "deployable"."""
+    if is_probe(cell):
+        return PROBE_ROLE
     server = cell.server_config
     if (server.get("method_options") or {}).get("rejection_sample_method") == "synthetic":
         return WHAT_IF

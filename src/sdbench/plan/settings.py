@@ -244,6 +244,25 @@ class DynamicK:
     # the method's
 
 
+@dataclass(frozen=True)
+class InstanceProbe:
+    """Server starts made on purpose to measure how much two starts of one configuration
+    differ (config `instance_probe`; `grid.probe_cells`)."""
+
+    enabled: bool
+    starts: int  # starts of each side's configuration (the first the cells' own)
+    repeats: int | None  # runs on each start (None: the probed cell's repeats)
+    levels: tuple[int, ...] | None  # concurrency levels (None: the lowest and highest)
+    speculators: tuple[str, ...] | None  # the speculators probed (None: every one that needs)
+
+    @classmethod
+    def of(cls, section: Mapping) -> InstanceProbe:
+        return cls(bool(section["enabled"]), int(section["starts"]),
+                   None if section.get("repeats") is None else int(section["repeats"]),
+                   None if section.get("levels") is None else _sorted(section["levels"]),
+                   _names(section.get("speculators")))
+
+
 ROUNDS = ("round1", "round2", "round3")
 
 
@@ -260,6 +279,7 @@ class Settings:
     server: Server
     rounds: Mapping[str, Round]  # the rounds the config has, in order
     dynamic_k: tuple[DynamicK, ...]
+    instance_probe: InstanceProbe
 
     @classmethod
     def of(cls, config: Mapping) -> Settings:
@@ -273,10 +293,11 @@ class Settings:
                                   bool(e.get("split", True)),
                                   tuple(e.get("model_runners") or ()),
                                   e.get("server_instances"))
-                         for e in config.get("dynamic_k") or ()))
+                         for e in config.get("dynamic_k") or ()),
+                   InstanceProbe.of(config["instance_probe"]))
 
 
-SECTIONS = ("loadgen", "cells", "server", "dynamic_k") + ROUNDS
+SECTIONS = ("loadgen", "cells", "server", "dynamic_k", "instance_probe") + ROUNDS
 # id(config) -> (the config, a copy of its sections when built, the settings)
 _BUILT: dict[int, tuple[Mapping, dict, Settings]] = {}
 

@@ -117,11 +117,17 @@ class Sweep:
         return 2 ** i
 
     def prior(self, rule: adaptive.Rule) -> adaptive.Rule:
-        """`rule` with the sweep's prior: its true σ × `prior_scale`, level by level."""
-        unit = self.sigma * self.prior_scale
+        """`rule` with the sweep's prior: its true σ × `prior_scale`, level by level: within a
+        server start (both sides' runs) and the starts' share (both sides' offsets), or for a
+        rule without an instance prior (`Rule.instance_noise` None) one repeat's whole σ."""
+        within = math.sqrt(2) * self.measurement_noise * self.prior_scale
+        starts = math.sqrt(2) * self.instance_noise * self.prior_scale
+        if rule.instance_noise is None:
+            within, starts = self.sigma * self.prior_scale, None
         levels = self.prior_levels or tuple(self.scale(i) for i in range(self.levels))
-        return adaptive.Rule(**{**rule.to_dict(), "noise": unit, "level_noise": [
-            (self.concurrency(i), unit * x) for i, x in enumerate(levels) if x != 1.0]})
+        return adaptive.Rule(**{**rule.to_dict(), "noise": within, "instance_noise": starts,
+                                "level_noise": [(self.concurrency(i), within * x)
+                                                for i, x in enumerate(levels) if x != 1.0]})
 
     def looks(self, i: int) -> int:
         """The looks of a point at level i: its repeats, each split into its blocks."""
@@ -224,18 +230,27 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
     ys: dict[tuple[int, int], list[float]] = {}
     last: dict[tuple[int, int], adaptive.Look] = {}
 
-    def level_sigma(i: int) -> tuple[adaptive.Rule, float, float]:
-        """Level i's rule (its prior σ a block's) and σ pooled over the level's points (the
-        workflow's group at a level) with that prior."""
+    def on(k: int, i: int, values: list) -> list[int]:
+        """The server start of each of a point's looks so far."""
+        return sweep.instances(i, sweep.looks(i))[:len(values)].tolist()
+
+    def several(i: int) -> bool:
+        """Whether a point at level i is planned on several server starts."""
+        return len(set(sweep.instances(i, sweep.looks(i)).tolist())) > 1
+
+    def level_sigma(i: int, k: int) -> tuple[adaptive.Rule, float, float]:
+        """Level i's rule (its prior σ a block's) and k's σ from the level's points (the
+        workflow's group at a level) with that prior (`adaptive.rule_sigma`)."""
         at = rule.at(sweep.block(i), sweep.concurrency(i))
-        return (at, *adaptive.pooled_sigma(at, *adaptive.spread(
-            v for (_, j), v in ys.items() if j == i)))
+        groups = [(v, on(kk, j, v)) for (kk, j), v in ys.items() if j == i]
+        return (at, *adaptive.rule_sigma(at, groups, on(k, i, ys.get((k, i), [])),
+                                         several(i)))
 
     def group(i: int, active: list[int], looks: int) -> tuple:
         """Level i's σ and each active k's place in the race, from the looks so far."""
         here = {k: list(ys[(k, i)]) for k in range(sweep.ks) if (k, i) in ys}
-        at, sigma, df = level_sigma(i)
-        return at, sigma, df, {k: adaptive.race(here, k, looks, at, sigma, df) for k in active}
+        sigmas = {k: level_sigma(i, k) for k in active}
+        return sigmas, {k: adaptive.race(here, k, looks, *sigmas[k]) for k in active}
 
     def run_level(i: int, ks: list[int]) -> None:
         if sweep.chained:
@@ -244,11 +259,11 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
         for n in range(looks):
             for k in active:
                 ys.setdefault((k, i), []).append(float(y[k, i, n]))
-            at, sigma, df, places = group(i, active, looks)
+            sigmas, places = group(i, active, looks)
             keep = []
             for k in active:
                 bar, rivals = places.get(k, (None, False))
-                look = adaptive.decide(ys[(k, i)], looks, at, sigma, df, bar, rivals)
+                look = adaptive.decide(ys[(k, i)], looks, *sigmas[k], bar, rivals)
                 last[(k, i)] = look
                 if look.reason == adaptive.CONTINUE:
                     keep.append(k)
@@ -267,7 +282,8 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
         views = {kk: ys.get((kk, i), [])[:n if kk == k else start + b if kk < k and n > start
                                           else start] for kk in ks}
         at = rule.at(b, sweep.concurrency(i))
-        sigma, df = adaptive.pooled_sigma(at, *adaptive.spread(views.values()))
+        sigma, df = adaptive.rule_sigma(at, [(v, on(kk, i, v)) for kk, v in views.items()],
+                                        on(k, i, views[k]), several(i))
         bar, racing = adaptive.race(views, k, looks, at, sigma, df)
         if start == 0:  # (a k after it measures this repeat later: it counts as racing)
             racing = racing or any(kk > k for kk in ks)
@@ -291,8 +307,9 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
 
     def decisions(i: int) -> dict:
         return adaptive.level_decisions(
-            {k: (METHOD, ys[(k, i)], sweep.looks(i)) for k in range(sweep.ks)
-             if (k, i) in ys}, rule.at(sweep.block(i), sweep.concurrency(i)))
+            {k: (METHOD, ys[(k, i)], sweep.looks(i), on(k, i, ys[(k, i)]))
+             for k in range(sweep.ks) if (k, i) in ys},
+            rule.at(sweep.block(i), sweep.concurrency(i)))
 
     if not bisect:
         for i in range(sweep.levels):
@@ -309,14 +326,17 @@ def adaptive_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule,
         contenders = adaptive.level_contenders(decisions(lower), decisions(upper))
         if contenders is not None:
             run_level(i, sorted(contenders))
-    # the intervals reported: each point's looks, σ as pooled at its level at the end
+    # the intervals reported: each point's looks, σ as pooled at its level at the end (the
+    # looks the points stopped at kept as `stops`)
+    stops = dict(last)
     for key, look in last.items():
-        at, sigma, df = level_sigma(key[1])
+        at, sigma, df = level_sigma(key[1], key[0])
         mean, half = adaptive.interval(ys[key], sweep.looks(key[1]), at, sigma, df)
         last[key] = adaptive.Look(look.n, look.looks, mean, half, sigma, df, look.reason)
     cost = sum(len(v) * sweep.weight(i) / sweep.block(i) for (_, i), v in ys.items())
     return {"looks": last, "best": _picks(sweep, last), "cost": cost,
-            "reasons": [look.reason for look in last.values()]}
+            "reasons": [look.reason for look in last.values()], "measured": ys,
+            "stops": stops}
 
 
 def _picks(sweep: Sweep, looks: dict) -> np.ndarray:
@@ -401,15 +421,17 @@ def expected_share(rule: adaptive.Rule, ks: int, levels: int, repeats: int,
                    inside: tuple[bool, ...] = ()) -> float:
     """The expected share of a sweep's measuring the adaptive design spends (point-repeats,
     each level's weighted by `weights`: what a whole repeat costs there), at the rule's prior
-    noise at each level's `concurrency` (taken as the truth: all run noise, no instance
-    offsets), with each level's repeats split into its `blocks`; `chained`: measured in a
+    noise at each level's `concurrency` (taken as the truth: within a server start and
+    between starts, `Rule.instance_noise`), with each level's repeats split into its `blocks`;
+    `chained`: measured in a
     chain (`Sweep.chained`; `inside`: the repeats it looks inside, `Sweep.inside`);
     `surface`: the true log speedups (ks × levels; its shape sets both) instead of the
     simulation's family of surfaces."""
     if surface:
         ks, levels = len(surface), len(surface[0])
     scales = tuple(rule.noise_at(c) / rule.noise for c in concurrency)
-    sweep = Sweep(0.0, rule.noise / math.sqrt(2), ks=max(ks, 1), levels=max(levels, 2),
+    sweep = Sweep((rule.instance_noise or 0.0) / math.sqrt(2), rule.noise / math.sqrt(2),
+                  ks=max(ks, 1), levels=max(levels, 2),
                   repeats=max(repeats, 1), blocks=tuple(blocks), weights=tuple(weights),
                   scales=scales if set(scales) - {1.0} else (), chained=chained,
                   surface=tuple(map(tuple, surface)), inside=tuple(inside))

@@ -30,6 +30,7 @@ from sdbench.report.plots import (
     level_axis,
     role_marks,
     setting_label,
+    starts_text,
     with_interval,
     wrapped,
 )
@@ -82,11 +83,13 @@ def _level_claim(row, frame: pd.DataFrame, points: pd.DataFrame | None = None) -
         claim = Claim(f"{where}, best deployable setting {speculator} k={int(k)}",
                       direction_of(low, high), mean, low, high, sample)
         return f"Run without speculation — {claim.text()}"
+    starts = "" if points is None else _chosen_starts(points, row)
     claim = Claim(f"{where}, {row['run']}", direction_of(row["gain_ci_low"],
                                                           row["gain_ci_high"]),
                   row["gain_mean"], row["gain_ci_low"], row["gain_ci_high"],
                   _sample(row["repeats"], row["prompts"], row.get("gain_from"),
-                          row.get("heldout_repeats")))
+                          row.get("heldout_repeats"))
+                  + (f"; server starts {starts}" if starts not in ("", "–") else ""))
     rivals = (f" As good within the intervals: {row['rivals']}."
               if isinstance(row.get("rivals"), str) else "")
     return claim.text() + rivals
@@ -126,7 +129,7 @@ def _role_lines(points: pd.DataFrame, role: str) -> list[str]:
         levels = "; ".join(
             f"concurrency {int(r['concurrency'])}: "
             f"{with_interval(r['speedup_mean'], r['speedup_ci_low'], r['speedup_ci_high'])} "
-            f"({_count(r['repeats_ok'], 'repeat')})"
+            f"({_count(r['repeats_ok'], 'repeat')}; server starts {starts_text(r)})"
             for _, r in group.sort_values("concurrency").iterrows())
         lines.append(f"{label} on {workload} — {levels}")
     return lines
@@ -230,6 +233,7 @@ def recommendation_table(frame: pd.DataFrame, points: pd.DataFrame) -> pd.DataFr
             table["gain_mean"], table["gain_ci_low"], table["gain_ci_high"], strict=True)],
         "gain judged on": held_out_basis(table, "gain_from"),
         "verdict": table["verdict"],
+        "server starts": [_chosen_starts(points, row) for _, row in table.iterrows()],
         "as good within the intervals": table["rivals"],
         "settings compared": table["candidates"],
         "repeats × prompts": [f"{r} × {cell_text(p)}" for r, p in zip(
@@ -248,6 +252,16 @@ def recommendation_table(frame: pd.DataFrame, points: pd.DataFrame) -> pd.DataFr
                          "meets" if value else "misses")
         out[f"SLO {slo.name}"] = meets
     return out
+
+
+def _chosen_starts(points: pd.DataFrame, row) -> str:
+    """The server starts' share of the chosen setting's point (`starts_text`)."""
+    if row["run"] == "speculation off":
+        return "–"
+    hit = points[(points["target"] == row["target"]) & (points["workload"] == row["workload"])
+                 & (points["concurrency"] == row["concurrency"])
+                 & (points["speculator"] == row["speculator"]) & (points["k"] == row["k"])]
+    return starts_text(hit.iloc[0]) if len(hit) == 1 else "–"
 
 
 def role_label(frame: pd.DataFrame) -> pd.Series:

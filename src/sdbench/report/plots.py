@@ -36,7 +36,7 @@ from sdbench.analyze.analysis import (
     speculative,
     switch_gain,
 )
-from sdbench.analyze.noise import precision
+from sdbench.analyze.noise import CLASS, point_noise, precision
 from sdbench.analyze.stats import interval_number, level_text
 from sdbench.plan import grid
 
@@ -194,6 +194,9 @@ class RoundData:
     cards: dict[str, dict | None]
     # per-request acceptance of `frame`'s speculative servers (`analyze.request_acceptance`)
     acceptance: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # the noise model of every point of the study (`noise.point_noise` over `summary`: a
+    # round's classes may borrow the server starts' share from another's, the instance probe)
+    noise: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def in_round(table: pd.DataFrame, round_name: str) -> pd.DataFrame:
@@ -228,7 +231,8 @@ def load_round(round_name: str, summary: str, points: str, buckets: str, schedul
                      schedules={cell: entry["schedule"] for cell, entry in derived.items()},
                      cards=data_cards(all_frame, sets),
                      acceptance=(pd.DataFrame() if acceptance is None else in_round(
-                         pd.read_parquet(acceptance), round_name)))
+                         pd.read_parquet(acceptance), round_name)),
+                     noise=point_noise(measurements))
 
 
 def round_header(data: RoundData, study: str) -> str:
@@ -494,46 +498,49 @@ def _sd_text(value) -> str:
 
 def _design_text(units, seconds, per_unit: int) -> str:
     if units is None or pd.isna(units):
-        return "more than 64 units"
-    text = f"{int(units)} × {per_unit} repeats"
+        return "more than 64 starts"
+    text = f"{int(units)} start{'s' * (int(units) != 1)} × {per_unit} runs"
     if seconds is not None and pd.notna(seconds):
         text += f" (+{seconds / 60:.1f} min measuring per point)" if seconds else " (as run)"
     return text
 
 
-UNIT_NAMES = {"instances": "speculative server instances",
-              "baseline instances": "baseline server instances",
-              "within": "repeats on one server (within-server noise only)"}
-
-
-def precision_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """The noise this run measured per engine, target, method and level (standard deviations
-    of the log speedup and of the baseline's log throughput, ≈ shares), the minimum detectable
-    speedup, and the units per point (repeats per unit as run) that would resolve ±5 % and
-    ±10 %, with the measuring time they add per point (both sides)."""
-    table = precision(frame)
+def precision_table(frame: pd.DataFrame, summary: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The noise this run measured per engine, target, method and level of `frame` (standard
+    deviations of the log speedup, ≈ shares): one run's, the baseline run's a pair shares with
+    the other settings paired with it, the server starts' (both sides) and where that was
+    measured, the minimum detectable speedup, and the server starts per point (runs per start
+    as run) that would resolve ±5 % and ±10 %, with the measuring time they add per point
+    (both sides). `summary`: every measurement of the study, from which a class borrows the
+    server starts' share where it did not measure it (`noise`)."""
+    table = precision(frame if summary is None else summary)
+    if table.empty:
+        return table
+    keep = {tuple(None if pd.isna(v) else v for v in row)
+            for row in frame[CLASS].drop_duplicates().itertuples(index=False)}
+    table = table[[tuple(None if pd.isna(v) else v for v in row) in keep
+                   for row in table[CLASS].itertuples(index=False)]]
     if table.empty:
         return table
     level = [f"c={int(c)}" if pd.notna(c) else f"{r:g} req/s"
              for c, r in zip(table["concurrency"], table["request_rate"], strict=True)]
     return pd.DataFrame({
         "engine": table["engine"], "target": table["target"], "method": table["method"],
-        "level": level, "unit": table["unit"].map(UNIT_NAMES), "points": table["points"],
-        "units × repeats per point": [f"{u} × {r}" for u, r in zip(
-            table["units per point"], table["repeats per unit"], strict=True)],
-        "unit sd": table["unit sd"].map(_sd_text),
-        "within sd": table["within sd (speedup)"].map(_sd_text),
-        "between-instance sd": table["between sd (speedup)"].map(_sd_text),
-        "baseline within / between sd": [f"{_sd_text(w)} / {_sd_text(b)}" for w, b in zip(
-            table["baseline within sd"], table["baseline between sd"], strict=True)],
-        "pooled df": table["df"].map(lambda v: f"{v:.0f}"),
+        "level": level, "points": table["points"],
+        "starts × runs per point": [f"{u} × {r}" for u, r in zip(
+            table["starts per point"], table["runs per start"], strict=True)],
+        "run sd": table["run sd"].map(_sd_text),
+        "baseline run sd": table["baseline run sd"].map(_sd_text),
+        "server starts sd": table["start sd"].map(_sd_text),
+        "starts measured": table["start measured"],
+        "df": table["df"].map(lambda v: "–" if pd.isna(v) else f"{min(v, 999):.0f}"),
         "detects ≥": table["mde"].map(mde_text),
         "for ±5 %": [_design_text(u, t, r) for u, t, r in zip(
-            table["units for ±5%"], table["added measuring s per point, ±5%"],
-            table["repeats per unit"], strict=True)],
+            table["starts for ±5%"], table["added measuring s per point, ±5%"],
+            table["runs per start"], strict=True)],
         "for ±10 %": [_design_text(u, t, r) for u, t, r in zip(
-            table["units for ±10%"], table["added measuring s per point, ±10%"],
-            table["repeats per unit"], strict=True)]})
+            table["starts for ±10%"], table["added measuring s per point, ±10%"],
+            table["runs per start"], strict=True)]}).reset_index(drop=True)
 
 
 # above this, a minimum detectable speedup says only that the design sees nothing useful
@@ -545,6 +552,21 @@ def mde_text(mde) -> str:
     if mde is None or pd.isna(mde):
         return "–"
     return f"> {MDE_SHOWN:g}×" if mde > MDE_SHOWN else f"{mde:.2f}×"
+
+
+def starts_text(row) -> str:
+    """The server starts' share of a point's noise as its verdict carries it: its standard
+    deviation (of the log speedup, ≈ a share) and where it was measured
+    (`noise.point_noise`); that it is not covered where nothing measured it."""
+    sd = row.get("speedup_instance_sd") if hasattr(row, "get") else None
+    where = row.get("speedup_instance_from") if hasattr(row, "get") else None
+    if row is None or (pd.isna(row.get("speedup_mean", np.nan)) if hasattr(row, "get")
+                       else True):
+        return "–"
+    if sd is None or pd.isna(sd) or not isinstance(where, str):
+        return "not covered (one start: within-start noise only)"
+    where = "in its class" if where == "this class" else where
+    return f"±{sd * 100:.1f} % ({where})"
 
 
 def verdict_text(verdict, mde) -> str | None:
@@ -647,11 +669,11 @@ def _crossover_interval(low, high) -> str:
     return f"[{_fmt(low)}, {'beyond the levels measured' if pd.isna(high) else _fmt(high)}]"
 
 
-def crossover_table(frame: pd.DataFrame) -> pd.DataFrame:
+def crossover_table(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.DataFrame:
     """From the per-measurement rows of round 1: where each setting's speedup falls below 1,
-    with its confidence set from the pooled noise model and the levels measured without a
-    speedup."""
-    table = crossover(frame[frame["round"] == "round1"])
+    with its confidence set from the noise model (`noise`: the study's, `RoundData.noise`;
+    else `frame`'s own) and the levels measured without a speedup."""
+    table = crossover(frame[frame["round"] == "round1"], noise)
     if table.empty:
         return table
     return pd.DataFrame({
@@ -729,8 +751,10 @@ def best_settings_table(frame: pd.DataFrame, points: pd.DataFrame | None = None)
         "verdict": best["verdict"]})
 
 
-def switch_gain_table(frame: pd.DataFrame) -> pd.DataFrame:
-    table = switch_gain(frame[frame["round"] == "round1"])
+def switch_gain_table(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The gain of switching settings with load over the best static one (round 1), its
+    interval from the noise model (`noise`: the study's, `RoundData.noise`)."""
+    table = switch_gain(frame[frame["round"] == "round1"], noise)
     if table.empty:
         return table
     return pd.DataFrame({
@@ -990,6 +1014,8 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
         "verdict": [verdict_text(v, m) for v, m in zip(
             points.get("verdict", pd.Series(None, index=points.index)),
             points.get("speedup_mde", pd.Series(np.nan, index=points.index)), strict=True)],
+        "server starts": [starts_text(r) if r["method"] != "vanilla" else None
+                          for _, r in points.iterrows()],
         "total-token speedup": [stat_text(r, "total_speedup") for _, r in points.iterrows()],
         "output drift": [_drift_text(r) for _, r in points.iterrows()],
         "pair issue": points.get("pair_issues"),
