@@ -43,6 +43,12 @@ def test_the_real_study_starts_each_configuration_instance_once(real, tmp_path):
     assert len(probes) == 12
     assert result["probe"]["starts"] == len(probes)
     assert total.starts == len(instances) + derived == 956
+    # what the README quotes is what `make plan` prints
+    text = cost.format_plan(result, "config/config.yaml")
+    readme = (REPO / "README.md").read_text()
+    for line in ("server starts:", "projected GPU-hours:"):
+        printed = next(x for x in text.splitlines() if x.startswith(line))
+        assert f"    {printed}\n" in readme, printed
     assert {spec["instances"] for spec in grid.dynamic_k_specs(real)} == {3}
     assert total.starts_without == sum(len(c.used_instances) for c in cells.values()) + derived
     assert total.exceptions == []

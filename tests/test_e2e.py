@@ -119,7 +119,8 @@ def test_the_record_schema_validates_every_record_the_run_writes(e2e_run):
     files = [*sorted((results / "cells").glob("*.jsonl")),
              *sorted((results / "derived").rglob("*.jsonl"))]
     records = [r for path in files for r in read_records(path)]  # raises on an invalid one
-    assert len(files) == 21 and len(records) > 21
+    # (the study's cells and the derived one, 21; the instance probe's, 6)
+    assert len(files) == 21 + 6 and len(records) > 27
     assert {r["schema"] for r in records} == {SCHEMA_ID}
     assert {r["engine"] for r in records} == {"serve", "offline", "transformers"}
 
@@ -134,11 +135,12 @@ def test_records_carry_metrics_and_provenance(e2e_run, host):
     # vanilla and the calibration draft on the deeper target, vanilla on that draft (its step
     # times); offline vanilla + ngram; Transformers vanilla + ngram; round 2: (vanilla, draft
     # k=2) x bf16, GPTQ, AWQ, W8A8 targets on the 0.25k news bucket; round 3: vanilla, the
-    # draft with a short draft context
-    assert len(files) == 6 + 2 + 2 + 8 + 2
+    # draft with a short draft context; the instance probe: n-gram and its vanilla again on
+    # each engine (server, offline, Transformers: every one runs them on one start)
+    assert len(files) == 6 + 2 + 2 + 8 + 2 + 3 * 2
     grid_cells = set(files)
     files += list((e2e_run["workdir"] / "results" / "derived").rglob("*.jsonl"))
-    assert len(files) == 21  # + the dynamic-K cell derived from the calibration pair
+    assert len(files) == 21 + 6  # + the dynamic-K cell derived from the calibration pair
     engines = {}  # engine -> methods seen
     unsupported = set()
     for path in files:
@@ -175,6 +177,9 @@ def test_records_carry_metrics_and_provenance(e2e_run, host):
         elif path not in grid_cells:  # the derived schedule's cells, one after another
             assert points == [p for levels in arm_levels(e2e_run["workdir"]) for p in closed
                               if p[0] in levels]
+        elif records[0]["round"] == "probe":  # one repeat on each of its two starts, at 1
+            assert points == [(1, None, 0), (1, None, 1)]
+            assert [r["server"]["instance"] for r in records] == [0, 1]
         else:
             assert points == closed
         for r in records:
@@ -258,9 +263,10 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
     frame = pd.read_parquet(e2e_run["workdir"] / "results" / "summary.parquet")
     # round 1: 6 server cells x 6 points (the calibration draft's own vanilla cell too), 2
     # offline cells x 4, 2 Transformers cells x 2; rounds 2 and 3: 10 cells x 4; the derived
-    # schedule's cells (2 or 3): 2 a level each
+    # schedule's cells (2 or 3): 2 a level each; the instance probe's 6 cells x 2 (one repeat
+    # on each of its two starts, at concurrency or batch size 1)
     derived = 2 * sum(map(len, arm_levels(e2e_run["workdir"])))
-    assert len(frame) == 36 + 8 + 4 + 40 + derived
+    assert len(frame) == 36 + 8 + 4 + 40 + derived + 12
     skipped = frame["target"].isin(host["unsupported"])
     assert (frame.loc[skipped, "status"] == "unsupported").all()
     assert frame.loc[skipped, "speedup"].isna().all()  # never a speedup from nothing
@@ -278,7 +284,8 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
     # paired by repeat with vanilla of the same engine, target, server arguments, workload
     # and load point (concurrency, batch size or request rate)
     round2_targets = 4 - len(host["unsupported"])
-    assert len(spec) == 18 + 4 + 2 + 4 * round2_targets + 4 + derived
+    # (and the instance probe's n-gram cell on each engine: 2 runs each)
+    assert len(spec) == 18 + 4 + 2 + 4 * round2_targets + 4 + derived + 3 * 2
     assert (spec["target"] == spec["target_vanilla"]).all()
     assert (spec["engine"] == spec["engine_vanilla"]).all()
     assert spec["request_rate"].notna().sum() == 3 * 2
@@ -345,10 +352,31 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
 def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run, host):
     points = pd.read_parquet(e2e_run["workdir"] / "results" / "summary_points.parquet")
     # round 1: 6 server cells x 3 points, offline 2 x 2, Transformers 2 x 1; rounds 2 and 3:
-    # 10 x 2; the derived schedule's cells (2 or 3): 1 a level each
+    # 10 x 2; the derived schedule's cells (2 or 3): 1 a level each; the instance probe's 6
+    # (n-gram and its vanilla on each engine, at concurrency or batch size 1)
     arms = arms_of(e2e_run["workdir"])
-    assert len(points) == 18 + 4 + 2 + 20 + sum(map(len, arm_levels(e2e_run["workdir"])))
+    assert len(points) == 18 + 4 + 2 + 20 + sum(map(len, arm_levels(e2e_run["workdir"]))) + 6
     assert (points["repeats"] == 2).all()
+    # the instance probe: n-gram and its baseline again on a second start at concurrency 1
+    # (round "probe", no verdict of its own); n-gram's points there carry the spread between
+    # the starts measured in their class, every other served point the nearest class's
+    probe = points[points["round"] == "probe"]
+    assert sorted(probe["speculator"]) == ["ngram"] * 3 + ["vanilla"] * 3
+    assert set(probe["engine"]) == {"serve", "offline", "transformers"}
+    assert (probe["role"] == "instance probe").all() and (probe["concurrency"] == 1).all()
+    summary = pd.read_parquet(e2e_run["workdir"] / "results" / "summary.parquet")
+    probed = summary[summary["round"] == "probe"]
+    # (a server's start is when it started; an engine cell's, its session)
+    assert (probed.groupby("cell_id")["session"].nunique() == 2).all()
+    served_probe = probed[probed["engine"] == "serve"]
+    assert (served_probe.groupby("cell_id")["server_started_at"].nunique() == 2).all()
+    served = points[(points["method"] != "vanilla") & (points["engine"] == "serve")
+                    & points["speedup_mean"].notna() & (points["round"] != "probe")]
+    ngram = served[(served["speculator"] == "ngram") & (served["concurrency"] == 1)]
+    assert len(ngram) and (ngram["speedup_instance_from"] == "this class").all()
+    assert served["speedup_instance_from"].notna().all()
+    assert served["speedup_instance_sd"].notna().all()
+    assert served["interval_covers"].str.contains("server starts").all()
     skipped = points["target"].isin(host["unsupported"])
     assert (points.loc[skipped, "status"] == "2 unsupported").all()
     assert points.loc[skipped, "speedup_mean"].isna().all()
@@ -422,7 +450,11 @@ def test_reports_are_rendered(e2e_run, host):
     assert "Prompt sets" in page and "spec_bench/all" in page  # data cards
     assert "card missing" not in page
     index = (workdir / "reports" / "index.html").read_text()
-    assert index.count(">done<") == 21 - 2 * len(host["unsupported"])
+    # (the study's cells and the instance probe's six)
+    assert index.count(">done<") == 21 + 6 - 2 * len(host["unsupported"])
+    assert "(instance probe)" in index
+    # beside each verdict, the server starts' share and where it was measured
+    assert "server starts" in page and "starts measured" in page
     # each unsupported cell (vanilla and the draft per int4 target): its row and its problem
     assert index.count(UNSUPPORTED_CELL) == 2 * 2 * len(host["unsupported"])
     for name in ("round1.html", "round2.html", "round3.html"):
@@ -673,10 +705,12 @@ def test_one_server_start_per_configuration_instance(e2e_run, host):
         for cell_id in set(session.cells) & runnable:
             records = [json.loads(x) for x in (workdir / "results" / "cells" /
                                                f"{cell_id}.jsonl").read_text().splitlines()]
-            assert {r["server"]["session"] for r in records} == {sid}
-    # the target's vanilla configuration served three workloads (rounds 1-3) in one start
+            assert {r["server"]["session"] for r in records
+                    if r["server"]["instance"] == session.instance} == {sid}
+    # the target's vanilla configuration served four workloads (rounds 1-3 and the instance
+    # probe's) in one start
     vanilla = [s for s in planned.values() if len({cells[c].workload["name"]
-                                                  for c in s.cells}) == 3]
+                                                  for c in s.cells}) == 4]
     assert vanilla and all(len(s.configs) == 1 for s in vanilla)
     # `make plan` counts the same starts (the derived dynamic-K cell's too)
     plan = cost.plan_cost(load_config(e2e_run["configfile"]), "cpu-avx2", workdir, here=True)
@@ -726,10 +760,11 @@ def test_changing_one_bucket_rebuilds_that_set_and_its_cells(e2e_run):
     read = write_config(e2e_run["workdir"] / "e2e-bucket-read.yaml", config)
     result = snakemake("-n", workdir=e2e_run["workdir"], configfile=read)
     # the bucket's round 2 cells: (vanilla, draft) x 4 targets, in the sessions of their 8
-    # configurations; the target's vanilla session also serves rounds 1 and 3, whose cells'
-    # records are written again (from the point cache: nothing of theirs is measured)
+    # configurations; the target's vanilla session also serves rounds 1 and 3 and the instance
+    # probe, whose cells' records are written again (from the point cache: nothing of theirs
+    # is measured)
     assert job_counts(result.stdout + result.stderr) == {
-        "all": 1, "prompts": 1, "session": 8, "cell": 8 + 2, "summary": 1, "report": 3,
+        "all": 1, "prompts": 1, "session": 8, "cell": 8 + 3, "summary": 1, "report": 3,
         "index": 1}
 
 

@@ -147,6 +147,11 @@ def e2e_config(raw: dict) -> dict:
     # schedule (the demo measures it alone, for time)
     for entry in config["dynamic_k"]:
         entry["split"] = True
+    # the instance probe (which `with_left_out` turns off for the unit tests' counts), as the
+    # demo's but on two starts: n-gram and its baseline again on a start of their own, one
+    # repeat at concurrency 1
+    config["instance_probe"] = {"speculators": ["ngram"], "levels": [1], "repeats": 1,
+                                "starts": 2}
     # the Transformers reference with n-gram only (on the target): its draft path on the
     # demo's calibration target of then (90 layers) took ~10 of the run's job-minutes on 2
     # cores (test_e2e runs assisted generation with an exact draft directly)

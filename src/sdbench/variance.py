@@ -23,10 +23,10 @@ the start of a server that measured every run of a point counts in full, and one
 starts a third; its degrees of freedom are Satterthwaite's, from the covariance of the estimated
 components under normality, so that components shared by many points (one baseline's start)
 count as the few draws they are, not as the many points that share them. A point's own spread
-against what the class expects of it is then shrunk toward the class (Smyth's 2004 empirical
-Bayes: the prior's degrees of freedom are fitted to how much the points' spreads differ), so
-that a point noisier than the rest keeps most of its own variance and one like them borrows
-the class's.
+against what the class expects of it is then shrunk toward its group's (its workload's) and the
+group's toward the class's (Smyth's 2004 empirical Bayes: the prior's degrees of freedom are
+fitted to how much the spreads differ), so that a point noisier than the rest keeps most of its
+own variance and one like them borrows the class's.
 """
 
 from __future__ import annotations
@@ -39,10 +39,9 @@ from scipy import optimize, special
 RESIDUAL = "residual"
 # where points' spreads differ, the pool they are shrunk toward counts for at most this share of
 # a point's own degrees of freedom: the fitted prior is one population of variances, and a pool
-# of quiet and noisy points predicts any one of them worse than its degrees of freedom say (in
-# simulation, with half of a class's points 3x noisier at random, the noisy half's intervals
-# covered 88-89 % with the fitted weight, 90-91 % with half, 92-95 % with a quarter:
-# docs/precision-simulation.md)
+# of quiet and noisy points predicts any one of them worse than its degrees of freedom say
+# (with the fitted weight alone, a class whose points were 3x noisier at random kept its noisy
+# half's intervals below 90 % coverage; with this share, docs/precision-simulation.md's rows)
 POOL_SHARE = 0.25
 # below this a factor's share of the residuals counts as none (not seen in the class)
 _TOLERANCE = 1e-9
@@ -83,6 +82,8 @@ class Fit:
     points: dict  # point key -> Point
     prior_df: float  # the points' shrinkage prior's degrees of freedom (inf: every point alike)
     runs: int
+    # factors seen in the class whose estimate fell below 0 (set to none): their df
+    zero: dict[str, float] = field(default_factory=dict)
 
 
 def _moments(r: np.ndarray, m: np.ndarray, zs: list[np.ndarray], n: int,
@@ -254,6 +255,8 @@ def fit(y, point, factors: dict[str, list], external: dict[str, tuple[float, flo
         est, used = _solve(s, q, kept)
     sigma2 = {name: float(est[i]) for i, name in enumerate(kept) if name in used}
     sigma2[RESIDUAL] = float(est[-1])
+    # seen but estimated below 0: measured as none, on as many df as its keys give
+    zero = {name: float(max(1, len(keys[name]) - 1)) for name in kept if name not in used}
     names = [f for f in kept if f in used]
     cov_names = names + [RESIDUAL]
     # the estimates' covariance: Cov(q_a, q_b) = 2 tr(A_a V A_b V), V = M Σ M
@@ -317,4 +320,4 @@ def fit(y, point, factors: dict[str, list], external: dict[str, tuple[float, flo
                   else 1 / (1 / point_fit.df + 1 / df_scale))
             out[key] = Point(point_fit.center, point_fit.var * scale, df, scale,
                              point_fit.parts, point_fit.loads)
-    return Fit(sigma2, dfs, folded, external, out, prior_df, n)
+    return Fit(sigma2, dfs, folded, external, out, prior_df, n, zero)

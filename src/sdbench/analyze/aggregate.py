@@ -660,11 +660,10 @@ def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataF
             np.sqrt(row["repeat_var"]), np.sqrt(row["shared_var"]),
             np.sqrt(row["instance_var"]) if row["instance_from"] else np.nan]
         points.loc[at, "speedup_instance_from"] = row["instance_from"]
+        parts = [points.loc[at, "interval_covers"]]
         if factor != 1.0:
-            points.loc[at, "interval_covers"] = (
-                f"{points.loc[at, 'interval_covers']}; sequential (adaptive stopping: the "
-                f"interval {factor:.2f}x wider)")
-        points.loc[at, "interval_covers"] = f"{points.loc[at, 'interval_covers']}; {row['covers']}"
+            parts.append(f"sequential (adaptive stopping: the interval {factor:.2f}x wider)")
+        points.loc[at, "interval_covers"] = "; ".join(p for p in [*parts, row["covers"]] if p)
     return points
 
 

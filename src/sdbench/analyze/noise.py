@@ -139,13 +139,15 @@ def _exported(fit: variance.Fit) -> dict[str, tuple[float, float]]:
                                            for other, into in fit.folded.items()
                                            if into == name)
             out[name] = (value, float(fit.df.get(name, np.inf)))
+        elif name in fit.zero:  # (measured: no spread between starts beyond the runs')
+            out[name] = (0.0, fit.zero[name])
     return out
 
 
 def _missing(fit: variance.Fit, group: pd.DataFrame) -> list[str]:
     """The start components a class's points load on that it did not measure."""
     return [name for name in STARTS if name not in fit.sigma2 and name not in fit.folded
-            and group[name].nunique() >= 1]
+            and name not in fit.zero and group[name].nunique() >= 1]
 
 
 def _donors(key: tuple, measured: dict[tuple, dict], names: list[str]
@@ -265,7 +267,8 @@ def _row(meta: dict, point: variance.Point, fit: variance.Fit, where: str | None
          points: int) -> dict:
     kind = _kind(meta)
     starts = sum(point.parts.get(name, 0.0) for name in STARTS) * point.scale
-    measured = any(name in fit.sigma2 or name in fit.folded for name in STARTS)
+    measured = any(name in fit.sigma2 or name in fit.folded or name in fit.zero
+                   for name in STARTS)
     borrowed = any(name in fit.external for name in STARTS)
     run_var = sum(fit.sigma2.get(f, 0.0) + fit.external.get(f, (0.0, 0))[0]
                   for f in (*STARTS, BASE_RUN)) + fit.sigma2.get(variance.RESIDUAL, 0.0)
@@ -306,10 +309,12 @@ def _parts_df(point: variance.Point, fit: variance.Fit, names) -> float:
     `names` (each estimate's own: the class's, or where borrowed the donor's); infinite where
     none carries a variance."""
     parts = [(point.parts.get(name, 0.0), fit.df.get(name, np.inf) if name in fit.sigma2
-              else fit.external.get(name, (0.0, np.inf))[1]) for name in names]
+              else fit.zero.get(name, fit.external.get(name, (0.0, np.inf))[1]))
+             for name in names]
+    if not any(v > 0 for v, _ in parts):
+        # (none measured above 0: as sure as the estimates that said so)
+        return min((d for _, d in parts), default=np.inf)
     parts = [(v, d) for v, d in parts if v > 0]
-    if not parts:
-        return np.inf
     spread = sum(v * v / d for v, d in parts if np.isfinite(d) and d > 0)
     return sum(v for v, _ in parts) ** 2 / spread if spread > 0 else np.inf
 
@@ -436,7 +441,7 @@ def precision(frame: pd.DataFrame) -> pd.DataFrame:
         start = sum(sigma.get(name, 0.0) for name in STARTS)
         within = sigma.get(variance.RESIDUAL, 0.0) + sigma.get(BASE_RUN, 0.0)
         per = int(points["per_unit"].median()) if len(points) else 1
-        measured = any(n in fit.sigma2 or n in fit.folded for n in STARTS)
+        measured = any(n in fit.sigma2 or n in fit.folded or n in fit.zero for n in STARTS)
         seconds = float(pd.Series([duration.get(point_key(c, k, r), np.nan)
                                    + duration.get(point_key(b, k, r), np.nan)
                                    for c, b, k, r in zip(points["cell_id"], points["baseline"],

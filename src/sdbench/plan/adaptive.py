@@ -263,9 +263,9 @@ def start_spread(groups) -> dict:
 
 # before the spread between server starts is measured (the looks so far on one start of
 # several planned), the starts' share is read at this many times its prior: a prior below the
-# truth would otherwise settle verdicts one start cannot tell from its own offset (a prior at
-# half the truth kept the full design's verdict at 93 % of points with the prior as it is, at
-# 95-97 % with it doubled: docs/adaptive-simulation.md)
+# truth would otherwise settle verdicts one start cannot tell from its own offset (with a prior
+# at half the truth, the verdicts kept the full design's at fewer than 95 % of the points
+# without it; docs/adaptive-simulation.md has the rule's rows with it)
 UNMEASURED_STARTS = 2.0
 
 

@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
@@ -405,11 +407,18 @@ SWEEPS = [Sweep(i, m, prior_scale=p) for i, m in ((0.0, 0.02), (0.0, 0.1), (0.05
     for i, m in ((0.0, 0.02), (0.05, 0.1)) for b in ((), BLOCKED)]
 
 
-def table(sweeps: int, rule: adaptive.Rule | None = None) -> pd.DataFrame:
+def _row(args: tuple) -> dict:
+    n, sweep, bisect, rule, sweeps = args
+    return {**asdict(sweep), "label": sweep.label, "levels_bisected": bisect,
+            **run(sweep, rule, sweeps, seed=n, bisect=bisect)}
+
+
+def table(sweeps: int, rule: adaptive.Rule | None = None,
+          workers: int | None = None) -> pd.DataFrame:
     rule = rule or adaptive.Rule()
-    return pd.DataFrame([{**asdict(s), "label": s.label, "levels_bisected": b,
-                          **run(s, rule, sweeps, seed=n, bisect=b)}
-                         for n, s in enumerate(SWEEPS) for b in (True, False)])
+    jobs = [(n, s, b, rule, sweeps) for n, s in enumerate(SWEEPS) for b in (True, False)]
+    with ProcessPoolExecutor(workers or os.cpu_count()) as pool:
+        return pd.DataFrame(list(pool.map(_row, jobs)))
 
 
 @cache
@@ -454,8 +463,12 @@ def write_table(frame: pd.DataFrame, path: Path, sweeps: int, rule: adaptive.Rul
         "and adaptively on the same draws (the model: `src/sdbench/plan/sweeps.py`). "
         f"Rule ({source}'s `adaptive:`): precision ±{rule.precision:.0%}, α = {rule.alpha}, "
         f"Wang-Tsiatis Δ = {rule.shape}, futility {rule.futility:g}, {rule.coarse} coarse levels, "
-        "a prior σ of one repeat's log speedup (× the true one as the row says) counted as "
-        f"{rule.prior_df:g} degrees of freedom.",
+        "priors of one repeat's log speedup within a server start and of the starts' share "
+        "(each × the true one as the row says) counted as "
+        f"{rule.prior_df:g} degrees of freedom. The intervals here are the rule's own at the "
+        "look each point stopped (σ as pooled at its level at the end) and the full design's "
+        "with σ pooled over the sweep; the section below reads both designs through the "
+        "summary's intervals.",
         "",
         "- **coverage**: of the adaptive design's intervals at the points it measured (the "
         "interval at the look where each stopped);",
