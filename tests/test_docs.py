@@ -1,4 +1,5 @@
-"""The README stays a front page: short, the commands first, every moved topic linked."""
+"""The README stays a front page: short, the commands first, every moved topic linked; the
+docs quote generated tables as generated."""
 
 import re
 from pathlib import Path
@@ -33,3 +34,53 @@ def test_every_topic_moved_out_of_the_readme_is_linked_and_exists():
     for doc in [REPO / "README.md", *(REPO / "docs").glob("*.md")]:
         for target in _links(doc):
             assert (doc.parent / target).exists(), f"{doc.name} links to {target}, which is missing"
+
+
+def _rows(text: str, columns: int) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("| ") and line.count("|") == columns + 1
+            and not line.startswith(("| design", "| noise"))]
+
+
+def test_the_methodologys_simulated_ranges_are_the_generated_tables():
+    """The coverage ranges docs/methodology.md quotes for the real config's design are those
+    of docs/precision-simulation.md (`python -m sdbench.analyze.simulate` writes it)."""
+    table = (REPO / "docs" / "precision-simulation.md").read_text()
+    head, derived = table.split("## The crossover and the switch gain")
+    rows = _rows(head, 9)
+    text = " ".join((REPO / "docs" / "methodology.md").read_text().split())
+
+    def span(values) -> str:
+        values = sorted(float(v.rstrip("%")) for v in values)
+        return f"{values[0]:.1f}-{values[-1]:.1f} %"
+
+    chained = [r for r in rows if r[0] == "chained (every repeat on a start of its own), 3 repeats"]
+    probe = [r for r in rows if "instance probe of 3 starts" in r[0]]
+    tails = [r for r in rows if "heavy tails" in r[0]]
+    assert len(chained) == 6 and len(probe) == 6 and len(tails) == 6
+    for quoted in (span(r[3] for r in chained), span(r[5] for r in chained),
+                   span(r[7] for r in chained), span(r[3] for r in probe),
+                   span(r[3] for r in tails), span(r[5] for r in tails)):
+        assert quoted in text, quoted
+    crossing = [r for r in _rows(derived, 7) if r[0].startswith("chained")]
+    assert span(r[4] for r in crossing) in text and span(r[5] for r in crossing) in text
+    halves = [float(x.rstrip("%")) for r in rows if "3x noisier" in r[0]
+              for x in r[4].split(" / ")]
+    assert f"at least {min(halves):.1f} %" in text
+
+
+def test_the_methodology_quotes_the_adaptive_design_through_the_summarys_intervals():
+    """The rows docs/methodology.md quotes of docs/adaptive-simulation.md's second table
+    (`python -m sdbench.analyze.sweep_check` writes it): the priors at config/config.yaml's
+    noise, at half and twice the truth."""
+    table = (REPO / "docs" / "adaptive-simulation.md").read_text()
+    rows = _rows(table.split("## Through the summary's intervals")[1], 6)
+    text = " ".join((REPO / "docs" / "methodology.md").read_text().split())
+    quoted = [r for r in rows if r[0].startswith("instance noise 2%, run noise 4%")]
+    assert len(quoted) == 3
+    for row in quoted:
+        assert f"{row[1]}, {row[2]}, {row[4]}".replace("%", " %") in text or (
+            f"coverage {row[1]} and the full design's verdict at {row[2]}".replace("%", " %")
+            in text), row
+    agree = sorted(float(r[2].rstrip("%")) for r in rows)
+    assert f"{agree[0]:.1f}-{agree[-1]:.1f} % of the verdicts kept" in text

@@ -60,16 +60,31 @@ class Design:
     workloads: int = 7
     ks: int = 5
     noisy: str = ""  # "", "workload" or "point": half of the class 3x noisier
+    # heavy tails: every offset and run drawn from a Student t of this many degrees of freedom
+    # scaled to the same σ (0: normal)
+    tails: float = 0.0
+
+    def draw(self, rng: np.random.Generator, sd: float, size=None):
+        """Draws of σ `sd`: normal, or Student t of `tails` degrees of freedom."""
+        if not self.tails:
+            return rng.normal(0, sd, size)
+        return sd * np.sqrt((self.tails - 2) / self.tails) * rng.standard_t(self.tails, size)
 
     @property
-    def label(self) -> str:
+    def shape(self) -> str:
+        """The design and what it draws, without the noise levels."""
         design = ("chained (every repeat on a start of its own)" if self.chained else
                   "one start per configuration" + (f", instance probe of {self.probe} starts"
                                                    if self.probe else ", no probe"))
-        return (f"{design}, {self.repeats} repeats, instance noise {self.instance_noise:.0%}, "
-                f"run noise {self.measurement_noise:.0%}"
+        return (f"{design}, {self.repeats} repeats"
                 + (f", half the {'workloads' if self.noisy == 'workload' else 'points'} 3x "
-                   "noisier" if self.noisy else ""))
+                   "noisier" if self.noisy else "")
+                + (f", heavy tails (t, {self.tails:g} df)" if self.tails else ""))
+
+    @property
+    def label(self) -> str:
+        return (f"{self.shape}, instance noise {self.instance_noise:.0%}, "
+                f"run noise {self.measurement_noise:.0%}")
 
 
 def _depths(levels: tuple[int, ...]) -> list[int]:
@@ -96,8 +111,8 @@ def levels_frame(design: Design, curves, rng: np.random.Generator,
     d = design
     depths = _depths(levels)
     stages = (max(depths) + 1) * d.repeats if d.chained else 1
-    base_offset = rng.normal(0, d.instance_noise, stages)
-    spec_offset = rng.normal(0, d.instance_noise, (len(curves), stages))
+    base_offset = d.draw(rng, d.instance_noise, stages)
+    spec_offset = d.draw(rng, d.instance_noise, (len(curves), stages))
     rows = []
 
     def row(cell, base_cell, config, k, w, level, r, y, spec_start, base_start):
@@ -112,28 +127,28 @@ def levels_frame(design: Design, curves, rng: np.random.Generator,
 
     for w in range(d.workloads):
         for i, level in enumerate(levels):
-            base_runs = rng.normal(0, d.measurement_noise, d.repeats)
+            base_runs = d.draw(rng, d.measurement_noise, d.repeats)
             for k, curve in enumerate(curves):
                 own, base = _hot(d, k, w)
                 for r in range(d.repeats):
                     stage = depths[i] * d.repeats + r if d.chained else 0
                     y = (np.log(curve[i]) + spec_offset[k, stage] - base_offset[stage]
-                         + own * rng.normal(0, d.measurement_noise) - base * base_runs[r])
+                         + own * d.draw(rng, d.measurement_noise) - base * base_runs[r])
                     rows.append(row(f"w{w}k{k}", f"w{w}", f"S{k}", k, w, level, r, y, stage,
                                     stage))
     if d.probe and not d.chained:
         # the first k's and the baseline's configurations on `probe` starts each (the first
         # the study's own), the first workload's prompts, `repeats` runs per start
-        extra_base = np.concatenate([[base_offset[0]], rng.normal(0, d.instance_noise,
+        extra_base = np.concatenate([[base_offset[0]], d.draw(rng, d.instance_noise,
                                                                   d.probe - 1)])
-        extra_spec = np.concatenate([[spec_offset[0, 0]], rng.normal(0, d.instance_noise,
+        extra_spec = np.concatenate([[spec_offset[0, 0]], d.draw(rng, d.instance_noise,
                                                                      d.probe - 1)])
         for i, level in enumerate(levels):
             for start in range(d.probe):
                 for r in range(d.repeats):
                     y = (np.log(curves[0][i]) + extra_spec[start] - extra_base[start]
-                         + rng.normal(0, d.measurement_noise)
-                         - rng.normal(0, d.measurement_noise))
+                         + d.draw(rng, d.measurement_noise)
+                         - d.draw(rng, d.measurement_noise))
                     rows.append(row(f"{PROBE}w0k0", f"{PROBE}w0", "S0", 0, 0, level,
                                     start * d.repeats + r, y, start, start))
     return pd.DataFrame(rows)
@@ -299,7 +314,9 @@ NOISE_GRID = list(itertools.product((0.0, 0.03, 0.08), (0.02, 0.10)))
 # instance probe; then half of a class 3x noisier
 DESIGNS_SIMULATED = [Design(3, i, m, chained=c, probe=p)
                      for c, p in ((True, 0), (False, 3), (False, 0)) for i, m in NOISE_GRID] + [
-    Design(3, i, m, noisy=noisy) for noisy in ("workload", "point") for i, m in NOISE_GRID]
+    Design(3, i, m, noisy=noisy) for noisy in ("workload", "point") for i, m in NOISE_GRID] + [
+    # every offset and run from a t of 3 degrees of freedom (outliers at the same σ)
+    Design(3, i, m, tails=3) for i, m in NOISE_GRID]
 DERIVED_SIMULATED = [Design(3, i, m, chained=c, probe=p, workloads=2, ks=3)
                      for c, p in ((True, 0), (False, 3)) for i, m in NOISE_GRID]
 
@@ -341,7 +358,7 @@ def write_table(table: pd.DataFrame, path: Path, studies: int,
         halves = (f"{_pct(row['noisy coverage'])} / {_pct(row['quiet coverage'])}"
                   if row["noisy"] else "")
         lines.append(
-            f"| {design.label.split(', instance noise')[0]} | {row['instance_noise']:.0%} | "
+            f"| {design.shape} | {row['instance_noise']:.0%} | "
             f"{row['measurement_noise']:.0%} | {_pct(row['coverage'])} | {halves} | "
             f"{_pct(row['called'])} | {row['stated_mde']:.3f} | {_pct(row.get('power'))} | "
             f"{row['covers']} |")
@@ -366,7 +383,7 @@ def write_table(table: pd.DataFrame, path: Path, studies: int,
         for row in derived.to_dict("records"):
             design = Design(**{k: row[k] for k in Design.__dataclass_fields__})
             lines.append(
-                f"| {design.label.split(', instance noise')[0]} | "
+                f"| {design.shape} | "
                 f"{row['instance_noise']:.0%} | {row['measurement_noise']:.0%} | "
                 f"{row['scenario']} | {_pct(row['crossover coverage'])} | "
                 f"{_pct(row['switch gain coverage'])} | "
