@@ -129,6 +129,12 @@ def test_one_repeat_judged_on_the_point_interval_the_point_table_shows():
     html = bottom_line_html(frame, points, "round1")
     assert "speculation costs throughput, 0.62× (95 % interval [0.49, 0.78]" in html
     assert "the adaptive rule's where it stopped" in html and "no interval" not in html
+    # beside the verdict, the server starts' share of that point and where it was measured
+    assert "server starts not covered" in html  # (the point table has no such share)
+    points = points.assign(speedup_instance_sd=0.137,
+                           speedup_instance_from="measured with ngram on the same target")
+    assert ("server starts ±13.7 % (measured with ngram on the same target)"
+            in bottom_line_html(frame, points, "round1"))
     # a gain: the one setting beside speculation off is read against 1 on its own interval
     frame, points = _one_repeat({("ngram", 3): 1.25}, {("ngram", 3): (1.08, 1.45)},
                                 adaptive=False)

@@ -426,8 +426,13 @@ def test_what_the_intervals_cover_is_a_list_one_line_per_kind_most_points_first(
     listed = note.split("What the intervals of this report's points cover:\n")[1]
     assert listed.splitlines() == ["", f"- {sequential} (3 points)",
                                    "- 3 server instances (1 point)"]
-    assert "Here they cover" not in note and "do **not** cover" in note  # one instance among them
+    # every interval here carries the server starts' share: nothing said to lack it
+    assert "Server starts differ" in note and "do **not** cover" not in note
     assert plots.speedup_note(points.iloc[4:]).endswith("cover:\n\n- no points")
+    alone = points.assign(interval_covers=f"{sequential}; the server starts' share is not "
+                          "covered: no class of this engine ran a configuration on several "
+                          "starts (set `instance_probe:`)")
+    assert "do **not** cover the difference between two starts" in plots.speedup_note(alone)
 
 
 def test_every_figure_has_alt_text_and_a_caption():

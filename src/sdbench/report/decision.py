@@ -80,6 +80,10 @@ def _level_claim(row, frame: pd.DataFrame, points: pd.DataFrame | None = None) -
                                    speculator, k):
             mean, low, high, basis = found
             sample = f"{sample}; {basis}"
+        if points is not None:  # the server starts' share of that setting's point
+            starts = _chosen_starts(points, {**row, "run": "", "speculator": speculator,
+                                             "k": k})
+            sample += f"; server starts {starts}" if starts not in ("", "–") else ""
         claim = Claim(f"{where}, best deployable setting {speculator} k={int(k)}",
                       direction_of(low, high), mean, low, high, sample)
         return f"Run without speculation — {claim.text()}"

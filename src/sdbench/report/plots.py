@@ -948,7 +948,7 @@ def speedup_note(points: pd.DataFrame) -> str:
     # one line per kind of interval (the most points first), readable where a run has many
     listed = "".join(f"\n- {text} ({n} point{'' if n == 1 else 's'})"
                      for text, n in covers.items()) or "\n- no points"
-    one_server = covers.empty or any("one server instance" in text for text in covers.index)
+    not_covered = any("share is not covered" in text for text in covers.index)
     drifted = int(spec.get("drift_flag", pd.Series(dtype=bool)).fillna(False).sum())
     engine_flagged = int(spec.get("engine_differs", pd.Series(dtype=object)).notna().sum())
     return (
@@ -966,21 +966,29 @@ def speedup_note(points: pd.DataFrame) -> str:
         "(vLLM's CUDA-graph mode, attention backend, KV cache, …, read from its logs) the "
         f"speedup is marked{ENGINE_MARK} ({engine_flagged} points here) and the points table's "
         "*engine differs* says how: the speedup then measures that difference too.\n\n"
-        "**Intervals**: a speedup's 95 % interval comes from the study's pooled noise model: "
-        "the repeats averaged per server instance, their variance pooled over the points of "
-        "the same engine, target, method and concurrency unless those differ in noise "
-        "(Student t on the log scale with the pooled degrees of freedom; the interval over a "
-        "point's own repeats is the points table's `speedup_unpooled_ci_*`), each repeat with "
-        "its own seed. They hold the prompts fixed: the same "
+        "**Intervals**: a speedup's 95 % interval comes from the study's noise model: each "
+        "run's log speedup is the truth plus the offsets of the two server starts that "
+        "measured it, the baseline run's noise and its own; these components are estimated "
+        "per engine, target, method and concurrency (workloads and settings pooled, each "
+        "point's own spread shrunk toward theirs), and a point's interval is a Student t on "
+        "the log scale with their weights and degrees of freedom (the interval over a point's "
+        "own repeats is the points table's `speedup_unpooled_ci_*`), each repeat with its own "
+        "seed. **Server starts differ** (instances of one configuration up to 26 % apart on "
+        "an H100): the starts' share is carried in every interval, measured where a "
+        "configuration ran on several starts (chained cells, `loadgen.server_instances`, the "
+        "instance probe) and otherwise borrowed from the nearest class that measured it; the "
+        "points table's *server starts* column and each verdict say how large it is and "
+        "where it was measured. They hold the prompts fixed: the same "
         "prompts are sent in every repeat, so the points table's **over prompts** column "
         "gives the part that comes from which prompts were drawn (a paired bootstrap over "
         "prompts of output tokens per second of request time, both sides and every repeat "
         "resampled together) and, after *both*, an interval for the servers' noise and the "
         "prompt sample together: the one to read for prompts of the same workload not in "
         "this sample."
-        + (" They do **not** cover the difference between two starts of the same server "
-           "configuration (up to 26 % measured on an H100): set `loadgen.server_instances` "
-           "to spread repeats over fresh servers." if one_server else "")
+        + (" Some intervals here do **not** cover the difference between two starts (no "
+           "class of their engine ran a configuration on several starts; the list below "
+           "names them): set `instance_probe:` or `loadgen.server_instances`."
+           if not_covered else "")
         + " Verdicts come from intervals: *no clear gain* when the interval spans 1; beside "
         "each, the smallest speedup the design could have told from 1 with 80 % power.\n\n"
         f"What the intervals of this report's points cover:\n{listed}")
