@@ -23,7 +23,9 @@ start measures a run is the design's (`Design.chained`):
   the study's own starts: `grid.probe_cells`).
 
 `noisy` makes half of a class noisier (3x the runs' sd): the odd workloads' runs on both
-sides ("workload"), or the odd points' own runs ("point").
+sides ("workload"), or the odd points' own runs ("point"); `tails` draws every offset and run
+from a Student t of that many degrees of freedom at the same sd (outliers the normal model
+does not expect).
 
 `python -m sdbench.analyze.simulate` runs the full grid and writes docs/precision-simulation.md.
 """
