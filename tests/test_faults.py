@@ -46,6 +46,8 @@ def base(e2e_inputs):
                                                   "prompt_lookup_max": 4}}])
     config["loadgen"]["repeats"] = 1
     config["dynamic_k"] = []
+    # (lifecycle faults of one session each: no instance probe's sessions besides)
+    config["instance_probe"] = {"enabled": False}
     return config
 
 
