@@ -81,9 +81,9 @@ def _level_claim(row, frame: pd.DataFrame, points: pd.DataFrame | None = None) -
             mean, low, high, basis = found
             sample = f"{sample}; {basis}"
         if points is not None:  # the server starts' share of that setting's point
-            starts = _chosen_starts(points, {**row, "run": "", "speculator": speculator,
-                                             "k": k})
-            sample += f"; server starts {starts}" if starts not in ("", "–") else ""
+            starts = _point_starts(points, row["target"], row["workload"], row["concurrency"],
+                                   speculator, k)
+            sample += f"; server starts {starts}" if starts != "–" else ""
         claim = Claim(f"{where}, best deployable setting {speculator} k={int(k)}",
                       direction_of(low, high), mean, low, high, sample)
         return f"Run without speculation — {claim.text()}"
@@ -258,14 +258,22 @@ def recommendation_table(frame: pd.DataFrame, points: pd.DataFrame) -> pd.DataFr
     return out
 
 
+def _point_starts(points: pd.DataFrame, target, workload, concurrency, speculator, k) -> str:
+    """The server starts' share of one setting's point (`starts_text`); "–" where the point
+    table has no such point."""
+    hit = points[(points["target"] == target) & (points["workload"] == workload)
+                 & (points["concurrency"] == concurrency)
+                 & (points["speculator"] == speculator) & (points["k"] == k)]
+    return starts_text(hit.iloc[0]) if len(hit) == 1 else "–"
+
+
 def _chosen_starts(points: pd.DataFrame, row) -> str:
-    """The server starts' share of the chosen setting's point (`starts_text`)."""
+    """The server starts' share of the chosen setting's point; "–" where speculation off is
+    chosen."""
     if row["run"] == "speculation off":
         return "–"
-    hit = points[(points["target"] == row["target"]) & (points["workload"] == row["workload"])
-                 & (points["concurrency"] == row["concurrency"])
-                 & (points["speculator"] == row["speculator"]) & (points["k"] == row["k"])]
-    return starts_text(hit.iloc[0]) if len(hit) == 1 else "–"
+    return _point_starts(points, row["target"], row["workload"], row["concurrency"],
+                         row["speculator"], row["k"])
 
 
 def role_label(frame: pd.DataFrame) -> pd.Series:
