@@ -231,10 +231,11 @@ def workdir(e2e_inputs, tmp_path_factory, request):
 @pytest.fixture(scope="session")
 def avx2_run(e2e_run, tmp_path_factory):
     """The shrunk demo as on a CPU without AVX-512. On such a host that is the end-to-end run
-    itself; on a host with AVX-512, round 2 (every target, quantized or not) and round 1's
-    vanilla cell are run again with SDBENCH_CPU_ISA=avx2 (vLLM then loads its AVX2 extension
-    and runs its AVX2 kernels), one repeat per point, reusing the end-to-end run's data and
-    models."""
+    itself; on a host with AVX-512, round 2 (every target, quantized or not), round 1's
+    vanilla and n-gram cells at concurrency 1 and the instance probe (n-gram and its vanilla
+    on a second start) are run again with SDBENCH_CPU_ISA=avx2 (vLLM then loads its AVX2
+    extension and runs its AVX2 kernels), one repeat per point, reusing the end-to-end run's
+    data and models."""
     from sdbench.plan import hostcaps
 
     from workflow_helpers import e2e_config, one_round, snakemake, write_config
@@ -249,7 +250,8 @@ def avx2_run(e2e_run, tmp_path_factory):
     config = e2e_config(e2e_run["raw"])
     round2 = config["round2"]
     config = one_round(config)
-    config["round1"].update(concurrency=[1], methods=[])
+    config["round1"].update(concurrency=[1], methods=[
+        m for m in config["round1"]["methods"] if m["method"] == "ngram"])
     config["round2"] = round2
     config["loadgen"]["repeats"] = 1
     configfile = write_config(workdir / "avx2.yaml", config)

@@ -821,6 +821,21 @@ def test_avx2_host_runs_all_but_int4(avx2_run):
     index = (workdir / "reports" / "index.html").read_text()
     assert index.count(UNSUPPORTED_CELL) == 2 * 2 * len(INT4_TARGETS) and "cpu_gemm_wna16" in index
     assert (workdir / "reports" / "round2.html").is_file()
+    # the instance probe on vLLM's AVX2 extension: n-gram and its vanilla on a second start,
+    # whose spread every served point's interval carries (n-gram's measured in its class, the
+    # others' borrowed and said so), int4 targets left out
+    points = pd.read_parquet(workdir / "results" / "summary_points.parquet")
+    probe = points[points["round"] == "probe"]
+    assert set(probe["speculator"]) == {"ngram", "vanilla"} and "serve" in set(probe["engine"])
+    summary = pd.read_parquet(workdir / "results" / "summary.parquet")
+    probed = summary[(summary["round"] == "probe") & (summary["engine"] == "serve")]
+    assert (probed.groupby("cell_id")["server_started_at"].nunique() == 2).all()
+    served = points[(points["method"] != "vanilla") & points["speedup_mean"].notna()
+                    & (points["round"] != "probe") & (points["engine"] == "serve")]
+    assert len(served) and served["speedup_instance_from"].notna().all()
+    ngram = served[(served["speculator"] == "ngram") & (served["concurrency"] == 1)]
+    assert len(ngram) and (ngram["speedup_instance_from"] == "this class").all()
+    assert not served["target"].isin(INT4_TARGETS).any()
     # per-request acceptance on vLLM's AVX2 extension too
     per_request_requests(workdir)
     assert server_processes(workdir) == []

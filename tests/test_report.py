@@ -429,9 +429,9 @@ def test_what_the_intervals_cover_is_a_list_one_line_per_kind_most_points_first(
     # every interval here carries the server starts' share: nothing said to lack it
     assert "Server starts differ" in note and "do **not** cover" not in note
     assert plots.speedup_note(points.iloc[4:]).endswith("cover:\n\n- no points")
-    alone = points.assign(interval_covers=f"{sequential}; the server starts' share is not "
-                          "covered: no class of this engine ran a configuration on several "
-                          "starts (set `instance_probe:`)")
+    measured = points.assign(speedup_instance_from="this class")
+    assert "do **not** cover" not in plots.speedup_note(measured)
+    alone = measured.assign(speedup_instance_from=[None, *measured["speedup_instance_from"][1:]])
     assert "do **not** cover the difference between two starts" in plots.speedup_note(alone)
 
 

@@ -272,7 +272,8 @@ def run_design(design: Design, speedup: float, studies: int, seed: int = 0) -> d
         covered += hit
         called += list(noise["low"] > 1)
         mde += list(noise["mde"])
-        covers |= {_covers_kind(c) for c in noise["covers"]}
+        covers |= {_covers_kind(c, f) for c, f in zip(noise["covers"], noise["instance_from"],
+                                                      strict=True)}
         for cell, h in zip(noise["cell_id"], hit, strict=True):
             k, w = int(cell.split("k")[1]), int(cell[1:].split("k")[0])
             halves[_hot(design, k, w)[0] > 1].append(h)
@@ -283,14 +284,13 @@ def run_design(design: Design, speedup: float, studies: int, seed: int = 0) -> d
             "mde": float(np.nanmedian(mde)), "covers": "; ".join(sorted(covers))}
 
 
-def _covers_kind(text: str) -> str:
-    """What an interval covers, without its numbers: the design's units and where the server
-    starts' share came from."""
-    first = text.split("; ")[0]
-    starts = ("the server starts' share not covered" if "not covered" in text
-              else "the server starts measured in its class" if "in its class" in text
+def _covers_kind(text: str, instance_from: str | None) -> str:
+    """What an interval covers, without its numbers: the design's units (the first part of
+    its text) and where the server starts' share came from (`instance_from`)."""
+    starts = ("the server starts' share not covered" if not instance_from
+              else "the server starts measured in its class" if instance_from == "this class"
               else "the server starts' share borrowed")
-    return f"{first}; {starts}"
+    return f"{text.split('; ')[0]}; {starts}"
 
 
 def power_at_mde(design: Design, studies: int, seed: int = 0) -> dict:

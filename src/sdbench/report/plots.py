@@ -948,7 +948,9 @@ def speedup_note(points: pd.DataFrame) -> str:
     # one line per kind of interval (the most points first), readable where a run has many
     listed = "".join(f"\n- {text} ({n} point{'' if n == 1 else 's'})"
                      for text, n in covers.items()) or "\n- no points"
-    not_covered = any("share is not covered" in text for text in covers.index)
+    # (a point whose class and none near it measured two starts has no `instance_from`)
+    not_covered = ("speedup_instance_from" in spec
+                   and not spec["speedup_instance_from"].notna().all())
     drifted = int(spec.get("drift_flag", pd.Series(dtype=bool)).fillna(False).sum())
     engine_flagged = int(spec.get("engine_differs", pd.Series(dtype=object)).notna().sum())
     return (
