@@ -11,6 +11,7 @@ from scipy import stats
 from sdbench.analyze import noise
 from sdbench.analyze.simulate import (
     Design,
+    levels_frame,
     power_at_mde,
     run_derived,
     run_design,
@@ -179,3 +180,21 @@ def test_precision_of_points_without_spread_warns_nothing_a_report_would_print()
         warnings.simplefilter("error")
         assert np.isnan(_median(pd.Series([np.nan, np.nan])))
         assert _median(pd.Series([np.nan, 0.2, 0.4])) == pytest.approx(0.3)
+
+
+def test_a_class_too_small_to_tell_starts_from_runs_still_lends_its_spread():
+    """A probe of one run a start (the AVX2 end-to-end rerun's): its class cannot tell the
+    starts' share from the runs' and folds it into them; it says so, and another class on one
+    start borrows that whole spread (at most what the starts can be) instead of reading as
+    not covered."""
+    rng = np.random.default_rng(1)
+    probed = levels_frame(Design(1, 0.03, 0.02, chained=False, probe=2, workloads=1, ks=1),
+                          ((1.2,),), rng)
+    other = levels_frame(Design(1, 0.03, 0.02, chained=False, workloads=1, ks=1), ((1.1,),),
+                         rng).assign(method="d", speculator="d", cell_id="other",
+                                     config_id="D", server_started_at="D@0")
+    out = noise.point_noise(pd.concat([probed, other], ignore_index=True)).set_index("cell_id")
+    assert "not told apart from its runs' spread" in out.loc["w0k0", "covers"]
+    assert out.loc["other", "instance_from"] == "measured with m on the same target"
+    runs = noise.fits(probed)[next(iter(noise.fits(probed)))][0].sigma2["residual"]
+    assert out.loc["other", "instance_var"] == pytest.approx(runs)

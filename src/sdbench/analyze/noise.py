@@ -133,6 +133,7 @@ def _exported(fit: variance.Fit) -> dict[str, tuple[float, float]]:
     the class could not tell apart from it folded in (a speculative start always paired with
     one baseline start), and its degrees of freedom."""
     out = {}
+    residual = fit.sigma2.get(variance.RESIDUAL, np.nan)
     for name in STARTS:
         if name in fit.sigma2:
             value = fit.sigma2[name] + sum(fit.sigma2.get(other, 0.0)
@@ -141,7 +142,17 @@ def _exported(fit: variance.Fit) -> dict[str, tuple[float, float]]:
             out[name] = (value, float(fit.df.get(name, np.inf)))
         elif name in fit.zero:  # (measured: no spread between starts beyond the runs')
             out[name] = (0.0, fit.zero[name])
+        elif _in_runs(fit, name) and np.isfinite(residual):
+            # seen, but not told apart from the runs (too few runs a start): the runs' whole
+            # spread, once, is what the starts can be at most
+            df = float(fit.df.get(variance.RESIDUAL, np.inf))
+            out[name] = (0.0, df) if any(_in_runs(fit, n) for n in out) else (residual, df)
     return out
+
+
+def _in_runs(fit: variance.Fit, name: str) -> bool:
+    """Whether a start component was seen but folded into the runs' own spread."""
+    return fit.folded.get(name) == variance.RESIDUAL
 
 
 def _missing(fit: variance.Fit, group: pd.DataFrame) -> list[str]:
@@ -325,8 +336,11 @@ def _covers(kind: str, points: int, point: variance.Point, fit: variance.Fit,
     starts = sum(point.parts.get(name, 0.0) for name in STARTS) * point.scale
     if measured:
         text += (f"; the server starts' share (σ {np.sqrt(starts):.1%}) measured in its class"
-                 if starts > 0 else "; the server starts measured in its class (no spread "
-                 "between them beyond the runs')")
+                 if starts > 0 else "; the server starts measured in its class, not told apart "
+                 "from its runs' spread (carried in it)" if any(_in_runs(fit, n)
+                                                              for n in STARTS)
+                 else "; the server starts measured in its class (no spread between them "
+                 "beyond the runs')")
     elif borrowed:
         text += f"; the server starts' share (σ {np.sqrt(starts):.1%}) {where}"
     else:
