@@ -316,9 +316,14 @@ def test_more_bad_rows_than_max_skipped_share_refuse_the_file(tmp_path):
         lines[i] = b"{not json}\n"
     path.write_bytes(b"".join(lines))
     message = refused(tmp_path, "cnn_dailymail", path)
-    assert "7 of 100 rows (7.0%) cannot be used, more than max_skipped_share 1.0%" in message
-    assert "malformed JSON: 7 (line 3, line 5, line 7, line 9, line 11, ...)" in message
-    assert "max_skipped_share" in message
+    assert "7 of 100 rows (7.0%) cannot be used (malformed JSON: 7 (line 3, line 5, line 7, " \
+        "line 9, line 11, ...)), more than max_skipped_share 1.0% and max_skipped_rows 0" \
+        in message
+    assert "set sources.cnn_dailymail.max_skipped_rows: 7 to build from the rest" in message
+    # an absolute allowance accepts it too
+    manifest, _ = fetch(tmp_path, "cnn_dailymail", {"kind": "path", "path": str(path),
+                                                    "max_skipped_rows": 7})
+    assert manifest["rows"] == 93 and manifest["max_skipped_rows"] == 7
     # a larger allowance accepts it, the rows still counted
     manifest, _ = fetch(tmp_path, "cnn_dailymail", {"kind": "path", "path": str(path),
                                                     "max_skipped_share": 0.1})

@@ -119,8 +119,9 @@ def test_the_record_schema_validates_every_record_the_run_writes(e2e_run):
     files = [*sorted((results / "cells").glob("*.jsonl")),
              *sorted((results / "derived").rglob("*.jsonl"))]
     records = [r for path in files for r in read_records(path)]  # raises on an invalid one
-    # (the study's cells and the derived one, 21; the instance probe's, 6)
-    assert len(files) == 21 + 6 and len(records) > 27
+    # (the study's cells and the derived one, 21; round 3's on the chat set, 2; the instance
+    # probe's, 6)
+    assert len(files) == 21 + 2 + 6 and len(records) > 29
     assert {r["schema"] for r in records} == {SCHEMA_ID}
     assert {r["engine"] for r in records} == {"serve", "offline", "transformers"}
 
@@ -135,12 +136,13 @@ def test_records_carry_metrics_and_provenance(e2e_run, host):
     # vanilla and the calibration draft on the deeper target, vanilla on that draft (its step
     # times); offline vanilla + ngram; Transformers vanilla + ngram; round 2: (vanilla, draft
     # k=2) x bf16, GPTQ, AWQ, W8A8 targets on the 0.25k news bucket; round 3: vanilla, the
-    # draft with a short draft context; the instance probe: n-gram and its vanilla again on
-    # each engine (server, offline, Transformers: every one runs them on one start)
-    assert len(files) == 6 + 2 + 2 + 8 + 2 + 3 * 2
+    # draft with a short draft context, on the mixed set and on the chat set of one's own
+    # requests; the instance probe: n-gram and its vanilla again on each engine (server,
+    # offline, Transformers: every one runs them on one start)
+    assert len(files) == 6 + 2 + 2 + 8 + 2 + 2 + 3 * 2
     grid_cells = set(files)
     files += list((e2e_run["workdir"] / "results" / "derived").rglob("*.jsonl"))
-    assert len(files) == 21 + 6  # + the dynamic-K cell derived from the calibration pair
+    assert len(files) == 23 + 6  # + the dynamic-K cell derived from the calibration pair
     engines = {}  # engine -> methods seen
     unsupported = set()
     for path in files:
@@ -262,11 +264,11 @@ def test_records_carry_metrics_and_provenance(e2e_run, host):
 def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
     frame = pd.read_parquet(e2e_run["workdir"] / "results" / "summary.parquet")
     # round 1: 6 server cells x 6 points (the calibration draft's own vanilla cell too), 2
-    # offline cells x 4, 2 Transformers cells x 2; rounds 2 and 3: 10 cells x 4; the derived
+    # offline cells x 4, 2 Transformers cells x 2; rounds 2 and 3: 12 cells x 4; the derived
     # schedule's cells (2 or 3): 2 a level each; the instance probe's 6 cells x 2 (one repeat
     # on each of its two starts, at concurrency or batch size 1)
     derived = 2 * sum(map(len, arm_levels(e2e_run["workdir"])))
-    assert len(frame) == 36 + 8 + 4 + 40 + derived + 12
+    assert len(frame) == 36 + 8 + 4 + 48 + derived + 12
     skipped = frame["target"].isin(host["unsupported"])
     assert (frame.loc[skipped, "status"] == "unsupported").all()
     assert frame.loc[skipped, "speedup"].isna().all()  # never a speedup from nothing
@@ -352,10 +354,10 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
 def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run, host):
     points = pd.read_parquet(e2e_run["workdir"] / "results" / "summary_points.parquet")
     # round 1: 6 server cells x 3 points, offline 2 x 2, Transformers 2 x 1; rounds 2 and 3:
-    # 10 x 2; the derived schedule's cells (2 or 3): 1 a level each; the instance probe's 6
+    # 12 x 2; the derived schedule's cells (2 or 3): 1 a level each; the instance probe's 6
     # (n-gram and its vanilla on each engine, at concurrency or batch size 1)
     arms = arms_of(e2e_run["workdir"])
-    assert len(points) == 18 + 4 + 2 + 20 + sum(map(len, arm_levels(e2e_run["workdir"]))) + 6
+    assert len(points) == 18 + 4 + 2 + 24 + sum(map(len, arm_levels(e2e_run["workdir"]))) + 6
     assert (points["repeats"] == 2).all()
     # the instance probe: n-gram and its baseline again on a second start at concurrency 1
     # (round "probe", no verdict of its own); n-gram's points there carry the spread between
@@ -450,8 +452,8 @@ def test_reports_are_rendered(e2e_run, host):
     assert "Prompt sets" in page and "spec_bench/all" in page  # data cards
     assert "card missing" not in page
     index = (workdir / "reports" / "index.html").read_text()
-    # (the study's cells and the instance probe's six)
-    assert index.count(">done<") == 21 + 6 - 2 * len(host["unsupported"])
+    # (the study's cells, round 3's two on the chat set and the instance probe's six)
+    assert index.count(">done<") == 21 + 2 + 6 - 2 * len(host["unsupported"])
     assert "(instance probe)" in index
     # beside each verdict, the server starts' share and where it was measured
     assert "server starts" in page and "starts measured" in page
@@ -707,10 +709,10 @@ def test_one_server_start_per_configuration_instance(e2e_run, host):
                                                f"{cell_id}.jsonl").read_text().splitlines()]
             assert {r["server"]["session"] for r in records
                     if r["server"]["instance"] == session.instance} == {sid}
-    # the target's vanilla configuration served four workloads (rounds 1-3 and the instance
-    # probe's) in one start
+    # the target's vanilla configuration served five workloads (rounds 1-3, round 3's chat
+    # set and the instance probe's) in one start
     vanilla = [s for s in planned.values() if len({cells[c].workload["name"]
-                                                  for c in s.cells}) == 4]
+                                                  for c in s.cells}) == 5]
     assert vanilla and all(len(s.configs) == 1 for s in vanilla)
     # `make plan` counts the same starts (the derived dynamic-K cell's too)
     plan = cost.plan_cost(load_config(e2e_run["configfile"]), "cpu-avx2", workdir, here=True)
@@ -747,6 +749,43 @@ def test_prompt_sets_count_tokens_with_the_target_tokenizer(e2e_run):
         assert 128 <= r["prompt_tokens"] < 256  # whole articles in [half the bucket, the bucket)
 
 
+def test_a_chat_set_reaches_the_server_as_its_conversation(e2e_run):
+    """The chat set of one's own requests (system prompts, two-turn conversations) is built
+    with the conversations whole, and the server received each one whole: the prompt tokens
+    it reports for every request are its chat template's count of a record's messages (not of
+    the prompt as one user message)."""
+    from transformers import AutoTokenizer
+
+    from sdbench.plan.config import validate_config
+    from sdbench.records import read_details
+
+    workdir = e2e_run["workdir"]
+    tokenizer = AutoTokenizer.from_pretrained(workdir / "resources/models/smollm2-135m")
+    records = [json.loads(line) for line in
+               (workdir / "data/processed/support/all.jsonl").read_text().splitlines()]
+    assert len(records) == 8 and all(r["messages"][0]["role"] == "system" for r in records)
+    assert any(r["turns"] == 2 for r in records)
+    def count(messages):
+        return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                 tokenize=True, return_dict=False))
+
+    whole = {count(r["messages"]) for r in records}
+    flat = {count([{"role": "user", "content": r["prompt"]}]) for r in records}
+    assert all(count(r["messages"]) != count([{"role": "user", "content": r["prompt"]}])
+               for r in records)
+    config = validate_config(e2e_config(e2e_run["raw"]))
+    cells = [c for c in grid.cells_by_id(config).values() if c.workload["name"] == "support"]
+    assert {c.is_baseline for c in cells} == {True, False}
+    seen = []
+    for cell in cells:
+        sidecar = workdir / "results" / "cells" / f"{cell.cell_id}.requests.jsonl.gz"
+        for detail in read_details(sidecar)[cell.cell_id].values():
+            lengths = detail["input_lens"]
+            assert lengths and set(lengths) <= whole and not set(lengths) <= flat, lengths
+            seen += lengths
+    assert len(seen) >= 16
+
+
 def test_changing_one_bucket_rebuilds_that_set_and_its_cells(e2e_run):
     config = e2e_config(e2e_run["raw"])
     config["datasets"]["cnn_dm_news_summary"]["buckets"][1]["prompt_tokens"] = 600  # 0.5k
@@ -760,11 +799,11 @@ def test_changing_one_bucket_rebuilds_that_set_and_its_cells(e2e_run):
     read = write_config(e2e_run["workdir"] / "e2e-bucket-read.yaml", config)
     result = snakemake("-n", workdir=e2e_run["workdir"], configfile=read)
     # the bucket's round 2 cells: (vanilla, draft) x 4 targets, in the sessions of their 8
-    # configurations; the target's vanilla session also serves rounds 1 and 3 and the instance
-    # probe, whose cells' records are written again (from the point cache: nothing of theirs
-    # is measured)
+    # configurations; the target's vanilla session also serves rounds 1 and 3 (the mixed and
+    # the chat set) and the instance probe, whose cells' records are written again (from the
+    # point cache: nothing of theirs is measured)
     assert job_counts(result.stdout + result.stderr) == {
-        "all": 1, "prompts": 1, "session": 8, "cell": 8 + 3, "summary": 1, "report": 3,
+        "all": 1, "prompts": 1, "session": 8, "cell": 8 + 4, "summary": 1, "report": 3,
         "index": 1}
 
 

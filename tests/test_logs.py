@@ -53,10 +53,18 @@ def _stand_in_load_generator(monkeypatch) -> None:
     serve.add_cli_args, serve.main = add_cli_args, main
     parsers = types.ModuleType("vllm.utils.argparse_utils")
     parsers.FlexibleArgumentParser = argparse.ArgumentParser
+    # the request functions the workflow wraps (none here: run alone, the test does not
+    # depend on an earlier test having imported the real ones)
+    functions = types.ModuleType("vllm.benchmarks.lib.endpoint_request_func")
+    functions.ASYNC_REQUEST_FUNCS = {}
+    lib = types.ModuleType("vllm.benchmarks.lib")
+    lib.endpoint_request_func = functions
     modules = {"vllm": types.ModuleType("vllm"), "vllm.benchmarks": types.ModuleType("b"),
-               "vllm.benchmarks.serve": serve, "vllm.utils": types.ModuleType("u"),
-               "vllm.utils.argparse_utils": parsers}
+               "vllm.benchmarks.serve": serve, "vllm.benchmarks.lib": lib,
+               "vllm.benchmarks.lib.endpoint_request_func": functions,
+               "vllm.utils": types.ModuleType("u"), "vllm.utils.argparse_utils": parsers}
     modules["vllm.benchmarks"].serve = serve
+    modules["vllm.benchmarks"].lib = lib
     modules["vllm.utils"].argparse_utils = parsers
     for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)

@@ -13,6 +13,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 # each prompt's output cap in the end-to-end run
 E2E_OUTPUT_TOKENS = 8
+# the worked example's own chat requests (config/examples/service.yaml)
+CHATS = REPO / "data" / "examples" / "support_chats.jsonl"
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
@@ -165,6 +167,13 @@ def e2e_config(raw: dict) -> dict:
     config["workloads"] = {name: w for name, w in config["workloads"].items()
                            if not (w["dataset"] == "cnn_dm_news_summary"
                                    and w["subset"] not in ("0.25k", "0.5k"))}
+    # a user's own chat requests (the worked example's file: system prompts, two-turn
+    # conversations) through round 3's servers: cells on the starts it makes anyway
+    config["sources"]["support_chats"] = {"kind": "path", "path": str(CHATS)}
+    config["datasets"]["support"] = {"builder": "chat", "source": "support_chats",
+                                     "samples": 8, "max_output_tokens": E2E_OUTPUT_TOKENS}
+    config["workloads"]["support"] = {"dataset": "support", "subset": "all", "num_prompts": 4}
+    config["round3"]["workloads"] = [*config["round3"]["workloads"], "support"]
     return config
 
 

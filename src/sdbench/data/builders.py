@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sdbench.data.raw import read_rows
+from sdbench.data.raw import ASSISTANT_ROLES, HUMAN_ROLES, read_rows
 from sdbench.data.tokens import Tokenizer
 from sdbench.files import atomic_write_json, sha256_file, write_jsonl
 
@@ -36,6 +36,8 @@ BUCKETED = ("cnn_dm_news_summary", "cnn_dm_highlights_news", "thucnews_polish")
 BUILDER_SOURCE = {"spec_bench": "spec_bench", "sharegpt": "sharegpt",
                   "cnn_dm_news_summary": "cnn_dailymail", "cnn_dm_highlights_news": "cnn_dailymail",
                   "cnn_dm_mixed": "cnn_dailymail", "thucnews_polish": "thucnews"}
+# the builder of a user's own requests, and the source formats it reads (`raw.CHAT_FORMATS`)
+CHAT = "chat"
 # builders whose records are sent in file order (the load generator shuffles others): the
 # mixed set's file is itself a seeded shuffle of its buckets (`order`), so that a point's first
 # n prompts mix the lengths, and round 3 maps each request to its bucket by position
@@ -47,8 +49,6 @@ def sent_in_order(definition: dict) -> bool:
     `per_task`, whose file takes the task groups in turn) rather than shuffled by the load
     generator; the reports then map each request to its bucket or task group by position."""
     return definition["builder"] in ORDERED or bool(definition.get("per_task"))
-HUMAN_ROLES = ("human", "user")
-ASSISTANT_ROLES = ("gpt", "chatgpt", "assistant", "bard", "model")
 SEPARATOR = "\n\n"  # between the texts of one prompt
 _SENTENCE_END = re.compile(r"[.!?。！？]+[\"'”’)）]*\s*")
 
@@ -407,7 +407,87 @@ def _thucnews_polish(rows, definition, tok, skipped) -> list:
     return [{**r, "output_tokens": max(1, round(ratio * r["text_tokens"]))} for r in records]
 
 
+def flatten(messages: list[dict]) -> str:
+    """A conversation as one text (what the completions endpoint is sent, and what a set's
+    prompt tokens count): a lone user message as it is, else each message under its role."""
+    if len(messages) == 1 and messages[0]["role"] == "user":
+        return messages[0]["content"]
+    return SEPARATOR.join(f"{m['role']}: {m['content']}" for m in messages)
+
+
+def messages_of(record: dict) -> list[dict]:
+    """The chat messages a prompt-set record is sent as on the chat endpoint: its own
+    conversation (`chat` sets), else its prompt as one user message."""
+    return record.get("messages") or [{"role": "user", "content": record["prompt"]}]
+
+
+def sharegpt_messages(row: dict) -> tuple[list[dict], str | None] | None:
+    """A ShareGPT conversation as the request a service would get: every turn up to its last
+    human turn (a system turn kept), and the reply after it as the reference; None without a
+    human turn."""
+    roles = {**dict.fromkeys(HUMAN_ROLES, "user"), **dict.fromkeys(ASSISTANT_ROLES, "assistant"),
+             "system": "system"}
+    turns = [{"role": roles.get(t["from"]), "content": t["value"]}
+             for t in row["conversations"]]
+    last = max((i for i, t in enumerate(turns) if t["role"] == "user"), default=None)
+    if last is None or any(t["role"] is None for t in turns[:last + 1]):
+        return None
+    reply = turns[last + 1]["content"] if last + 1 < len(turns) and \
+        turns[last + 1]["role"] == "assistant" else None
+    return turns[:last + 1], reply
+
+
+def _chat(rows: list[dict], definition: dict, tok: Tokenizer, skipped: Counter) -> list:
+    """A user's own requests as their service sends them (system prompt and earlier turns
+    kept), each with its output length by the set's policy (`output_tokens`): the request's
+    own `max_tokens` (`request`; rows without one get `max_output_tokens`), its reference
+    reply's length (`reference`) or a fixed number; every length capped at
+    `max_output_tokens`. `samples`: a seeded sample of that many (null: every row, in file
+    order)."""
+    policy, cap = definition["output_tokens"], definition["max_output_tokens"]
+    longest = definition.get("max_prompt_tokens")
+    forced = not definition.get("stop_at_eos", True)
+    wanted = definition.get("samples")
+    records = []
+    for row in rows if wanted is None else _seeded_order(rows, definition):
+        if wanted is not None and len(records) == wanted:
+            break
+        if "conversations" in row:
+            found = sharegpt_messages(row)
+            if found is None:
+                skipped["no human turn"] += 1
+                continue
+            messages, reference, own = *found, None
+        else:
+            messages, reference, own = row["messages"], row["reference"], row["max_tokens"]
+        prompt = flatten(messages)
+        tokens = tok.count(prompt)
+        if longest is not None and tokens > longest:
+            skipped["prompt longer than max_prompt_tokens"] += 1
+            continue
+        if policy == "reference":
+            if not reference or not reference.strip():
+                skipped["no reference reply"] += 1
+                continue
+            length, source = tok.count(reference), "reference"
+        elif policy == "request":
+            length, source = (own, "request") if own else (cap, "max_output_tokens")
+        else:
+            length, source = int(policy), "fixed"
+        output = max(1, min(length, cap))
+        records.append({
+            "prompt": prompt, "messages": messages, "output_tokens": output,
+            **({"min_tokens": output} if forced else {}),
+            "prompt_tokens": tokens, "text_tokens": tokens, "id": row.get("id"),
+            "output_from": source if output == length else f"{source}, capped",
+            "turns": sum(1 for m in messages if m["role"] == "user"),
+            "system": any(m["role"] in ("system", "developer") for m in messages)})
+    _need(definition, len(records), wanted or 1, "requests", skipped)
+    return records
+
+
 BUILDERS = {
+    CHAT: _chat,
     "spec_bench": _spec_bench, "sharegpt": _sharegpt, "cnn_dm_news_summary": _news_summary,
     "cnn_dm_highlights_news": _highlights_news, "thucnews_polish": _thucnews_polish,
     "cnn_dm_mixed": _mixed,
@@ -419,6 +499,8 @@ def _longest(definition: dict) -> list[tuple[int | None, int]]:
     definition alone (prompt None: Spec-Bench without max_prompt_tokens; ShareGPT: its prompt
     + reply cap, counted as output, since its replies set the output)."""
     builder = definition["builder"]
+    if builder == CHAT:
+        return [(definition.get("max_prompt_tokens"), definition["max_output_tokens"])]
     if builder == "spec_bench":
         return [(definition.get("max_prompt_tokens"), definition["max_output_tokens"])]
     if builder == "sharegpt":
@@ -467,6 +549,15 @@ def _histogram(values: list[int], bins: int = 12) -> dict:
 
 def _output_rule(definition: dict) -> str:
     builder = definition["builder"]
+    if builder == CHAT:
+        policy, cap = definition["output_tokens"], definition["max_output_tokens"]
+        rule = {"request": f"max_tokens = the request's own (without one: {cap})",
+                "reference": "max_tokens = token length of the reference reply"}.get(
+                    policy, f"max_tokens = {policy}")
+        eos = ("min_tokens = max_tokens (forced: the model may not stop at its end-of-sequence "
+               "token)" if not definition.get("stop_at_eos", True)
+               else "the model may stop at its end-of-sequence token")
+        return f"{rule}, at most {cap}; {eos}"
     if builder == "spec_bench":
         return f"max_tokens = {definition['max_output_tokens']}"
     if builder == "sharegpt":
@@ -510,6 +601,14 @@ def _selection(definition: dict, records: list[dict]) -> dict:
                                   for b in definition["buckets"]},
                 "texts_reused": sum(len(r["source_ids"]) for r in records)
                 - len({i for r in records for i in r["source_ids"]})}
+    if builder == CHAT:
+        return {"samples": definition.get("samples"),
+                "output_tokens": definition["output_tokens"],
+                "output_from": dict(Counter(r["output_from"] for r in records)),
+                "stop_at_eos": definition.get("stop_at_eos", True),
+                "with_system_prompt": sum(1 for r in records if r["system"]),
+                "multi_turn": sum(1 for r in records if r["turns"] > 1),
+                "max_prompt_tokens": definition.get("max_prompt_tokens")}
     if builder == "spec_bench":
         return {"task_prefixes": definition.get("task_prefixes") or {},
                 "prefix_added": sum(1 for r in records if r["prefix_added"]),
@@ -521,7 +620,8 @@ def _selection(definition: dict, records: list[dict]) -> dict:
 def build_subset(definition: dict, raw_path: str | Path, raw_manifest: dict, tok: Tokenizer,
                  out_path: str | Path, card_path: str | Path) -> dict:
     """Build one subset and its card (the definition comes from config.subset_definition)."""
-    rows, raw_skipped = read_rows(raw_manifest["source"], raw_path)
+    schema = raw_manifest.get("format", raw_manifest["source"])
+    rows, raw_skipped = read_rows(schema, raw_path)
     skipped: Counter = Counter()
     records = BUILDERS[definition["builder"]](rows, definition, tok, skipped)
     write_jsonl(out_path, records)
@@ -533,7 +633,8 @@ def build_subset(definition: dict, raw_path: str | Path, raw_manifest: dict, tok
         "records": len(records),
         "ordered": sent_in_order(definition),
         "output_rule": _output_rule(definition),
-        "selection": _selection(definition, records),
+        "selection": {**_selection(definition, records),
+                      **({"format": schema} if definition["builder"] == CHAT else {})},
         "composition": composition(records),
         "prompt_tokens": _quantiles(prompt_tokens),
         "prompt_token_histogram": _histogram(prompt_tokens) if prompt_tokens else {},

@@ -15,6 +15,16 @@ Accepted schemas (extra fields are ignored):
   thucnews       the official THUCNews.zip (<category>/<n>.txt: title line, then the body), or
                  rows with `content` (or `text`) and optional `title` and `label` -- the hub
                  mirrors' JSONL / Parquet
+
+A user's own requests (a source of any name, `format:` named or detected, `detect_format`):
+  openai_chat    OpenAI chat requests: `messages` [{role, content}, ...], optional
+                 `max_tokens` (or `max_completion_tokens`); a last `assistant` message, or a
+                 `reference` field, is the reference reply, not sent
+  sharegpt       as above: `conversations` [{from, value}, ...]
+  prompts        `prompt` (str) per row, optional `output_tokens` (vLLM's custom dataset form)
+                 or `max_tokens`; or a plain text file, one prompt per line
+The first two and `prompts` rows are normalised to {id, messages, max_tokens, reference}
+(`chat_row`), which the `chat` builder reads.
 """
 
 from __future__ import annotations
@@ -32,16 +42,27 @@ REQUIRED_FIELDS = {
     "cnn_dailymail": {"article": str, "highlights": str, "id": str},
     "sharegpt": {"conversations": list},
     "thucnews": {},
+    "openai_chat": {"messages": list},
+    "prompts": {"prompt": str},
 }
+# the formats of a user's own requests (any source name), and how each is told from its fields
+CHAT_FORMATS = ("openai_chat", "sharegpt", "prompts")
+FORMAT_FIELDS = {"openai_chat": "messages", "sharegpt": "conversations", "prompts": "prompt"}
 THUCNEWS_TEXT_FIELDS = ("content", "text")
 TEXT_FIELDS = {"spec_bench": (), "cnn_dailymail": ("article",), "sharegpt": (),
-               "thucnews": ("text",)}
+               "thucnews": ("text",), "openai_chat": (), "prompts": ()}
 SCHEMA_HELP = {
     "spec_bench": "question_id (int), category (str), turns (list of str)",
     "cnn_dailymail": "article, highlights, id (strings), as abisee/cnn_dailymail",
     "sharegpt": "id and conversations: [{from, value}, ...]",
     "thucnews": "content (or text), optional title and label; or the official THUCNews.zip",
+    "openai_chat": "messages: [{role, content}, ...] (OpenAI chat), optional max_tokens",
+    "prompts": "prompt (a string), optional output_tokens or max_tokens; or one prompt a line",
 }
+CHAT_ROLES = ("system", "developer", "user", "assistant")
+# ShareGPT's speaker names
+HUMAN_ROLES = ("human", "user")
+ASSISTANT_ROLES = ("gpt", "chatgpt", "assistant", "bard", "model")
 FIRST_ROWS = 5  # row numbers kept per skip reason
 
 
@@ -120,6 +141,8 @@ def _valid(source: str, row, label: str, skipped: Skipped) -> dict | None:
     elif source == "spec_bench" and not all(isinstance(t, str) for t in row["turns"]):
         skipped.add("turns that are not strings", label)
         return None
+    elif source in ("openai_chat", "prompts"):
+        row = chat_row(source, row, label, skipped)
     if row is None:
         return None
     if any(not row[k].strip() for k in TEXT_FIELDS[source]):
@@ -145,6 +168,80 @@ def _sharegpt_row(row: dict, label: str, skipped: Skipped) -> dict | None:
         skipped.add("malformed conversations (a turn without string from/value)", label)
         return None
     return {"id": str(row.get("id", "")), "conversations": turns}
+
+
+def _length(row: dict, keys: tuple[str, ...], label: str,
+            skipped: Skipped) -> tuple[bool, int | None]:
+    """(usable, the row's own output length under the first of `keys` it has; None: none)."""
+    for key in keys:
+        if key in row and row[key] is not None:
+            value = row[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                skipped.add(f"{key} not a positive integer", label)
+                return False, None
+            return True, value
+    return True, None
+
+
+def chat_row(source: str, row: dict, label: str, skipped: Skipped) -> dict | None:
+    """An `openai_chat` or `prompts` row as {id, messages, max_tokens, reference}: the messages
+    sent (system prompt and earlier turns kept), the row's own output length, its reference
+    reply (a last assistant message, or `reference`)."""
+    ident = str(row.get("id", label))
+    if source == "prompts":
+        if not row["prompt"].strip():
+            skipped.add("empty prompt", label)
+            return None
+        ok, length = _length(row, ("output_tokens", "max_tokens"), label, skipped)
+        return {"id": ident, "messages": [{"role": "user", "content": row["prompt"]}],
+                "max_tokens": length, "reference": None} if ok else None
+    messages = row["messages"]
+    if not messages or not all(isinstance(m, dict) and m.get("role") in CHAT_ROLES
+                               and isinstance(m.get("content"), str) for m in messages):
+        skipped.add("malformed messages (each needs a role of "
+                    f"{'/'.join(CHAT_ROLES)} and a string content)", label)
+        return None
+    messages = [{"role": m["role"], "content": m["content"]} for m in messages]
+    reference = row.get("reference") if isinstance(row.get("reference"), str) else None
+    if messages[-1]["role"] == "assistant":
+        reference = messages.pop()["content"] if reference is None else reference
+        if messages and messages[-1]["role"] == "assistant":
+            messages.pop()
+    if not messages or messages[-1]["role"] != "user" or not messages[-1]["content"].strip():
+        skipped.add("no user message to answer last", label)
+        return None
+    ok, length = _length(row, ("max_tokens", "max_completion_tokens"), label, skipped)
+    return {"id": ident, "messages": messages, "max_tokens": length,
+            "reference": reference} if ok else None
+
+
+def detect_format(path: str | Path, display: str | None = None) -> str:
+    """The format of a user's own request file from its first row's fields (`FORMAT_FIELDS`),
+    or `prompts` for plain text; RawError naming the fields it has where none fits."""
+    display = display or str(path)
+    try:
+        kind = file_format(path)
+    except RawError:
+        kind = "text"
+    if kind == "text":
+        return "prompts"
+    fields = first_fields(path)
+    if kind == "json":
+        try:
+            items = json.loads(Path(path).read_bytes().decode("utf-8-sig"))
+            first = next((i for i in items if isinstance(i, dict)), None)
+            fields = sorted(first) if first is not None else None
+        except (ValueError, TypeError) as exc:
+            raise RawError(f"{display}: not valid JSON ({exc})") from exc
+    found = [name for name, key in FORMAT_FIELDS.items() if key in (fields or ())]
+    if not found:
+        raise RawError(
+            f"{display}: its format is not recognised: its first row has fields "
+            f"{fields or 'none'}; known formats: "
+            + "; ".join(f"{name} ({SCHEMA_HELP.get(name, 'id and conversations')})"
+                        for name in CHAT_FORMATS)
+            + ". Convert the file, or name the format (sources.<name>.format)")
+    return found[0]
 
 
 # ---------------------------------------------------------------------------- file formats
@@ -251,18 +348,37 @@ def _thucnews_zip_rows(path: Path, display: str, skipped: Skipped) -> Iterator[d
                    "label": parts[-2] if len(parts) >= 2 else None}
 
 
+def _text_rows(path: Path, display: str, skipped: Skipped) -> Iterator[dict]:
+    """One prompt per non-empty line of a plain text file."""
+    with open(path, "rb") as fh:
+        for lineno, raw_line in enumerate(fh, start=1):
+            if not raw_line.strip():
+                continue
+            try:
+                line = raw_line.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError:
+                skipped.add("not UTF-8", f"line {lineno}")
+                continue
+            yield {"id": f"line {lineno}", "messages": [{"role": "user",
+                                                         "content": line.strip()}],
+                   "max_tokens": None, "reference": None}
+
+
 def read_rows(source: str, path: str | Path, display: str | None = None
               ) -> tuple[list[dict], Skipped]:
     """All usable rows of a raw file and the rows skipped (by reason, with row numbers).
-    `display` names the file in messages (default: `path`)."""
+    `source` is the file's format (a known source's name, or one of CHAT_FORMATS); `display`
+    names the file in messages (default: `path`)."""
     path = Path(path)
     display = display or str(path)
     if source not in REQUIRED_FIELDS:
-        raise RawError(f"unknown source {source!r}")
+        raise RawError(f"unknown format {source!r}")
     skipped = Skipped()
     try:
         kind = file_format(path)
     except RawError as exc:
+        if source == "prompts":
+            return list(_text_rows(path, display, skipped)), skipped
         raise RawError(f"{display}: {exc}") from exc
     if kind == "zip":
         if source != "thucnews":
@@ -282,9 +398,12 @@ def first_fields(path: str | Path) -> list[str] | None:
         if kind == "jsonl":
             with open(path, "rb") as fh:
                 for line in fh:
-                    if line.strip():
-                        row = json.loads(line)
-                        return sorted(row) if isinstance(row, dict) else None
+                    try:  # the first row that is JSON (a malformed one is skipped)
+                        row = json.loads(line) if line.strip() else None
+                    except ValueError:
+                        continue
+                    if isinstance(row, dict):
+                        return sorted(row)
         if kind == "parquet":
             import pyarrow.parquet as pq
 

@@ -6,6 +6,10 @@ Kinds (config `sources.<name>.kind`):
   path     a local file in the real schema (sha256 checked when pinned)
   hf       a hub dataset loaded with `datasets` at a pinned revision, exported as JSONL
   hf_file  one file of a hub dataset repository, downloaded with huggingface_hub
+
+A source named after a known set (SOURCES) is read in that set's schema; a source of any other
+name is a user's own requests in one of the chat formats (`raw.CHAT_FORMATS`), named by
+`format:` or detected from the file's first row (`source_format`).
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ from urllib.parse import urlparse
 from sdbench.data import fixtures
 from sdbench.data.builders import SPEC_BENCH_GROUPS
 from sdbench.data.raw import (
+    FORMAT_FIELDS,
     REQUIRED_FIELDS,
     SCHEMA_HELP,
     THUCNEWS_TEXT_FIELDS,
     RawError,
     Skipped,
     describe_skipped,
+    detect_format,
     first_fields,
     read_rows,
 )
@@ -44,8 +50,10 @@ RAW_SUFFIXES = (".jsonl", ".json", ".parquet", ".zip")
 REMOTE_KINDS = ("url", "hf", "hf_file")
 DOWNLOAD_TIMEOUT_S = 60
 FIXTURE_ROWS = 12
-# a source with a larger share of unusable rows is refused (per source: max_skipped_share)
+# a source with more unusable rows than this share of its rows, and than `max_skipped_rows`,
+# is refused (per source)
 DEFAULT_MAX_SKIPPED_SHARE = 0.01
+AUTO = "auto"
 # Spec-Bench's question.jsonl: 80 questions per task group (checked unless expected_rows: null)
 SPEC_BENCH_ROWS_PER_GROUP = 80
 
@@ -54,9 +62,34 @@ class SourceError(RuntimeError):
     """A raw source that could not be fetched or holds no usable row."""
 
 
+def source_format(source: str, spec: dict) -> str:
+    """The schema a source's rows are read in: `format` where the config names it, a known
+    source's own (its name), else AUTO (detected from the file: `resolved_format`)."""
+    named = spec.get("format", AUTO)
+    if named != AUTO:
+        return named
+    return source if source in SOURCES else AUTO
+
+
+def resolved_format(source: str, spec: dict, path: str | Path, display: str) -> str:
+    """`source_format`, an AUTO one detected from the file at `path`."""
+    found = source_format(source, spec)
+    if found != AUTO:
+        return found
+    try:
+        return detect_format(path, display)
+    except RawError as exc:
+        raise SourceError(f"sources.{source}.format: {exc}") from exc
+
+
 def raw_name(source: str, spec: dict) -> str:
-    """File name of a source's raw copy: a fixed stem per source and the suffix of the file it
-    is copied from (THUCNews's official zip is THUCNews.zip; fixtures use the default)."""
+    """File name of a source's raw copy: a fixed stem per known source (a user's own: its
+    name) and the suffix of the file it is copied from (THUCNews's official zip is
+    THUCNews.zip; fixtures use the default)."""
+    if source not in SOURCES:
+        location = spec.get("url") or spec.get("path") or spec.get("filename") or ""
+        suffix = Path(urlparse(location).path).suffix.lower()
+        return source + (suffix if suffix in RAW_SUFFIXES + (".txt",) else ".jsonl")
     if spec["kind"] == "fixture":
         suffix = ".zip" if source == "thucnews" else DEFAULT_SUFFIX[source]
     elif spec["kind"] == "hf":
@@ -173,9 +206,9 @@ def _download_hf_file(spec: dict, dest: Path) -> dict:
 def fetch_source(source: str, spec: dict, out_path: str | Path,
                  manifest_out: str | Path) -> dict:
     """Write the raw file of `source` per `spec` and its manifest; return the manifest."""
-    if source not in SOURCES:
-        raise SourceError(f"unknown source {source!r} (known: {list(SOURCES)})")
     kind = spec["kind"]
+    if kind == "fixture" and source not in SOURCES:
+        raise SourceError(f"sources.{source}.kind: fixture generates only {list(SOURCES)}")
     with atomic_path(out_path) as tmp:
         if kind == "fixture":
             count, seed = spec.get("rows", FIXTURE_ROWS), spec.get("seed", 0)
@@ -212,14 +245,16 @@ def fetch_source(source: str, spec: dict, out_path: str | Path,
                 f"pinned {pinned}. The upstream file changed or the download is corrupt; "
                 "nothing was written.")
         display = describe_location(spec)
+        schema = resolved_format(source, spec, tmp, display)
         try:
-            rows, skipped = read_rows(source, tmp, display)
+            rows, skipped = read_rows(schema, tmp, display)
         except RawError as exc:
             raise SourceError(f"sources.{source}: {exc}") from exc
-        check_rows(source, spec, rows, skipped, display, tmp)
+        check_rows(source, spec, rows, skipped, display, tmp, schema)
         size = tmp.stat().st_size
     manifest = {
         "source": source,
+        "format": schema,
         "kind": kind,
         "location": display,
         "origin": origin,
@@ -231,6 +266,7 @@ def fetch_source(source: str, spec: dict, out_path: str | Path,
         "rows_read": len(rows) + skipped.total,
         "skipped": skipped.as_dict(),
         "max_skipped_share": spec.get("max_skipped_share", DEFAULT_MAX_SKIPPED_SHARE),
+        "max_skipped_rows": spec.get("max_skipped_rows", 0),
         "fetched_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     atomic_write_json(manifest_out, manifest)
@@ -247,21 +283,31 @@ def expected_rows(source: str, spec: dict) -> int | None:
 
 
 def check_rows(source: str, spec: dict, rows: list[dict], skipped: Skipped, display: str,
-               path: str | Path) -> None:
+               path: str | Path, schema: str | None = None) -> None:
     """Refuse a source whose rows say the file is wrong, cut or corrupt: no usable row, more
-    unusable rows than `max_skipped_share`, or (Spec-Bench) not the expected questions."""
+    unusable rows than both `max_skipped_share` of its rows and `max_skipped_rows` (0 by
+    default: in a small file of one's own, one bad row is refused until it is fixed or
+    allowed), or (Spec-Bench) not the expected questions."""
+    schema = schema or source
     where = f"sources.{source} ({display})"
     read = len(rows) + skipped.total
     limit = spec.get("max_skipped_share", DEFAULT_MAX_SKIPPED_SHARE)
-    if skipped.total and (not rows or skipped.total / read > limit):
+    count = spec.get("max_skipped_rows", 0)
+    if skipped.total and (not rows or (skipped.total / read > limit
+                                       and skipped.total > count)):
         fields = first_fields(path)
-        schema = (f" {source} rows need {SCHEMA_HELP[source]}"
-                  + (f"; this file's first row has {fields}" if fields else "") + "."
-                  if any(r.startswith("missing") for r in skipped.counts) else "")
+        needs = (f" {schema} rows need {SCHEMA_HELP[schema]}"
+                 + (f"; this file's first row has {fields}" if fields else "") + "."
+                 if any(r.startswith("missing") for r in skipped.counts) else "")
+        if source in SOURCES and set(fields or ()) & set(FORMAT_FIELDS.values()):
+            needs += (" A file of your own requests goes under a source name of your own, "
+                      "built with builder: chat (docs/data.md, 'Your own requests').")
         raise SourceError(
             f"{where}: {skipped.total} of {read} rows ({skipped.total / read:.1%}) cannot be "
-            f"used, more than max_skipped_share {limit:.1%}: {skipped.describe()}.{schema} Fix "
-            f"or replace the file, or raise sources.{source}.max_skipped_share.")
+            f"used ({skipped.describe()}), more than max_skipped_share {limit:.1%} and "
+            f"max_skipped_rows {count}.{needs} "
+            + (f"Fix the rows, or set sources.{source}.max_skipped_rows: {skipped.total} to "
+               "build from the rest." if rows else "Fix or replace the file."))
     if not rows:
         raise SourceError(f"{where}: no rows")
     wanted = expected_rows(source, spec)

@@ -36,6 +36,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from sdbench.data.builders import messages_of
 from sdbench.files import read_jsonl
 
 
@@ -129,8 +130,7 @@ def run_offline(job: dict) -> Iterator[tuple[int, int, dict, dict, dict]]:
                                  or 0, ignore_eos=job.get("ignore_eos", False))
                   for p in batch]
         if chat:
-            return llm.chat([[{"role": "user", "content": p["prompt"]}] for p in batch],
-                            params, use_tqdm=False)
+            return llm.chat([messages_of(p) for p in batch], params, use_tqdm=False)
         return llm.generate([p["prompt"] for p in batch], params, use_tqdm=False)
 
     for cell_index, part, point_index, point in _points(job, generate):
@@ -238,15 +238,15 @@ def run_transformers(job: dict) -> Iterator[tuple[int, int, dict, dict, dict]]:
             extra["max_matching_ngram_size"] = job["options"]["prompt_lookup_max"]
     steps = {"n": 0}
     model.register_forward_hook(lambda *_: steps.__setitem__("n", steps["n"] + 1))
-    def encode(text: str):
+    def encode(record: dict):
         if job["endpoint"] == "chat":
-            return tokenizer.apply_chat_template([{"role": "user", "content": text}],
+            return tokenizer.apply_chat_template(messages_of(record),
                                                  add_generation_prompt=True,
                                                  return_tensors="pt", return_dict=True)
-        return tokenizer(text, return_tensors="pt")
+        return tokenizer(record["prompt"], return_tensors="pt")
 
     def generate(record: dict) -> tuple[list[int], list[int]]:
-        enc = encode(record["prompt"]).to(device)
+        enc = encode(record).to(device)
         fixed = record["output_tokens"] if job.get("ignore_eos") else 0
         out = model.generate(**enc, do_sample=False, max_new_tokens=record["output_tokens"],
                              min_new_tokens=max(record.get("min_tokens") or 0, fixed),

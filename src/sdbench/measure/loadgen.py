@@ -11,6 +11,13 @@ puts each request's speculative-decoding counts in its response's last chunk, un
 `run_point` wraps them (`capturing_acceptance`): the stream they read is teed, the chunk that
 carries those metrics kept, and the detail gets `spec_decode`, one entry per request (None
 where the server reported none).
+
+Conversations (a `chat` prompt set: a system prompt, earlier turns): the load generator's
+custom dataset sends each record's `prompt` as one user message; `run_point` sends a record
+that carries `messages` as those messages instead (`sending_conversations`: the chat request's
+body rewritten on its way out), so that the server applies its chat template to the whole
+conversation, as the user's service would. On the completions endpoint the record's `prompt`
+(the conversation as role-labelled text) is sent.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ DETAIL_FIELDS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "sta
                  "queue_times", "generated_texts", "errors", "spec_decode")
 # the load generator's request functions whose responses may carry per-request acceptance
 SPEC_DECODE_BACKENDS = ("openai", "openai-chat")
+CHAT_BACKEND = "openai-chat"
 SPEC_DECODE_FIELD = '"speculative_decoding"'
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
 # lines of the load generator's console output logged when it raises
@@ -127,7 +135,9 @@ def run_point(argv: list[str], log: io.TextIOBase | None = None,
     args = parser.parse_args(argv)
     sink = log if debug and log is not None else io.StringIO()
     try:
-        with contextlib.redirect_stdout(sink), capturing_acceptance() as reported:
+        with contextlib.redirect_stdout(sink), \
+                sending_conversations(conversations(getattr(args, "dataset_path", None))), \
+                capturing_acceptance() as reported:
             result = serve.main(args)
         return with_acceptance(result, reported)
     except BaseException:
@@ -194,6 +204,62 @@ class _Teed:
         async for chunk in self._real.iter_any():
             self._tail.feed(chunk)
             yield chunk
+
+
+def conversations(path: str | None) -> dict[str, list[dict]]:
+    """{prompt: its messages} of the records of a prompt file that carry a conversation."""
+    if not path:
+        return {}
+    found = {}
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if '"messages"' in line:
+                record = json.loads(line)
+                if record.get("messages"):
+                    found[record["prompt"]] = record["messages"]
+    return found
+
+
+class _Rewriting:
+    """A stand-in for the request function's session whose `post` sends `messages` as the
+    chat request's messages; everything else is the real session's."""
+
+    def __init__(self, real, messages: list[dict]) -> None:
+        self._real, self._messages = real, messages
+
+    def __getattr__(self, name: str):
+        return getattr(self._real, name)
+
+    def post(self, *args, json: dict | None = None, **kwargs):
+        return self._real.post(*args, json={**(json or {}), "messages": self._messages},
+                               **kwargs)
+
+
+@contextlib.contextmanager
+def sending_conversations(found: dict[str, list[dict]]):
+    """While open, the load generator's chat request function sends a prompt that is in
+    `found` as its messages (`conversations`)."""
+    if not found:
+        yield
+        return
+    from vllm.benchmarks.lib import endpoint_request_func as functions
+
+    original = functions.ASYNC_REQUEST_FUNCS.get(CHAT_BACKEND)
+    if original is None:
+        yield
+        return
+
+    async def request(request_func_input, session, pbar=None):
+        messages = found.get(request_func_input.prompt)
+        return await original(request_func_input=request_func_input,
+                              session=session if messages is None
+                              else _Rewriting(session, messages), pbar=pbar)
+
+    functions.ASYNC_REQUEST_FUNCS[CHAT_BACKEND] = request
+    try:
+        yield
+    finally:
+        functions.ASYNC_REQUEST_FUNCS[CHAT_BACKEND] = original
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import hashlib
 import importlib.util
 import json
@@ -23,7 +24,7 @@ from pathlib import Path
 import psutil
 
 from sdbench import layout
-from sdbench.data.builders import request_bound
+from sdbench.data.builders import messages_of, request_bound
 from sdbench.files import atomic_write_json, read_jsonl
 from sdbench.host import cache_dir, nsys_executable, nvml_session, vllm_distribution
 from sdbench.models.checkpoints import with_text_config
@@ -235,9 +236,12 @@ def check_speculator(spec: Speculator, where: str, features: VllmFeatures | None
             features.methods:
         return
     if spec.method not in features.methods:
+        close = difflib.get_close_matches(spec.method, sorted(features.methods), n=1)
         raise ConfigError(
             f"{source}: {where}.method = {spec.method!r} is not a speculative method of the "
-            f"installed vLLM {features.version} (it has: {sorted(features.methods)})")
+            f"installed vLLM {features.version}"
+            + (f": did you mean {close[0]!r}?" if close else "")
+            + f" (it has: {sorted(features.methods)})")
     if spec.acceptance_sweep and "synthetic_acceptance_length" not in features.options:
         raise ConfigError(
             f"{source}: {where}.acceptance_sweep needs vLLM's synthetic rejection sampling "
@@ -428,8 +432,8 @@ def check_cell_context(config: dict, cell: grid.Cell, root: str | Path = ".") ->
     for lineno, record in enumerate(read_jsonl(Path(root) / cell.workload["path"]), start=1):
         if chat:
             prompt = tokenizer.apply_chat_template(
-                [{"role": "user", "content": record["prompt"]}], add_generation_prompt=True,
-                tokenize=True, return_dict=False)
+                messages_of(record), add_generation_prompt=True, tokenize=True,
+                return_dict=False)
         else:
             prompt = tokenizer.encode(record["prompt"])
         need = len(prompt) + record["output_tokens"]

@@ -13,7 +13,9 @@ from typing import Any
 
 import yaml
 
-from sdbench.data.builders import BUILDER_SOURCE, subsets_of
+from sdbench.data.builders import BUILDER_SOURCE, CHAT, subsets_of
+from sdbench.data.raw import CHAT_FORMATS
+from sdbench.data.sources import AUTO, SOURCES, source_format
 from sdbench.plan import settings
 from sdbench.plan.settings import ROUNDS
 
@@ -36,6 +38,7 @@ QUANTIZE_FORMATS = {"gptq": "gptq", "awq": "awq", "w8a8": "compressed-tensors"}
 PACKED = {"instruction", "instruction_joined", "text_label", "packing", "buckets", "tolerance",
           "records_per_bucket"}
 BUILDER_KEYS = {
+    CHAT: {"samples", "output_tokens", "max_output_tokens", "max_prompt_tokens", "stop_at_eos"},
     "spec_bench": {"max_output_tokens", "max_records", "task_prefixes", "max_prompt_tokens",
                    "per_task"},
     "sharegpt": {"samples", "filters"},
@@ -181,16 +184,45 @@ def _fail(source: str, key: str, value: Any, allowed: str) -> None:
     raise ConfigError(f"{source}: {key} = {value!r} is not allowed: {allowed}")
 
 
+def _check_source(source: str, name: str, spec: dict) -> None:
+    """A source of one's own (a name not in SOURCES) is a file of requests."""
+    if name in SOURCES:
+        if spec.get("format", AUTO) not in (AUTO, name):
+            _fail(source, f"sources.{name}.format", spec["format"],
+                  f"sources.{name} is read in its own schema; give a file of another format a "
+                  "name of your own (and the chat builder)")
+        return
+    if spec["kind"] in ("fixture", "hf"):
+        _fail(source, f"sources.{name}.kind", spec["kind"],
+              f"a source of one's own requests is a file (kind path, url or hf_file; "
+              f"fixture and hf serve only {list(SOURCES)})")
+
+
 def _check_dataset(source: str, name: str, dataset: dict, sources: dict) -> None:
     builder = dataset["builder"]
     key = f"datasets.{name}"
-    wanted = BUILDER_SOURCE[builder]
-    if dataset["source"] != wanted:
-        _fail(source, f"{key}.source", dataset["source"],
-              f"builder {builder!r} reads the raw source {wanted!r}")
     if dataset["source"] not in sources:
         _fail(source, f"{key}.source", dataset["source"],
-              f"no such entry under sources (defined: {sorted(sources)})")
+              f"no such entry under sources (defined: {sorted(sources)}); a file of your own "
+              "requests goes under sources.<a name of yours>: {kind: path, path: <file>}, "
+              "built with builder: chat")
+    schema = source_format(dataset["source"], sources[dataset["source"]])
+    if builder == CHAT:
+        if schema not in (AUTO, *CHAT_FORMATS):
+            _fail(source, f"{key}.source", dataset["source"],
+                  f"builder 'chat' reads requests in the formats {list(CHAT_FORMATS)}; "
+                  f"sources.{dataset['source']} is read as {schema!r}")
+        if not dataset.get("stop_at_eos", True) and not isinstance(dataset["output_tokens"],
+                                                                   int):
+            _fail(source, f"{key}.stop_at_eos", False,
+                  "a forced output length needs a fixed output_tokens (a number)")
+    elif schema != BUILDER_SOURCE[builder]:
+        wanted = BUILDER_SOURCE[builder]
+        _fail(source, f"{key}.source", dataset["source"],
+              f"builder {builder!r} reads the raw source {wanted!r} (for your own requests: "
+              "builder: chat)")
+    if builder == "sharegpt" and dataset.get("samples") is None:
+        _fail(source, f"{key}.samples", None, "builder 'sharegpt' takes a number of samples")
     unused = set(dataset) - COMMON_DATASET_KEYS - BUILDER_KEYS[builder]
     if unused:
         _fail(source, f"{key}.{sorted(unused)[0]}", dataset[sorted(unused)[0]],
@@ -437,6 +469,8 @@ def check_config(config: dict, source: str = "config") -> None:
                   f"must be one of the models defined: {sorted(models)}")
 
     sources = config["sources"]
+    for name, spec in sources.items():
+        _check_source(source, name, spec)
     for name, dataset in config["datasets"].items():
         _check_dataset(source, name, dataset, sources)
 
