@@ -25,7 +25,7 @@ demo: setup
 	echo ""; echo "Reports: $(CURDIR)/reports/index.html"; exit $$status
 
 plan: setup
-	@$(BIN)/python -m sdbench.plan.cost --config $(CONFIG)
+	@$(BIN)/python -m sdbench.plan.cost --config $(CONFIG) $(if $(GPUS),--gpus $(GPUS)) $(if $(ASSUMPTIONS),--assumptions)
 
 test: setup
 	$(BIN)/python -m pytest

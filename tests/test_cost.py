@@ -157,9 +157,10 @@ def test_start_ups_measured_on_this_host_replace_the_rates(tmp_path):
 def test_the_adaptive_projection_and_a_short_budget_name_what_is_left_out(demo_config_raw,
                                                                            tmp_path):
     """`make plan` under the adaptive rule: each part's measuring full and adaptive (a share
-    below the full cost), and a budget below the adaptive total leaves out parts in the
-    configured order, the lowest priority first, until the rest fits."""
-    demo_config_raw["plan"] = {"budget_gpu_hours": 0.05, "leave_out_first": ["round1"]}
+    below the full cost), and a budget below the adaptive total trims the study (k values,
+    levels, methods: `test_own_requests`) and then leaves out parts in the configured order,
+    never the first round."""
+    demo_config_raw["plan"] = {"budget_gpu_hours": 0.05, "leave_out_first": ["round1", "round3"]}
     config = validate_config(demo_config_raw)
     result = cost.plan_cost(config, "h100", tmp_path)
     lines = cost.adaptive_projection(config, result["parts"])
@@ -190,13 +191,15 @@ def test_the_adaptive_projection_and_a_short_budget_name_what_is_left_out(demo_c
     assert set(cost.batch_shape(tally)[0]) == sizes
     assert float(fixed) == pytest.approx(first, abs=0.05)
     assert sum(tally.levels.values()) == pytest.approx(tally.measuring_h)
-    budget = lines[-1]
-    assert budget.startswith("  budget 0.05 h: the adaptive plan needs ")
-    assert "left out to fit: round1" in budget
+    budget = cost.budget_lines(config, "h100", tmp_path, result)
+    assert budget[0].startswith("budget 0.05 GPU-hours: the study needs ")
+    assert "still over the budget" in budget[0]
+    assert "  - the whole round3 (leave_out_first)" in budget
+    assert not any("round1 (leave_out_first)" in line for line in budget)
     demo_config_raw["plan"] = {"budget_gpu_hours": 1000}
     config = validate_config(demo_config_raw)
-    lines = cost.adaptive_projection(config, cost.plan_cost(config, "h100", tmp_path)["parts"])
-    assert lines[-1].endswith("it fits")
+    budget = cost.budget_lines(config, "h100", tmp_path, cost.plan_cost(config, "h100", tmp_path))
+    assert budget == [budget[0]] and budget[0].endswith("it fits")
 
 
 def test_the_plan_says_which_prompt_sets_it_read_at_their_longest(demo_config, tmp_path):
@@ -205,8 +208,8 @@ def test_the_plan_says_which_prompt_sets_it_read_at_their_longest(demo_config, t
     on disk built from another definition (the path is every config's: the demo's fixture sets
     lie where the real study's will) is not read, and the plan says so."""
     before = cost.plan_cost(demo_config, "h100", tmp_path)
-    found, sets, other = before["cards"]
-    assert found == 0 and sets >= 2 and other == 0
+    found, sets, other, estimated = before["cards"]
+    assert found == 0 and sets >= 2 and other == 0 and estimated == {}
     text = cost.format_plan(before, "demo")
     assert f"the data cards' means for 0 of {sets} prompt sets" in text
     assert "an upper bound" in text and "another definition" not in text
@@ -217,12 +220,12 @@ def test_the_plan_says_which_prompt_sets_it_read_at_their_longest(demo_config, t
     definition = cell.workload["definition"]
     card.write_text(json.dumps({**means, "definition": {**definition, "seed": 7}}))
     other = cost.plan_cost(demo_config, "h100", tmp_path)
-    assert other["cards"] == (0, sets, 1)
+    assert other["cards"] == (0, sets, 1, {})
     assert other["total"].measuring_h == pytest.approx(before["total"].measuring_h)
     assert "1 of them on disk built from another definition" in cost.format_plan(other, "demo")
     card.write_text(json.dumps({**means, "definition": definition}))
     after = cost.plan_cost(demo_config, "h100", tmp_path)
-    assert after["cards"] == (1, sets, 0)
+    assert after["cards"] == (1, sets, 0, {})
     assert after["total"].measuring_h < before["total"].measuring_h
 
 

@@ -95,9 +95,27 @@ def _other_schema(source):
 
 @pytest.mark.parametrize("damage", [_cut, _not_utf8, _other_schema],
                          ids=["cut", "not-utf8", "other-schema"])
+def test_a_corrupt_local_source_stops_the_run_before_any_job(workdir, damage):
+    """Read at the parse, as its fetch would read it: the run and a dry run stop with one line
+    naming the config, the source and the cause, and nothing is written."""
+    start, cause, _ = damage(workdir / "user" / "cnn.jsonl")
+    for dry in (("-n",), ()):
+        result, output = run(workdir, *dry, SET)
+        assert result.returncode != 0 and "Job stats" not in output
+        line = next(x for x in output.splitlines() if start in x)
+        assert line.startswith(f"{workdir / 'c.yaml'}: {start}") and cause in line, line
+    assert not (workdir / "data").exists() and not (workdir / "reports").exists()
+
+
+@pytest.mark.parametrize("damage", [_cut, _not_utf8, _other_schema],
+                         ids=["cut", "not-utf8", "other-schema"])
 def test_a_corrupt_source_fails_with_one_line_and_is_listed_in_the_index(workdir, damage):
+    """A file the parse does not read (larger than SDBENCH_CHECK_BYTES; here 0: none, as a
+    file changed after the parse) fails its fetch job, with one line, and the index lists it."""
     start, cause, listed = damage(workdir / "user" / "cnn.jsonl")
-    result, output = run(workdir, SET)
+    result = snakemake(SET, "--configfile", str(workdir / "c.yaml"), workdir=workdir,
+                       timeout=300, env={"SDBENCH_CHECK_BYTES": "0"})
+    output = result.stdout + result.stderr
     assert result.returncode != 0
     line = next(x for x in output.splitlines() if x.startswith("error: "))
     assert line.startswith(f"error: {start}") and cause in line

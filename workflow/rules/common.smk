@@ -15,8 +15,10 @@ os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PY
 from sdbench.plan import (
     adaptive,
     checks,
+    cost,
     grid,
     hostcaps,
+    inputs,
     lock,
     preflight,
     rates,
@@ -39,6 +41,10 @@ LOCK_NOTES = lock.apply_files(config, workflow.configfiles)
 if workflow.is_main_process and LOCK_NOTES:
     print("\n".join(LOCK_NOTES), file=sys.stderr)
 checks.check_installed(config, source=CONFIG_SOURCE)
+# the local files prompt sets are built from: missing, unreadable or too short stops here
+inputs.check_sources(config, source=CONFIG_SOURCE)
+# `adaptive.chain: auto`: the design the plan projects cheaper, chosen once per config
+cost.resolve_design(config)
 
 CELLS = grid.cells_by_id(config)
 # server sessions: one per configuration instance (with the configurations interleaved with

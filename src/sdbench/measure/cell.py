@@ -35,7 +35,7 @@ from sdbench.measure.points import read_point
 from sdbench.measure.run import CellError, Interrupted, write_error
 from sdbench.measure.serving import ServerError
 from sdbench.measure.session import run_session
-from sdbench.plan import adaptive, checks, grid, sessions
+from sdbench.plan import adaptive, checks, cost, grid, sessions
 from sdbench.plan.config import ConfigError, load_config
 from sdbench.plan.sessions import read_manifest
 from sdbench.records import LoadPoint
@@ -217,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
+        cost.resolve_design(config)  # the design the workflow runs (`adaptive.chain: auto`)
         cells = grid.cells_by_id(config)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -15,17 +15,31 @@ reach (printed with the numbers).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import socket
 import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sdbench import layout
-from sdbench.plan import adaptive, grid, hostcaps, rates, sessions, sweeps
+from sdbench.files import atomic_write_json
+from sdbench.ids import short_hash
+from sdbench.plan import (
+    adaptive,
+    budget,
+    checks,
+    grid,
+    hostcaps,
+    inputs,
+    rates,
+    sessions,
+    sweeps,
+    wallclock,
+)
 from sdbench.plan.config import ConfigError, load_config
 from sdbench.plan.settings import settings
 from sdbench.plan.work import (
@@ -34,6 +48,7 @@ from sdbench.plan.work import (
     RATE,
     SessionWork,
     built_for,
+    estimated_card,
     in_flight,
     point_seconds,
     read_card,
@@ -322,12 +337,14 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
     entries = defaultdict(list)  # (the cells measured in turn: an entry's)
     for cell in derived:
         entries[cell.server_config["method_options"]["derived"]].append(cell)
+    later = []  # (seconds, GPUs) of the derived cells' sessions
     for cell in derived:
         tallies["dynamic-K"].cells += 1
         cold.add(sessions.config_id(cell.server_config))
         own = Tally()
         for session in sessions.standalone(cell).values():
             work = session_work(session, {cell.cell_id: cell}, model, cold=cold, root=root)
+            later.append((work.total_s, work.gpus))
             tallies["dynamic-K"].add(work, gpu=model.device.gpu)
             tallies["dynamic-K"].add(work, without=True, gpu=model.device.gpu)
             own.add(work, gpu=model.device.gpu)
@@ -345,7 +362,8 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
             "sessions": planned, "work": works, "cells": measuring,
             "cards": prompt_cards(measuring, root),
             "predicted": predicted_sweeps(config, measuring, model, root), "arms": arms,
-            "probe": probe, "chained": chained_starts(planned, works)}
+            "probe": probe, "chained": chained_starts(planned, works),
+            "jobs": wallclock.session_jobs(config, planned, measuring, works, later)}
 
 
 def probe_work(planned: dict, cells: dict[str, grid.Cell], model, root) -> dict:
@@ -447,14 +465,116 @@ def predicted_sweeps(config: dict, cells: dict[str, grid.Cell], model: rates.Cal
     return dict(out)
 
 
-def prompt_cards(cells: dict[str, grid.Cell], root: str | Path = ".") -> tuple[int, int, int]:
+def prompt_cards(cells: dict[str, grid.Cell], root: str | Path = ".") -> tuple:
     """(prompt sets of `cells` whose data card is built under `root`, prompt sets, sets whose
-    file there was built from another definition: `work.built_for`): the projection reads the
-    others' requests at their longest (`work.request_tokens`)."""
+    file there was built from another definition: `work.built_for`, {how: sets} of those
+    estimated from their source file: `work.estimated_card`): the projection reads the rest's
+    requests at their longest (`work.request_tokens`)."""
     sets = {(c.workload["dataset"], c.workload["subset"]): c for c in cells.values()}
-    built = [built_for(card, cell.workload) for cell in sets.values()
-             if (card := stored_card(cell.workload, root)) is not None]
-    return sum(built), len(sets), len(built) - sum(built)
+    built, other, estimated = 0, 0, Counter()
+    for cell in sets.values():
+        card = stored_card(cell.workload, root)
+        if card is not None and built_for(card, cell.workload):
+            built += 1
+            continue
+        other += card is not None
+        if (guess := estimated_card(cell.workload, root)) is not None:
+            estimated[guess["estimated"]] += 1
+    return built, len(sets), other, dict(estimated)
+
+
+def adaptive_needs(config: dict, device: str, root: str | Path = ".",
+                   result: dict | None = None) -> dict[str, float]:
+    """Each part's GPU-hours under the adaptive rule where the config has it on (else in
+    full), start-up and the rest included."""
+    result = result if result is not None else plan_cost(config, device, root)
+    if adaptive.Rule.from_config(config.get("adaptive")) is None:
+        return {name: t.startup_h + t.measuring_h + t.rest_h
+                for name, t in result["parts"].items()}
+    needs: dict[str, float] = {}
+    adaptive_projection(config, result["parts"], result.get("predicted"), result.get("arms"),
+                        needs_out=needs)
+    return needs
+
+
+def answer_lines(result: dict, config: dict, needs: dict[str, float],
+                 gpus: int | None = None) -> list[str]:
+    """The plan's first lines: what the study costs in full and under the adaptive rule
+    (`needs`: `adaptive_projection`'s, on or off in the config), its server starts and, on
+    `gpus` GPUs, its wall clock."""
+    total, device = result["total"], result["device"]
+    unit = "GPU-hours" if device.gpu else "hours"
+    full = total.startup_h + total.measuring_h + total.rest_h
+    on = adaptive.Rule.from_config(config.get("adaptive")) is not None
+    lines = [f"Plan on device class {device.name}: {total.cells} cells, {total.starts} server "
+             f"starts; {full:.1f} {unit} measured in full (start-up {total.startup_h:.2f} + "
+             f"measuring {total.measuring_h:.2f} + the rest {total.rest_h:.2f}), "
+             + (f"{sum(needs.values()):.1f} with the adaptive rule (on in this config)" if on
+                else f"the adaptive rule (off in this config) would need "
+                f"{sum(needs.values()):.1f}")]
+    if gpus:
+        lines.append(wall_clock_line(result, gpus))
+    return lines
+
+
+def design_lines(config: dict, device: str, root: str | Path, result: dict,
+                 needs: dict[str, float]) -> list[str]:
+    """Under the adaptive rule: the design that runs (chained or not, `resolve_design`) and both
+    designs' totals (`result`, `needs`: this config's own projection)."""
+    section = config.get("adaptive") or {}
+    if adaptive.Rule.from_config(section) is None:
+        return []
+    totals = RESOLVED.get(id(section))
+    forced = totals is None
+    if forced:
+        totals = compare_designs(config, root, device,
+                                 {bool(section.get("chain")): (result, needs)})
+    return [describe_design(totals, bool(section.get("chain")), forced)]
+
+
+def budget_lines(config: dict, device: str, root: str | Path, result: dict,
+                 first: dict[str, float] | None = None) -> list[str]:
+    """Where `plan.budget_gpu_hours` is set: what the study needs against it and, above it,
+    the config trimmed to fit (`budget.trim`). `first`: the config's own `adaptive_needs`."""
+    limit = (config.get("plan") or {}).get("budget_gpu_hours")
+    if limit is None:
+        return []
+    first = first or adaptive_needs(config, device, root, result)
+    trimmed = budget.trim(config, lambda c: first if c is config else adaptive_needs(
+        c, device, root), float(limit))
+    return budget.describe(trimmed)
+
+
+def wall_clock_line(result: dict, gpus: int) -> str:
+    """The study's wall-clock time on `gpus` GPUs (`wallclock.makespan`), beside GPU-hours ÷
+    GPUs and its longest chain of sessions."""
+    jobs = result["jobs"]
+    hours = wallclock.makespan(jobs, gpus) / 3600
+    longest = max(wallclock.critical_path(jobs).values(), default=0.0) / 3600
+    total = result["total"]
+    spent = total.startup_h + total.measuring_h + total.rest_h
+    unit = "GPUs" if result["device"].gpu else "cells at once (gpu=N)"
+    return (f"wall clock on {gpus} {unit}: {hours:.1f} h, every cell measured in full "
+            f"({len(jobs)} sessions, each when those it reads are done; the longest chain of "
+            f"them {longest:.1f} h; GPU-hours ÷ {gpus}: {spent / gpus:.1f} h; downloads, "
+            "builds and reports not counted)")
+
+
+def request_lengths(found: int, sets: int, other: int, estimated: dict) -> str:
+    """The plan's line on where its request lengths come from (`prompt_cards`)."""
+    line = f"request lengths: the data cards' means for {found} of {sets} prompt sets"
+    guessed = sum(estimated.values())
+    if guessed:
+        line += (f"; estimated from the source file for {guessed} (counted with "
+                 + ", ".join(f"{how}: {n}" if len(estimated) > 1 else how
+                             for how, n in sorted(estimated.items())) + ")")
+    rest = sets - found - guessed
+    if rest:
+        line += (f"; {rest} (not built here yet"
+                 + (f"; {other} of them on disk built from another definition, e.g. "
+                    "another config's or the demo's fixtures, not read" if other else "")
+                 + ") at their longest request, so the measuring projected is an upper bound")
+    return line
 
 
 def format_sessions(result: dict) -> str:
@@ -542,7 +662,8 @@ def predicted_share(rule: adaptive.Rule, found: list[PredictedSweep], repeats: i
 
 def adaptive_projection(config: dict, parts: dict,
                         predicted: dict[str, list[PredictedSweep]] | None = None,
-                        arms: list[ArmSweep] | None = None) -> list[str]:
+                        arms: list[ArmSweep] | None = None,
+                        needs_out: dict | None = None, details: bool = True) -> list[str]:
     """Lines of the plan: each round's measuring under the adaptive rule, as the expected share
     of its closed-loop measuring that `sdbench.plan.sweeps` simulates for a sweep of its shape
     (its methods' most k values x its concurrency levels x loadgen.repeats, each level
@@ -552,7 +673,8 @@ def adaptive_projection(config: dict, parts: dict,
     bisection) for comparison; open-loop rates and the batches of speculative offline and
     Transformers cells are simulated apart (`rate_shape`, `batch_shape`), the derived
     dynamic-K cells each against its static k (`arms`: `arms_adaptive`), and what no rule
-    stops is counted in full. Then the budget, where one is set."""
+    stops is counted in full. `needs_out` gets each part's adaptive GPU-hours, start-up and
+    the rest included (what a budget reads: `budget_lines`)."""
     configured = adaptive.Rule.from_config(config.get("adaptive"))
     rule = configured or adaptive.Rule()
     repeats = int(config["loadgen"].get("repeats", 3))
@@ -682,7 +804,8 @@ def adaptive_projection(config: dict, parts: dict,
                      "above); the line above takes the simulation's whole family of "
                      "surfaces instead, crossing 1 anywhere in the grid (the budget reads "
                      "the larger of the two, part by part)")
-    lines.append("  assumptions: every speedup surface of the simulation's family "
+    if details:
+        lines.append("  assumptions: every speedup surface of the simulation's family "
                  "(docs/adaptive-simulation.md), the prior σ as the true noise of a repeat at "
                  "each level (level_noise where it names one; a block of 1/b of its prompts √b "
                  "times it), the instance prior as the true spread between server starts "
@@ -707,25 +830,13 @@ def adaptive_projection(config: dict, parts: dict,
                  "alone (split: false), reads); "
                  "a speculative offline or Transformers cell stops on its own (no race), its "
                  "batch sizes bisected as levels")
-    budget = (config.get("plan") or {}).get("budget_gpu_hours")
-    if budget is not None:
-        order = (config.get("plan") or {}).get("leave_out_first") or [
-            "dynamic-K", "round3", "round2", "round1"]
-        needed = total = sum(needs.values())
-        dropped = []
-        for name in order:
-            if total <= budget:
-                break
-            if needs.get(name):
-                total -= needs[name]
-                dropped.append(name)
-        lines.append(f"  budget {budget:g} h: the adaptive plan needs {needed:.1f} h; "
-                     + (f"left out to fit: {', '.join(dropped)} (then {total:.1f} h)"
-                        if dropped else "it fits"))
+    if needs_out is not None:
+        needs_out.update(needs)
     return lines
 
 
-def format_plan(result: dict, source: str, config: dict | None = None) -> str:
+def format_plan(result: dict, source: str, config: dict | None = None,
+                needs_out: dict | None = None, details: bool = True) -> str:
     device, parts, total = result["device"], result["parts"], result["total"]
     unit = "GPU-hours" if device.gpu else "hours"
     lines = [f"Plan of {source} on device class {device.name}",
@@ -760,14 +871,8 @@ def format_plan(result: dict, source: str, config: dict | None = None) -> str:
                          result["unsupported"].values()))))
     if config is not None:
         lines += adaptive_projection(config, parts, result.get("predicted"),
-                                     result.get("arms"))
-    found, sets, other = result["cards"]
-    lines.append(f"request lengths: the data cards' means for {found} of {sets} prompt sets"
-                 + ("" if found == sets else "; the others (not built here yet"
-                    + (f"; {other} of them on disk built from another definition, e.g. "
-                       "another config's or the demo's fixtures, not read" if other else "")
-                    + ") at their longest request, so the measuring projected is an upper "
-                    "bound"))
+                                     result.get("arms"), needs_out, details)
+    lines.append(request_lengths(*result["cards"]))
     if result["measured_starts"]:
         lines.append(f"start-ups: the median of {result['measured_starts']} measured on this "
                      "host where a configuration has one")
@@ -795,6 +900,92 @@ def instance_lines(result: dict, unit: str) -> list[str]:
     return lines
 
 
+# ----------------------------------------------------------------------- the design, per study
+#
+# `adaptive.chain` measures a baseline and the cells paired with it in stages, one server start
+# each, so that the baseline's repeats stop with its cells': a large study saves far more
+# measuring than the starts cost, a small one can pay more in start-up than it saves. With
+# `chain: auto` the plan projects both designs (start-up, adaptive measuring and the rest, in
+# GPU-hours) and the study runs the cheaper one; `true` or `false` forces one. The choice is made
+# once per config (whatever is built later) and kept under `.sdbench/design/` in the working
+# directory, so that every parse of a run (a dry run, each SLURM job) plans the same cells and
+# sessions (`resolve_design`, called wherever a config becomes a grid: the workflow's parse,
+# `make plan`, a cell run by hand); `make plan` prints both totals either way.
+
+AUTO = "auto"
+DESIGN_CACHE = Path(".sdbench") / "design"
+# the comparison each config's AUTO was resolved with (by its adaptive section's id)
+RESOLVED: dict[int, dict] = {}
+
+
+def config_device(config: dict) -> str:
+    """The config's `plan.device`, `auto` read off this host."""
+    device = config["plan"]["device"]
+    if device != "auto":
+        return device
+    try:
+        caps = hostcaps.host_caps()
+    except hostcaps.ProbeError:
+        caps = None
+    return rates.device_of_host(caps)
+
+
+def compare_designs(config: dict, root: str | Path = ".", device: str | None = None,
+                    known: dict | None = None) -> dict:
+    """{False: totals, True: totals} of the study unchained and chained, each {starts,
+    startup_h, measuring_h (adaptive), total_h}. `known`: {chain: (its plan_cost result, its
+    adaptive_needs)} already projected."""
+    device = device or config_device(config)
+    out = {}
+    for chain in (False, True):
+        if known and chain in known:
+            result, needs = known[chain]
+        else:
+            variant = copy.deepcopy(config)
+            variant["adaptive"] = {**(variant.get("adaptive") or {}), "chain": chain}
+            result = plan_cost(variant, device, root)
+            needs = adaptive_needs(variant, device, root, result)
+        total = result["total"]
+        whole = sum(needs.values())
+        out[chain] = {"starts": total.starts, "startup_h": total.startup_h,
+                      "measuring_h": whole - total.startup_h - total.rest_h,
+                      "total_h": whole}
+    return out
+
+
+def resolve_design(config: dict, root: str | Path = ".") -> dict | None:
+    """Where the config's `adaptive.chain` is AUTO: set it to the cheaper design
+    (`compare_designs`, made once per config and kept: DESIGN_CACHE) and return the
+    comparison; else None."""
+    section = config.get("adaptive") or {}
+    if section.get("chain") != AUTO or not section.get("enabled", True):
+        return None
+    key = short_hash({"config": {**config, "adaptive": {**section, "chain": None}}})
+    path = Path(root) / DESIGN_CACHE / f"{key}.json"
+    try:
+        found = json.loads(path.read_text())
+        totals = {False: found["unchained"], True: found["chained"]}
+    except (OSError, ValueError, KeyError):
+        totals = compare_designs({**config, "adaptive": {**section, "chain": False}}, root)
+        atomic_write_json(path, {"unchained": totals[False], "chained": totals[True]})
+    section["chain"] = totals[True]["total_h"] < totals[False]["total_h"]
+    RESOLVED[id(section)] = totals
+    return totals
+
+
+def describe_design(totals: dict, chosen: bool, forced: bool) -> str:
+    """One line: both designs' totals and which one runs."""
+    def one(chain: bool) -> str:
+        t = totals[chain]
+        return (f"{'chained' if chain else 'unchained'} {t['total_h']:.1f} GPU-hours "
+                f"({t['starts']} starts, start-up {t['startup_h']:.2f} + adaptive measuring "
+                f"{t['measuring_h']:.2f} + the rest)")
+
+    why = "forced by the config" if forced else "the cheaper (adaptive.chain: auto)"
+    return (f"design: {'chained' if chosen else 'unchained'} baselines, {why}; "
+            f"{one(chosen)} against {one(not chosen)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sdbench.plan.cost",
                                      description=__doc__.splitlines()[0])
@@ -805,9 +996,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default=".", help="working directory of the runs")
     parser.add_argument("--sessions", action="store_true",
                         help="also list each session's projected split")
+    parser.add_argument("--assumptions", action="store_true",
+                        help="also print every assumption of the adaptive projection")
+    parser.add_argument("--gpus", type=int, default=None,
+                        help="the GPUs the study runs on (snakemake --resources gpu=N): "
+                             "print its wall-clock time there")
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
+        # what a dry run would refuse, refused here too: a method the installed vLLM does
+        # not offer, a missing or malformed request file
+        checks.check_installed(config, args.root, source=args.config)
+        inputs.check_sources(config, source=args.config, root=args.root)
+        resolve_design(config, args.root)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -820,11 +1021,20 @@ def main(argv: list[str] | None = None) -> int:
             caps = None
         device = rates.device_of_host(caps)
     result = plan_cost(config, device, args.root, here=here)
-    print(format_plan(result, args.config, config))
+    projected: dict[str, float] = {}
+    detail = format_plan(result, args.config, config, projected, args.assumptions)
+    needs = (projected if adaptive.Rule.from_config(config.get("adaptive"))
+             else adaptive_needs(config, device, args.root, result))
+    print("\n".join(answer_lines(result, config, projected, args.gpus)
+                    + design_lines(config, device, args.root, result, needs)
+                    + budget_lines(config, device, args.root, result, needs)))
+    print("\n" + detail)
     if args.sessions:
         print("\n" + format_sessions(result))
     print("\n".join(["", "Assumptions:", *(f"  {a}" for a in
-                                           _assumptions(config, result["device"]))]))
+                                           _assumptions(config, result["device"]))]
+                    + ([] if args.assumptions else [
+                        "  (the adaptive projection's own: --assumptions)"])))
     return 0
 
 

@@ -1,11 +1,12 @@
 """The work of a session, in seconds, by one request model with two sets of rates.
 
 Every point sends its prompts (`grid.point_prompts`) at the prompt set's mean prompt and output
-lengths (its data card; before the set is built, its longest request): a closed-loop point in
-waves of its concurrency, an open-loop point at its request rate plus one request. Each cell's
-first point in a session adds its warm-up requests, each server's first point its readiness
-check (one request, where `loadgen.ready_check_timeout_s` asks for one). A session adds its
-servers' start-ups and the rest of its job (job start, imports, checks, stopping).
+lengths (its data card; before the set is built, estimated from its local source file where
+its builder reads one request per row, `estimated_card`; else its longest request): a
+closed-loop point in waves of its concurrency, an open-loop point at its request rate plus one
+request. Each cell's first point in a session adds its warm-up requests, each server's first
+point its readiness check (one request, where `loadgen.ready_check_timeout_s` asks for one). A
+session adds its servers' start-ups and the rest of its job (job start, imports, checks, stopping).
 
 - `sdbench.plan.runtimes` sizes a job's time limit with conservative rates
   (`cells.work_rates`, the start-up limit): a limit must not kill a slow cell.
@@ -17,12 +18,17 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
 
 from sdbench import layout
-from sdbench.data.builders import output_bound, request_bound
+from sdbench.data.builders import BUILDERS, CHAT, output_bound, request_bound
+from sdbench.data.raw import read_rows
+from sdbench.data.sources import local_files, resolved_format
+from sdbench.data.tokens import Tokenizer, load_tokenizer
 from sdbench.plan import grid
 from sdbench.plan.sessions import Session, config_id, session_points
 
@@ -76,8 +82,75 @@ def workload_card(workload: dict, root: str | Path = ".") -> dict | None:
 
 
 def read_card(cell: grid.Cell, root: str | Path = ".") -> dict | None:
-    """The data card of the cell's prompt set (`workload_card`)."""
-    return workload_card(cell.workload, root)
+    """The data card of the cell's prompt set (`workload_card`), before it is built the one
+    estimated from its source file (`estimated_card`)."""
+    return workload_card(cell.workload, root) or estimated_card(cell.workload, root)
+
+
+# builders whose requests are one a row of their source, never cut to a token budget: their
+# set's lengths are estimated by running the builder on the file before the set is built
+ESTIMATED_BUILDERS = (CHAT, "sharegpt")
+# the largest source file estimated (the published ShareGPT dump, 640 MB, is not)
+ESTIMATE_BYTES = 64 * 2 ** 20
+# characters a token, where the study's tokenizer is not on this machine yet (English prose
+# in a Llama-, Qwen- or GPT-size BPE vocabulary: about 4)
+CHARS_PER_TOKEN = 4
+
+
+def estimating_tokenizer(spec: dict, root: str | Path = ".") -> tuple[Tokenizer, str]:
+    """The prompt set's own tokenizer where it is on this machine (a model's checkpoint folder
+    with its tokenizer files, a local .tiktoken file), else CHARS_PER_TOKEN characters a token;
+    and how it counts, for the plan's lines."""
+    if "model" in spec:
+        source = spec.get("model_identity", {}).get("source", {})
+        folder = Path(source["path"]) if source.get("kind") == "path" else \
+            Path(root) / layout.model_folder(spec["model"])
+        if any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+            tok = load_tokenizer({"model": spec["model"]}, {spec["model"]: str(folder)})
+            return tok, f"the tokenizer of {spec['model']}"
+    elif "tiktoken_file" in spec and Path(spec["tiktoken_file"]).is_file():
+        return load_tokenizer(spec), f"the tiktoken file {spec['tiktoken_file']}"
+    chars = Tokenizer(lambda text: [0] * math.ceil(len(text) / CHARS_PER_TOKEN),
+                      lambda ids: "", {"chars_per_token": CHARS_PER_TOKEN})
+    return chars, f"{CHARS_PER_TOKEN} characters a token"
+
+
+def estimated_card(workload: dict, root: str | Path = ".") -> dict | None:
+    """The means a prompt set's card would have, from its source file before the set is built
+    (its builder run on the file with `estimating_tokenizer`): {prompt_tokens: {mean},
+    output_tokens: {mean}, estimated: how}; None where its builder cuts prompts to a token
+    budget, the file is remote, missing, too large or cannot be built from."""
+    definition = workload["definition"]
+    files = local_files(definition["source_spec"])
+    if definition["builder"] not in ESTIMATED_BUILDERS or len(files) != 1:
+        return None
+    path = Path(root) / files[0]
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    if stat.st_size > ESTIMATE_BYTES:
+        return None
+    return _estimate(json.dumps(definition, sort_keys=True), str(path), stat.st_size,
+                     stat.st_mtime_ns, str(root))
+
+
+@lru_cache(maxsize=64)
+def _estimate(definition_json: str, path: str, size: int, mtime: int, root: str) -> dict | None:
+    definition = json.loads(definition_json)
+    try:
+        tok, how = estimating_tokenizer(definition["tokenizer"], root)
+        schema = resolved_format(definition["source"], definition["source_spec"], path, path)
+        rows, _ = read_rows(schema, path)
+        records = BUILDERS[definition["builder"]](
+            rows, {**definition, "allow_partial": True}, tok, Counter())
+    except Exception:  # noqa: BLE001 - the checks and the build say what is wrong with it
+        return None
+    if not records:
+        return None
+    return {"prompt_tokens": {"mean": sum(r["prompt_tokens"] for r in records) / len(records)},
+            "output_tokens": {"mean": sum(r["output_tokens"] for r in records) / len(records)},
+            "records": len(records), "estimated": how}
 
 
 class Rates(Protocol):
