@@ -17,8 +17,8 @@ def test_the_readme_is_a_short_front_page():
     assert len(text.splitlines()) <= 160
     headings = re.findall(r"^## (.+)$", text, re.M)
     # the two commands, the GPU commands and the report guide come before anything else
-    assert headings[:4] == ["Two commands", "The real study (GPU)", "Where the outputs go",
-                            "Reading the reports"]
+    assert headings[:5] == ["Two commands", "Your own service", "The real study (GPU)",
+                            "Where the outputs go", "Reading the reports"]
     for command in ("make demo", "make test", "snakemake --cores all --resources gpu=",
                     "snakemake --profile profiles/slurm", "make plan"):
         assert command in text.split("## Where the outputs go")[0], command
@@ -85,3 +85,26 @@ def test_the_methodology_quotes_the_adaptive_design_through_the_summarys_interva
         assert f"{row[1]}, {row[2]}, {row[4]}" in text, row
     agree = sorted(float(r[2].rstrip("%")) for r in rows)
     assert f"{agree[0]:.1f}-{agree[-1]:.1f} % of the verdicts kept" in text
+
+
+def test_every_make_plan_figure_in_the_docs_is_what_the_command_prints(tmp_path):
+    """README.md and docs/ quote `make plan` only in blocks that `python -m
+    sdbench.plan.excerpts` writes from the command's output, and each quoted line is one the
+    command prints today; a plan line quoted anywhere else (outside the dated records under
+    docs/runs/) is an error."""
+    from sdbench.plan import excerpts
+
+    assert excerpts.stale(str(tmp_path)) == []
+    quoted = 0
+    for path in excerpts.documents():
+        text = path.read_text()
+        lines = text.split("\n")
+        marked = {j for _, block in excerpts.blocks(text) for j in block}
+        quoted += len(marked)
+        if "runs" in path.relative_to(REPO).parts:
+            continue
+        for j, line in enumerate(lines):
+            if re.match(r"\s*(server starts: \d|projected GPU-hours: start-up \d)", line):
+                assert j in marked, f"{path.relative_to(REPO)}:{j + 1} quotes make plan " \
+                    "outside a block python -m sdbench.plan.excerpts writes"
+    assert quoted >= 6
