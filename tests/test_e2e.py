@@ -286,8 +286,9 @@ def test_summary_pairs_every_measurement_with_its_vanilla(e2e_run, host):
     # paired by repeat with vanilla of the same engine, target, server arguments, workload
     # and load point (concurrency, batch size or request rate)
     round2_targets = 4 - len(host["unsupported"])
-    # (and the instance probe's n-gram cell on each engine: 2 runs each)
-    assert len(spec) == 18 + 4 + 2 + 4 * round2_targets + 4 + derived + 3 * 2
+    # (round 3's draft on the mixed and the chat set: 4 runs each; the instance probe's n-gram
+    # cell on each engine: 2 runs each)
+    assert len(spec) == 18 + 4 + 2 + 4 * round2_targets + 4 + 4 + derived + 3 * 2
     assert (spec["target"] == spec["target_vanilla"]).all()
     assert (spec["engine"] == spec["engine_vanilla"]).all()
     assert spec["request_rate"].notna().sum() == 3 * 2
