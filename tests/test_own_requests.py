@@ -272,10 +272,11 @@ def test_the_example_plans_and_dry_runs():
     lines = plan.stdout.splitlines()
     assert lines[0].startswith("Plan on device class h100: 25 cells, 20 server starts; ")
     assert "with the adaptive rule (on in this config)" in lines[0]
-    assert lines[1].startswith("wall clock on 8 GPUs: ")
-    hours = float(re.search(r"wall clock on 8 GPUs: ([\d.]+) h", lines[1]).group(1))
+    adaptive, full = (float(x) for x in re.match(
+        r"wall clock on 8 GPUs: ([\d.]+) h with the adaptive rule \(each session's measuring at "
+        r"its round's projected share\), ([\d.]+) h every cell in full", lines[1]).groups())
     quotient = float(re.search(r"GPU-hours ÷ 8: ([\d.]+) h", lines[1]).group(1))
-    assert hours >= quotient > 0
+    assert 0 < adaptive <= full and full >= quotient > 0
     design = re.match(r"design: unchained baselines, the cheaper \(adaptive.chain: auto\); "
                       r"unchained ([\d.]+) GPU-hours \((\d+) starts, start-up ([\d.]+) \+ "
                       r"adaptive measuring ([\d.]+) \+ the rest\) against chained ([\d.]+) "
@@ -362,7 +363,7 @@ def test_a_budget_trims_k_levels_and_methods_never_a_workload_or_the_only_round(
 
 
 def test_the_wall_clock_schedules_sessions_on_the_gpus_after_those_they_read():
-    from sdbench.plan.wallclock import Job, critical_path, makespan
+    from sdbench.plan.wallclock import Job, critical_path, makespan, shortened
 
     jobs = {"a": Job(10, 1, frozenset()), "b": Job(10, 1, frozenset()),
             "c": Job(5, 1, frozenset({"a"})), "wide": Job(4, 2, frozenset({"b"}))}
@@ -372,3 +373,8 @@ def test_the_wall_clock_schedules_sessions_on_the_gpus_after_those_they_read():
     assert makespan(jobs, 2) == 19
     assert makespan(jobs, 8) == 15
     assert makespan({}, 8) == 0
+    # under the adaptive rule each job's measuring is cut to its round's share
+    measured = {name: Job(job.seconds, job.gpus, job.after, job.seconds / 2, "round1")
+                for name, job in jobs.items()}
+    assert makespan(shortened(measured, {"round1": 0.0}), 8) == 7.5
+    assert makespan(shortened(measured, {}), 8) == 15

@@ -344,7 +344,7 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
         own = Tally()
         for session in sessions.standalone(cell).values():
             work = session_work(session, {cell.cell_id: cell}, model, cold=cold, root=root)
-            later.append((work.total_s, work.gpus))
+            later.append((work.total_s, work.gpus, work.measuring_s))
             tallies["dynamic-K"].add(work, gpu=model.device.gpu)
             tallies["dynamic-K"].add(work, without=True, gpu=model.device.gpu)
             own.add(work, gpu=model.device.gpu)
@@ -513,7 +513,7 @@ def answer_lines(result: dict, config: dict, needs: dict[str, float],
                 else f"the adaptive rule (off in this config) would need "
                 f"{sum(needs.values()):.1f}")]
     if gpus:
-        lines.append(wall_clock_line(result, gpus))
+        lines.append(wall_clock_line(result, gpus, needs if on else None))
     return lines
 
 
@@ -529,7 +529,8 @@ def design_lines(config: dict, device: str, root: str | Path, result: dict,
     if forced:
         totals = compare_designs(config, root, device,
                                  {bool(section.get("chain")): (result, needs)})
-    return [describe_design(totals, bool(section.get("chain")), forced)]
+    unit = "GPU-hours" if result["device"].gpu else "hours"
+    return [describe_design(totals, bool(section.get("chain")), forced, unit)]
 
 
 def budget_lines(config: dict, device: str, root: str | Path, result: dict,
@@ -545,19 +546,30 @@ def budget_lines(config: dict, device: str, root: str | Path, result: dict,
     return budget.describe(trimmed)
 
 
-def wall_clock_line(result: dict, gpus: int) -> str:
-    """The study's wall-clock time on `gpus` GPUs (`wallclock.makespan`), beside GPU-hours ÷
-    GPUs and its longest chain of sessions."""
+def wall_clock_line(result: dict, gpus: int, needs: dict[str, float] | None = None) -> str:
+    """The study's wall-clock time on `gpus` GPUs (`wallclock.makespan`): with the adaptive
+    rule where `needs` (its projection, part by part) is given, and every cell in full; beside
+    GPU-hours ÷ GPUs and its longest chain of sessions."""
     jobs = result["jobs"]
-    hours = wallclock.makespan(jobs, gpus) / 3600
+    full = wallclock.makespan(jobs, gpus) / 3600
     longest = max(wallclock.critical_path(jobs).values(), default=0.0) / 3600
     total = result["total"]
     spent = total.startup_h + total.measuring_h + total.rest_h
     unit = "GPUs" if result["device"].gpu else "cells at once (gpu=N)"
-    return (f"wall clock on {gpus} {unit}: {hours:.1f} h, every cell measured in full "
-            f"({len(jobs)} sessions, each when those it reads are done; the longest chain of "
-            f"them {longest:.1f} h; GPU-hours ÷ {gpus}: {spent / gpus:.1f} h; downloads, "
-            "builds and reports not counted)")
+    hours = "GPU-hours" if result["device"].gpu else "hours"
+    head = f"wall clock on {gpus} {unit}: "
+    if needs:
+        shares = {name: min(1.0, max(0.0, (needs[name] - t.startup_h - t.rest_h)
+                                     / t.measuring_h))
+                  for name, t in result["parts"].items() if name in needs and t.measuring_h}
+        adaptive_h = wallclock.makespan(wallclock.shortened(jobs, shares), gpus) / 3600
+        head += (f"{adaptive_h:.1f} h with the adaptive rule (each session's measuring at its "
+                 f"round's projected share), {full:.1f} h every cell in full")
+    else:
+        head += f"{full:.1f} h, every cell measured in full"
+    return (head + f" ({len(jobs)} sessions, each when those it reads are done; the longest "
+            f"chain of them in full {longest:.1f} h; {hours} ÷ {gpus}: {spent / gpus:.1f} h; "
+            "downloads, builds and reports not counted)")
 
 
 def request_lengths(found: int, sets: int, other: int, estimated: dict) -> str:
@@ -973,11 +985,11 @@ def resolve_design(config: dict, root: str | Path = ".") -> dict | None:
     return totals
 
 
-def describe_design(totals: dict, chosen: bool, forced: bool) -> str:
-    """One line: both designs' totals and which one runs."""
+def describe_design(totals: dict, chosen: bool, forced: bool, unit: str = "GPU-hours") -> str:
+    """One line: both designs' totals (in `unit`) and which one runs."""
     def one(chain: bool) -> str:
         t = totals[chain]
-        return (f"{'chained' if chain else 'unchained'} {t['total_h']:.1f} GPU-hours "
+        return (f"{'chained' if chain else 'unchained'} {t['total_h']:.1f} {unit} "
                 f"({t['starts']} starts, start-up {t['startup_h']:.2f} + adaptive measuring "
                 f"{t['measuring_h']:.2f} + the rest)")
 

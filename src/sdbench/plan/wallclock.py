@@ -8,14 +8,16 @@ those it reads: a chained stage for the stages before it (`sessions.chain_inputs
 speculative cell measured on its own under the adaptive rule or sending its baseline's prompt
 counts for its baseline's sessions; the derived dynamic-K cells for every session (their
 schedules read round 1's records: later than they need, an upper bound). Ready sessions start
-longest remaining path first (list scheduling), on the first GPUs free. The downloads and
-builds before the sessions, and the summary and reports after them, are not counted.
+longest remaining path first (list scheduling), on the first GPUs free. Under the adaptive rule
+each session's measuring is cut to its part's projected share (`shortened`): the order of the
+stops is not simulated. The downloads and builds before the sessions, and the summary and
+reports after them, are not counted.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sdbench.plan import adaptive, grid, sessions
 
@@ -25,11 +27,14 @@ class Job:
     seconds: float
     gpus: int
     after: frozenset[str]
+    measuring: float = 0.0  # of `seconds`, the measuring (what the adaptive rule shortens)
+    part: str = ""  # its round (or "dynamic-K")
 
 
 def session_jobs(config: dict, planned: dict, cells: dict, works: dict,
                  derived: list | None = None) -> dict[str, Job]:
-    """The sessions (and derived cells' work, `derived`: [(seconds, gpus)]) as jobs."""
+    """The sessions (and derived cells' work, `derived`: [(seconds, gpus, measuring
+    seconds)]) as jobs."""
     jobs = {}
     for sid, session in planned.items():
         after = set()
@@ -41,11 +46,19 @@ def session_jobs(config: dict, planned: dict, cells: dict, works: dict,
                 after.update(sessions.cell_sessions(cells[cell.baseline_cell_id], cells))
         work = works[sid]
         jobs[sid] = Job(work.total_s, max(work.gpus, 1),
-                        frozenset(after & set(planned) - {sid}))
+                        frozenset(after & set(planned) - {sid}), work.measuring_s,
+                        cells[session.cells[0]].round)
     every = frozenset(planned)
-    for i, (seconds, gpus) in enumerate(derived or []):
-        jobs[f"dynamic-K {i}"] = Job(seconds, max(gpus, 1), every)
+    for i, (seconds, gpus, measuring) in enumerate(derived or []):
+        jobs[f"dynamic-K {i}"] = Job(seconds, max(gpus, 1), every, measuring, "dynamic-K")
     return jobs
+
+
+def shortened(jobs: dict[str, Job], shares: dict[str, float]) -> dict[str, Job]:
+    """The jobs with each one's measuring at its part's share (`shares`: part -> the share of
+    its measuring the adaptive rule is projected to keep; 1 where none is given)."""
+    return {name: replace(job, seconds=job.seconds - job.measuring * (
+        1 - shares.get(job.part, 1.0))) for name, job in jobs.items()}
 
 
 def critical_path(jobs: dict[str, Job]) -> dict[str, float]:
