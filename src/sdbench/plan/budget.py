@@ -2,8 +2,9 @@
 fewer k values, fewer load levels, fewer methods, and only then the later rounds, never a
 workload or a temperature and never the study's only (or first) round.
 
-The steps, each taken only while the adaptive projection (`cost.adaptive_projection`'s, start-up
-and the rest included) is above the budget:
+The steps, each taken only while what the study needs (`cost.adaptive_needs`: the adaptive
+projection where the config has the rule on, else the full design; start-up and the rest
+included) is above the budget:
 
 1. each method keeps at most two k values, the middle ones of its list (the ends of a k sweep
    are where the best k lies least often);
@@ -95,44 +96,56 @@ def _keep_levels(config: dict) -> list[str]:
                                 round_name)]
 
 
-def _drop_method(config: dict) -> list[str]:
-    """The method with the lowest assumed acceptance of a round that has several."""
-    found = [(rates.ACCEPTANCE.get(method["method"], 0.5), round_name, i, method)
+def _droppable(config: dict) -> list[tuple[str, str]]:
+    """(round, method label) of the methods of rounds that have several, the lowest
+    acceptance the plan assumes (`rates.ACCEPTANCE`) first."""
+    found = [(rates.ACCEPTANCE.get(method["method"], 0.5), round_name, -i, _label(method))
              for round_name, i, method in _methods(config)
              if len(config[round_name]["methods"]) > 1]
-    if not found:
-        return []
-    _, round_name, i, method = min(found, key=lambda f: (f[0], f[1], -f[2]))
-    del config[round_name]["methods"][i]
-    return [f"{round_name} method {_label(method)} (assumed acceptance "
+    return [(round_name, label) for _, round_name, _, label in sorted(found)]
+
+
+def _drop_method(config: dict, round_name: str, label: str) -> list[str]:
+    methods = config[round_name]["methods"]
+    method = next(m for m in methods if _label(m) == label)
+    methods.remove(method)
+    return [f"{round_name} method {label} (assumed acceptance "
             f"{rates.ACCEPTANCE.get(method['method'], 0.5):g})"]
 
 
 def trim(config: dict, needs: Callable[[dict], dict[str, float]], budget: float) -> Trimmed:
-    """`config` trimmed to `budget` GPU-hours; `needs(config)`: each part's adaptive GPU-hours
-    (`cost.adaptive_projection`)."""
+    """`config` trimmed to `budget` GPU-hours; `needs(config)`: each part's GPU-hours
+    (`cost.adaptive_needs`: adaptive where the config has the rule on, else in full)."""
     parts = needs(config)
     out = Trimmed(budget, sum(parts.values()), sum(parts.values()))
     if out.fits:
         return out
     trimmed = copy.deepcopy(config)
-    steps = [lambda c: _keep_ks(c, 2), _keep_levels, lambda c: _keep_ks(c, 1)]
-    steps += [_drop_method] * sum(1 for _ in _methods(config))
-    for step in steps:
+
+    def take(step) -> bool:
+        """Apply `step` to a copy; keep it where the plan still reads it (a method another
+        section names, e.g. a dynamic-K entry's, cannot leave alone)."""
+        nonlocal trimmed, parts
         candidate = copy.deepcopy(trimmed)
         changed = step(candidate)
         if not changed:
-            continue
+            return False
         try:
             found = needs(candidate)
-        except (ValueError, LookupError):  # a method another section names (dynamic_k): kept
-            continue
+        except (ValueError, LookupError):
+            return False
         trimmed, parts = candidate, found
-        out.dropped += changed
+        out.dropped.extend(changed)
         out.total = sum(parts.values())
-        if out.fits:
+        return True
+
+    for step in (lambda c: _keep_ks(c, 2), _keep_levels, lambda c: _keep_ks(c, 1)):
+        if take(step) and out.fits:
             out.config = trimmed
             return out
+    while not out.fits and any(take(lambda c, r=r, m=m: _drop_method(c, r, m))
+                               for r, m in _droppable(trimmed)):
+        pass
     first = next((name for name in ROUNDS if config.get(name)), None)
     order = (config.get("plan") or {}).get("leave_out_first") or [
         "dynamic-K", "round3", "round2", "round1"]
