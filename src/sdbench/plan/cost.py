@@ -484,10 +484,10 @@ def prompt_cards(cells: dict[str, grid.Cell], root: str | Path = ".") -> tuple:
 
 
 def adaptive_needs(config: dict, device: str, root: str | Path = ".",
-                   result: dict | None = None) -> dict[str, float]:
+                   result: dict | None = None, here: bool = False) -> dict[str, float]:
     """Each part's GPU-hours under the adaptive rule where the config has it on (else in
-    full), start-up and the rest included."""
-    result = result if result is not None else plan_cost(config, device, root)
+    full), start-up and the rest included (`here`: as `plan_cost`'s)."""
+    result = result if result is not None else plan_cost(config, device, root, here=here)
     if adaptive.Rule.from_config(config.get("adaptive")) is None:
         return {name: t.startup_h + t.measuring_h + t.rest_h
                 for name, t in result["parts"].items()}
@@ -518,7 +518,7 @@ def answer_lines(result: dict, config: dict, needs: dict[str, float],
 
 
 def design_lines(config: dict, device: str, root: str | Path, result: dict,
-                 needs: dict[str, float]) -> list[str]:
+                 needs: dict[str, float], here: bool = False) -> list[str]:
     """Under the adaptive rule: the design that runs (chained or not, `resolve_design`) and both
     designs' totals (`result`, `needs`: this config's own projection)."""
     section = config.get("adaptive") or {}
@@ -527,14 +527,14 @@ def design_lines(config: dict, device: str, root: str | Path, result: dict,
     totals = RESOLVED.get(id(section))
     forced = totals is None
     if forced:
-        totals = compare_designs(config, root, device,
+        totals = compare_designs(config, root, device, here,
                                  {bool(section.get("chain")): (result, needs)})
     unit = "GPU-hours" if result["device"].gpu else "hours"
     return [describe_design(totals, bool(section.get("chain")), forced, unit)]
 
 
 def budget_lines(config: dict, device: str, root: str | Path, result: dict,
-                 first: dict[str, float] | None = None) -> list[str]:
+                 first: dict[str, float] | None = None, here: bool = False) -> list[str]:
     """Where `plan.budget_gpu_hours` is set: what the study needs against it and, above it,
     the config trimmed to fit (`budget.trim`). `first`: the config's own `adaptive_needs`."""
     limit = (config.get("plan") or {}).get("budget_gpu_hours")
@@ -542,7 +542,7 @@ def budget_lines(config: dict, device: str, root: str | Path, result: dict,
         return []
     first = first or adaptive_needs(config, device, root, result)
     trimmed = budget.trim(config, lambda c: first if c is config else adaptive_needs(
-        c, device, root), float(limit))
+        c, device, root, here=here), float(limit))
     return budget.describe(trimmed)
 
 
@@ -943,11 +943,13 @@ def config_device(config: dict) -> str:
 
 
 def compare_designs(config: dict, root: str | Path = ".", device: str | None = None,
-                    known: dict | None = None) -> dict:
+                    here: bool = False, known: dict | None = None) -> dict:
     """{False: totals, True: totals} of the study unchained and chained, each {starts,
-    startup_h, measuring_h (adaptive), total_h}. `known`: {chain: (its plan_cost result, its
-    adaptive_needs)} already projected."""
-    device = device or config_device(config)
+    startup_h, measuring_h (adaptive), total_h}; without a `device`, the config's on this
+    host (`config_device`, the cells this host cannot run left out where it is `auto`).
+    `known`: {chain: (its plan_cost result, its adaptive_needs)} already projected."""
+    if device is None:
+        device, here = config_device(config), config["plan"]["device"] == "auto"
     out = {}
     for chain in (False, True):
         if known and chain in known:
@@ -955,7 +957,7 @@ def compare_designs(config: dict, root: str | Path = ".", device: str | None = N
         else:
             variant = copy.deepcopy(config)
             variant["adaptive"] = {**(variant.get("adaptive") or {}), "chain": chain}
-            result = plan_cost(variant, device, root)
+            result = plan_cost(variant, device, root, here=here)
             needs = adaptive_needs(variant, device, root, result)
         total = result["total"]
         whole = sum(needs.values())
@@ -1038,8 +1040,8 @@ def main(argv: list[str] | None = None) -> int:
     needs = (projected if adaptive.Rule.from_config(config.get("adaptive"))
              else adaptive_needs(config, device, args.root, result))
     print("\n".join(answer_lines(result, config, projected, args.gpus)
-                    + design_lines(config, device, args.root, result, needs)
-                    + budget_lines(config, device, args.root, result, needs)))
+                    + design_lines(config, device, args.root, result, needs, here)
+                    + budget_lines(config, device, args.root, result, needs, here)))
     print("\n" + detail)
     if args.sessions:
         print("\n" + format_sessions(result))
