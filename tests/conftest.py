@@ -232,10 +232,10 @@ def workdir(e2e_inputs, tmp_path_factory, request):
 def avx2_run(e2e_run, tmp_path_factory):
     """The shrunk demo as on a CPU without AVX-512. On such a host that is the end-to-end run
     itself; on a host with AVX-512, round 2 (every target, quantized or not), round 1's
-    vanilla and n-gram cells at concurrency 1 and the instance probe (n-gram and its vanilla
-    on a second start) are run again with SDBENCH_CPU_ISA=avx2 (vLLM then loads its AVX2
-    extension and runs its AVX2 kernels), one repeat per point, reusing the end-to-end run's
-    data and models."""
+    vanilla and n-gram cells at concurrency 1 (on Spec-Bench and the chat set of one's own
+    requests) and the instance probe (n-gram and its vanilla on a second start) are run again
+    with SDBENCH_CPU_ISA=avx2 (vLLM then loads its AVX2 extension and runs its AVX2 kernels),
+    one repeat per point, reusing the end-to-end run's data and models."""
     from sdbench.plan import hostcaps
 
     from workflow_helpers import e2e_config, one_round, snakemake, write_config
@@ -250,7 +250,9 @@ def avx2_run(e2e_run, tmp_path_factory):
     config = e2e_config(e2e_run["raw"])
     round2 = config["round2"]
     config = one_round(config)
-    config["round1"].update(concurrency=[1], methods=[
+    # (and the chat set of one's own requests, on the servers it makes anyway)
+    config["round1"].update(concurrency=[1], workloads=[*config["round1"]["workloads"],
+                                                        "support"], methods=[
         m for m in config["round1"]["methods"] if m["method"] == "ngram"])
     config["round2"] = round2
     config["loadgen"]["repeats"] = 1

@@ -750,22 +750,22 @@ def test_prompt_sets_count_tokens_with_the_target_tokenizer(e2e_run):
         assert 128 <= r["prompt_tokens"] < 256  # whole articles in [half the bucket, the bucket)
 
 
-def test_a_chat_set_reaches_the_server_as_its_conversation(e2e_run):
-    """The chat set of one's own requests (system prompts, two-turn conversations) is built
-    with the conversations whole, and the server received each one whole: the prompt tokens
-    it reports for every request are its chat template's count of a record's messages (not of
-    the prompt as one user message)."""
+def conversations_sent_whole(workdir: Path, configfile: Path) -> int:
+    """Check that the chat set of one's own requests (system prompts, two-turn conversations)
+    was built with the conversations whole and that the server received each one whole: the
+    prompt tokens it reports for every request are its chat template's count of a record's
+    messages (not of the prompt as one user message). Returns the requests checked."""
     from transformers import AutoTokenizer
 
-    from sdbench.plan.config import validate_config
+    from sdbench.plan.config import load_config
     from sdbench.records import read_details
 
-    workdir = e2e_run["workdir"]
     tokenizer = AutoTokenizer.from_pretrained(workdir / "resources/models/smollm2-135m")
     records = [json.loads(line) for line in
                (workdir / "data/processed/support/all.jsonl").read_text().splitlines()]
     assert len(records) == 8 and all(r["messages"][0]["role"] == "system" for r in records)
     assert any(r["turns"] == 2 for r in records)
+
     def count(messages):
         return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True,
                                                  tokenize=True, return_dict=False))
@@ -774,8 +774,8 @@ def test_a_chat_set_reaches_the_server_as_its_conversation(e2e_run):
     flat = {count([{"role": "user", "content": r["prompt"]}]) for r in records}
     assert all(count(r["messages"]) != count([{"role": "user", "content": r["prompt"]}])
                for r in records)
-    config = validate_config(e2e_config(e2e_run["raw"]))
-    cells = [c for c in grid.cells_by_id(config).values() if c.workload["name"] == "support"]
+    cells = [c for c in grid.cells_by_id(load_config(configfile)).values()
+             if c.workload["name"] == "support"]
     assert {c.is_baseline for c in cells} == {True, False}
     seen = []
     for cell in cells:
@@ -784,7 +784,13 @@ def test_a_chat_set_reaches_the_server_as_its_conversation(e2e_run):
             lengths = detail["input_lens"]
             assert lengths and set(lengths) <= whole and not set(lengths) <= flat, lengths
             seen += lengths
-    assert len(seen) >= 16
+    return len(seen)
+
+
+def test_a_chat_set_reaches_the_server_as_its_conversation(e2e_run):
+    """Round 3's servers sent the worked example's chat file whole (`conversations_sent_whole`):
+    2 cells x 2 levels x 2 repeats x 4 prompts."""
+    assert conversations_sent_whole(e2e_run["workdir"], e2e_run["configfile"]) == 32
 
 
 def test_changing_one_bucket_rebuilds_that_set_and_its_cells(e2e_run):
@@ -878,4 +884,9 @@ def test_avx2_host_runs_all_but_int4(avx2_run):
     assert not served["target"].isin(INT4_TARGETS).any()
     # per-request acceptance on vLLM's AVX2 extension too
     per_request_requests(workdir)
+    # the chat set of one's own requests, sent whole on the AVX2 extension: rerun, n-gram and
+    # its vanilla at concurrency 1, one repeat of 4 prompts each; natively AVX2, the
+    # end-to-end run's round 3 (32 requests)
+    rerun = "env" in avx2_run
+    assert conversations_sent_whole(workdir, avx2_run["configfile"]) == (8 if rerun else 32)
     assert server_processes(workdir) == []

@@ -6,9 +6,11 @@ naming file, key and row; and the worked example's plan and dry run."""
 
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -378,3 +380,34 @@ def test_the_wall_clock_schedules_sessions_on_the_gpus_after_those_they_read():
                 for name, job in jobs.items()}
     assert makespan(shortened(measured, {"round1": 0.0}), 8) == 7.5
     assert makespan(shortened(measured, {}), 8) == 15
+
+
+def test_the_plan_on_a_cpu_without_avx512_leaves_out_what_it_cannot_run():
+    """`make plan GPUS=2` for the demo as on a CPU without AVX-512 (SDBENCH_CPU_ISA=avx2: what
+    the host probe reads; the end-to-end AVX2 rerun runs it on vLLM's AVX2 extension): its
+    device class, the 4-bit cells it leaves out, and the same cells in the answer, the wall
+    clock and both designs (every line on this host's cells, none on the int4 targets)."""
+    from sdbench.plan import hostcaps
+
+    def plan(isa):
+        env = {k: v for k, v in os.environ.items() if k != hostcaps.ISA_ENV}
+        env.update({hostcaps.ISA_ENV: isa} if isa else {})
+        out = subprocess.run([sys.executable, "-m", "sdbench.plan.cost", "--config",
+                              str(REPO / "config" / "demo.yaml"), "--gpus", "2"],
+                             capture_output=True, text=True, cwd=REPO, timeout=300, env=env)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.splitlines()
+
+    lines = plan("avx2")
+    answer = re.match(r"Plan on device class cpu-avx2: (\d+) cells, (\d+) server starts;",
+                      lines[0])
+    assert answer, lines[0]
+    assert lines[1].startswith("wall clock on 2 cells at once (gpu=N): ")
+    starts = int(answer.group(2))
+    assert re.match(rf"design: unchained baselines, forced by the config; unchained [\d.]+ "
+                    rf"hours \({starts} starts,", lines[2]), lines[2]
+    skipped = next(line for line in lines if "cells are unsupported here" in line)
+    assert skipped.startswith("4 cells are unsupported here") and "cpu_gemm_wna16" in skipped
+    # on this host's own CPU: with AVX-512 the int4 cells run, and more servers start
+    if "avx512f" in Path("/proc/cpuinfo").read_text().split():
+        assert int(re.search(r"(\d+) server starts", plan(None)[0]).group(1)) > starts
