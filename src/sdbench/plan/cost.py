@@ -518,13 +518,14 @@ def answer_lines(result: dict, config: dict, needs: dict[str, float],
 
 
 def design_lines(config: dict, device: str, root: str | Path, result: dict,
-                 needs: dict[str, float], here: bool = False) -> list[str]:
-    """Under the adaptive rule: the design that runs (chained or not, `resolve_design`) and both
-    designs' totals (`result`, `needs`: this config's own projection)."""
+                 needs: dict[str, float], here: bool = False,
+                 totals: dict | None = None) -> list[str]:
+    """Under the adaptive rule: the design that runs (chained or not) and both designs' totals:
+    `totals` where `resolve_design` chose it, else (forced by the config) projected here
+    (`result`, `needs`: this config's own projection)."""
     section = config.get("adaptive") or {}
     if adaptive.Rule.from_config(section) is None:
         return []
-    totals = RESOLVED.get(id(section))
     forced = totals is None
     if forced:
         totals = compare_designs(config, root, device, here,
@@ -926,8 +927,6 @@ def instance_lines(result: dict, unit: str) -> list[str]:
 
 AUTO = "auto"
 DESIGN_CACHE = Path(".sdbench") / "design"
-# the comparison each config's AUTO was resolved with (by its adaptive section's id)
-RESOLVED: dict[int, dict] = {}
 
 
 def config_device(config: dict) -> str:
@@ -983,7 +982,6 @@ def resolve_design(config: dict, root: str | Path = ".") -> dict | None:
         totals = compare_designs({**config, "adaptive": {**section, "chain": False}}, root)
         atomic_write_json(path, {"unchained": totals[False], "chained": totals[True]})
     section["chain"] = totals[True]["total_h"] < totals[False]["total_h"]
-    RESOLVED[id(section)] = totals
     return totals
 
 
@@ -1022,7 +1020,7 @@ def main(argv: list[str] | None = None) -> int:
         # not offer, a missing or malformed request file
         checks.check_installed(config, args.root, source=args.config)
         inputs.check_sources(config, source=args.config, root=args.root)
-        resolve_design(config, args.root)
+        chosen = resolve_design(config, args.root)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -1040,7 +1038,7 @@ def main(argv: list[str] | None = None) -> int:
     needs = (projected if adaptive.Rule.from_config(config.get("adaptive"))
              else adaptive_needs(config, device, args.root, result))
     print("\n".join(answer_lines(result, config, projected, args.gpus)
-                    + design_lines(config, device, args.root, result, needs, here)
+                    + design_lines(config, device, args.root, result, needs, here, chosen)
                     + budget_lines(config, device, args.root, result, needs, here)))
     print("\n" + detail)
     if args.sessions:
