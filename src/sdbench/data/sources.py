@@ -20,6 +20,7 @@ import tempfile
 import urllib.request
 from collections import Counter
 from datetime import UTC, datetime
+from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -245,12 +246,7 @@ def fetch_source(source: str, spec: dict, out_path: str | Path,
                 f"pinned {pinned}. The upstream file changed or the download is corrupt; "
                 "nothing was written.")
         display = describe_location(spec)
-        schema = resolved_format(source, spec, tmp, display)
-        try:
-            rows, skipped = read_rows(schema, tmp, display)
-        except RawError as exc:
-            raise SourceError(f"sources.{source}: {exc}") from exc
-        check_rows(source, spec, rows, skipped, display, tmp, schema)
+        schema, rows, skipped = read_source(source, spec, tmp, display)
         size = tmp.stat().st_size
     manifest = {
         "source": source,
@@ -271,6 +267,27 @@ def fetch_source(source: str, spec: dict, out_path: str | Path,
     }
     atomic_write_json(manifest_out, manifest)
     return manifest
+
+
+def read_source(source: str, spec: dict, path: str | Path,
+                display: str) -> tuple[str, list[dict], Skipped]:
+    """(its format, its usable rows, the rows skipped) of a source's file, refused as its fetch
+    refuses it (`check_rows`): what the fetch and the checks before any job
+    (`plan.inputs`) both read. The same file (path, size, mtime) is read once a process."""
+    schema = resolved_format(source, spec, path, display)
+    stat = Path(path).stat()
+    try:
+        rows, skipped = _read(schema, str(path), display, stat.st_size, stat.st_mtime_ns)
+    except RawError as exc:
+        raise SourceError(f"sources.{source}: {exc}") from exc
+    check_rows(source, spec, rows, skipped, display, path, schema)
+    return schema, rows, skipped
+
+
+@lru_cache(maxsize=8)
+def _read(schema: str, path: str, display: str, size: int,
+          mtime: int) -> tuple[list[dict], Skipped]:
+    return read_rows(schema, path, display)
 
 
 def expected_rows(source: str, spec: dict) -> int | None:

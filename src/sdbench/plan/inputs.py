@@ -17,8 +17,7 @@ import os
 from pathlib import Path
 
 from sdbench.data.builders import CHAT
-from sdbench.data.raw import RawError, read_rows
-from sdbench.data.sources import SourceError, check_rows, local_files, resolved_format
+from sdbench.data.sources import SourceError, local_files, read_source
 from sdbench.plan.config import ConfigError
 
 # the largest file read at every parse (`SDBENCH_CHECK_BYTES` sets another: 0, none; the fetch
@@ -66,13 +65,9 @@ def _check_file(config: dict, source: str, name: str, spec: dict, path: Path, sh
     if path.stat().st_size > CHECK_BYTES or not CHECK_BYTES:
         return
     try:
-        schema = resolved_format(name, spec, path, shown)
-        rows, skipped = read_rows(schema, path, shown)
-        check_rows(name, spec, rows, skipped, shown, path, schema)
+        _, rows, _ = read_source(name, spec, path, shown)
     except SourceError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
-    except RawError as exc:  # (as the fetch says it: `fetch_source`)
-        raise ConfigError(f"{source}: sources.{name}: {exc}") from exc
     except OSError as exc:
         raise ConfigError(f"{source}: {key} = {shown!r} cannot be read ({exc})") from exc
     for dataset in datasets:

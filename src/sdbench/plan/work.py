@@ -26,8 +26,7 @@ from typing import Protocol
 
 from sdbench import layout
 from sdbench.data.builders import BUILDERS, CHAT, output_bound, request_bound
-from sdbench.data.raw import read_rows
-from sdbench.data.sources import local_files, resolved_format
+from sdbench.data.sources import local_files, read_source
 from sdbench.data.tokens import Tokenizer, load_tokenizer
 from sdbench.plan import grid
 from sdbench.plan.sessions import Session, config_id, session_points
@@ -140,8 +139,7 @@ def _estimate(definition_json: str, path: str, size: int, mtime: int, root: str)
     definition = json.loads(definition_json)
     try:
         tok, how = estimating_tokenizer(definition["tokenizer"], root)
-        schema = resolved_format(definition["source"], definition["source_spec"], path, path)
-        rows, _ = read_rows(schema, path)
+        _, rows, _ = read_source(definition["source"], definition["source_spec"], path, path)
         records = BUILDERS[definition["builder"]](
             rows, {**definition, "allow_partial": True}, tok, Counter())
     except Exception:  # noqa: BLE001 - the checks and the build say what is wrong with it
