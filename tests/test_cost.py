@@ -11,7 +11,7 @@ import socket
 import pytest
 
 from sdbench import layout
-from sdbench.plan import adaptive, cost, grid, rates, sessions, sweeps, work
+from sdbench.plan import adaptive, cost, grid, rates, sweeps, work
 from sdbench.plan.config import load_config, validate_config
 
 from workflow_helpers import REPO
@@ -25,7 +25,7 @@ def real():
 def test_the_real_study_starts_each_configuration_instance_once(real, tmp_path):
     result = cost.plan_cost(real, "h100", tmp_path)
     cells = grid.cells_by_id(real)
-    instances = {(sessions.config_id(c.server_config), i, bool(c.chain))
+    instances = {(c.config_id, i, bool(c.chain))
                  for c in cells.values() for i in c.used_instances}
     # a derived dynamic-K schedule: three cells (static k, constant and derived schedule)
     derived = 3 * sum(spec["instances"] for spec in grid.dynamic_k_specs(real))
@@ -38,7 +38,7 @@ def test_the_real_study_starts_each_configuration_instance_once(real, tmp_path):
     # the instance probe: the offline and Transformers cells run on one start of their
     # configuration, so n-gram and the draft there (and their baselines) are started twice
     # more each; the chained cells' own stages measure the spread between starts
-    probes = {(sessions.config_id(c.server_config), i) for c in cells.values()
+    probes = {(c.config_id, i) for c in cells.values()
               if grid.is_probe(c) for i in c.used_instances if i}
     assert len(probes) == 12
     assert result["probe"]["starts"] == len(probes)
@@ -137,7 +137,7 @@ def test_start_ups_measured_on_this_host_replace_the_rates(tmp_path):
     config = load_config(REPO / "config" / "gpu-calibration.yaml")
     cells = grid.cells_by_id(config)
     spec = next(c for c in cells.values() if c.speculator == "calibration")
-    cid = sessions.config_id(spec.server_config)
+    cid = spec.config_id
     manifest = tmp_path / layout.session_output(f"{cid}-i0")
     manifest.parent.mkdir(parents=True)
     manifest.write_text(json.dumps({"timing": {"host": socket.gethostname(), "starts": [

@@ -69,7 +69,7 @@ def test_demo_grid_shape():
     # draft's vanilla cells, interleaved with nothing, a session of their own)
     assert sorted(len(s.configs) for s in planned.values()) == [1, 2, 2, 2, 3, 5]
     assert sum(sessions.starts(s, {c.cell_id: c for c in cells}) for s in planned.values()) \
-        == len({sessions.config_id(c.server_config) for c in cells}) == 15
+        == len({c.config_id for c in cells}) == 15
     # the calibration draft runs on the deeper target only, paired with its vanilla cell
     by_id = {c.cell_id: c for c in cells}
     pair = next(c for c in cells if c.speculator == "calibration")

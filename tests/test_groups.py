@@ -203,7 +203,7 @@ def test_a_cell_with_fewer_repeats_takes_its_turn_only_at_its_own_points(
     three = {**cells, fewer.cell_id: fewer}
     the_session = dataclasses.replace(planned, cells=(*planned.cells, fewer.cell_id),
                                       configs=(*planned.configs,
-                                               sessions.config_id(fewer.server_config)))
+                                               fewer.config_id))
     stand = Stand()
     run(group, demo_config, stand, monkeypatch, three, the_session)
     assert [e[0] for e in stand.events].count("launch") == 3

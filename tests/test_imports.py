@@ -123,3 +123,23 @@ def test_the_check_sees_an_upward_import(tmp_path, monkeypatch, source, wrong):
     found = _imports("sdbench.plan.fake")
     assert [t for t, _, _ in found] == [wrong]
     assert layer(wrong) > layer("sdbench.plan.fake")
+
+
+def test_the_workflow_parse_imports_no_plotting_or_statistics_library():
+    """Every Snakemake parse (a dry run, each cluster job's own) imports what
+    workflow/rules/common.smk imports: scipy, pandas and matplotlib take about a second to
+    import and none of them is needed to plan the cells, so the modules it reads import them
+    only where a function uses them."""
+    import re
+    import subprocess
+    import sys
+
+    common = (SRC.parent / "workflow" / "rules" / "common.smk").read_text()
+    statement = r"^(?:from sdbench\S* import \([^)]*\)|(?:from|import) sdbench.*)$"
+    imports = "\n".join(re.findall(statement, common, re.M))
+    assert "sdbench.plan" in imports
+    heavy = ("scipy", "pandas", "matplotlib", "seaborn", "pyarrow")
+    code = f"import sys\n{imports}\nprint(sorted(m for m in {heavy!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(SRC)}, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

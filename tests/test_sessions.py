@@ -47,12 +47,11 @@ def test_one_session_per_configuration_instance_serves_every_workload(demo_confi
                 and c.engine == grid.SERVE)
     (sid,) = sessions.cell_sessions(pair, cells)
     group = planned[sid]
-    assert group.interleaved and group.lead == sessions.config_id(
-        cells[pair.baseline_cell_id].server_config)
+    assert group.interleaved and group.lead == cells[pair.baseline_cell_id].config_id
     assert set(group.cells) == {pair.cell_id, pair.baseline_cell_id}
     assert sessions.starts(group, cells) == 2
     # starts: one per distinct (configuration, instance)
-    configs = {(sessions.config_id(c.server_config), i) for c in cells.values()
+    configs = {(c.config_id, i) for c in cells.values()
                for i in c.used_instances}
     assert sum(sessions.starts(s, cells) for s in planned.values()) == len(configs)
 
@@ -554,7 +553,7 @@ def _run_chain(config, cells, base, pairs, stand):
     ran = []
     for stage in base.used_instances:
         for cell in (base, *pairs):
-            sid = sessions.session_id(sessions.config_id(cell.server_config), stage, True)
+            sid = sessions.session_id(cell.config_id, stage, True)
             for needed in sessions.chain_inputs(cell, stage, cells):
                 assert needed in ran  # (what the workflow makes it wait for)
             manifest = session.run_session(planned[sid].only([cell.cell_id]), cells, config,
@@ -581,7 +580,7 @@ def test_a_chained_baseline_stops_with_its_pairs(served_dir, demo_config_raw, mo
                               "ngram k=2": lambda c: 20.0 if c == 1 else 10.0})
     use(stand, monkeypatch)
     # a pair's stage before its baseline's: not done, naming what it waits for
-    first = sessions.session_id(sessions.config_id(pairs[0].server_config), 0, True)
+    first = sessions.session_id(pairs[0].config_id, 0, True)
     early = session.run_session(sessions.plan_sessions(cells)[first], cells, config,
                                 layout.session_output(first))
     assert f"its baseline cell {base.cell_id}'s stage 0 not done" in early["not_done"][
@@ -793,12 +792,12 @@ def test_a_chain_races_its_k_values_in_turn_inside_each_stage(served_dir, demo_c
     assert two.server_config["num_speculative_tokens"] == 2
     assert sessions.chain_rivals(three, cells) == [two] and sessions.chain_rivals(two, cells) == []
     mine = sessions.chain_inputs(three, 1, cells)
-    assert sessions.session_id(sessions.config_id(two.server_config), 1, True) in mine
+    assert sessions.session_id(two.config_id, 1, True) in mine
     stand = Stand(throughput={"ngram k=2": lambda c: 25.0 if c == 1 else 10.0,
                               "ngram k=3": lambda c: 5.0 if c == 1 else 10.0})
     use(stand, monkeypatch)
     planned = sessions.plan_sessions(cells)
-    first = {c.cell_id: sessions.session_id(sessions.config_id(c.server_config), 0, True)
+    first = {c.cell_id: sessions.session_id(c.config_id, 0, True)
              for c in (base, two, three)}
     session.run_session(planned[first[base.cell_id]], cells, config,
                         layout.session_output(first[base.cell_id]))

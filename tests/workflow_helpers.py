@@ -224,7 +224,7 @@ def server_log(workdir, configfile, cell_id):
     cell = cells[cell_id]
     session_id = sessions.cell_sessions(cell, cells)[0]
     return workdir / layout.session_server_log(
-        session_id, sessions.config_id(cell.server_config))
+        session_id, cell.config_id)
 
 
 def session_of(configfile, cell_id):

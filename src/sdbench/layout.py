@@ -70,6 +70,12 @@ def card_path(dataset: str, subset: str) -> str:
     return f"{PROCESSED_DIR}/{dataset}/{subset}.card.json"
 
 
+def prompt_sets(workloads) -> list[str]:
+    """The processed prompt files and data cards of these workloads (summary inputs)."""
+    keys = sorted({(w["dataset"], w["subset"]) for w in workloads})
+    return [path for key in keys for path in (processed_path(*key), card_path(*key))]
+
+
 def model_folder(name: str) -> str:
     """Where a built or downloaded model lives (a `path` model stays where the user keeps it:
     `grid.model_dir`)."""

@@ -27,9 +27,7 @@ from sdbench.plan import (
 )
 from sdbench import layout
 from sdbench.measure import provenance
-from sdbench.report.pages import salvage
 from sdbench.layout import SummaryTables
-from sdbench.analyze.summary import prompt_sets
 from sdbench.plan.config import DERIVED_KINDS, ROUNDS, validate_config
 from sdbench.data.builders import subsets_of
 from sdbench.data.sources import fingerprint, local_files, manifest_path, raw_path
@@ -50,6 +48,7 @@ CELLS = grid.cells_by_id(config)
 # server sessions: one per configuration instance (with the configurations interleaved with
 # it), each measuring every cell of its configuration (sdbench.plan.sessions)
 SESSIONS = sessions.plan_sessions(CELLS)
+CHAINED_PAIRS = sessions.chained_pairs(CELLS)
 DYNAMIC_K = {
     (spec["target"], spec["workload"], spec["speculator"]): spec
     for spec in grid.dynamic_k_specs(config)
@@ -117,20 +116,22 @@ def session_inputs(wildcards):
     prompt counts), as for one measured on its own under the adaptive rule (its stops). A
     chained cell's stage (`adaptive.chain`) waits instead for the sessions of its chain
     before it (`sessions.chain_inputs`)."""
-    inputs = {}
+    inputs, prompts, models = {}, {}, {}
     session = SESSIONS[wildcards.session_id]
     for cell in session_cells(wildcards):
-        inputs[f"prompts_{cell.cell_id}"] = cell.workload["path"]
+        prompts[cell.workload["path"]] = None
         if HOST_PLAN[cell.cell_id]["unsupported_here"]:
             continue  # recorded as unsupported here: its models are never loaded (nor built)
-        for role, name in zip(("target", "draft"), grid.cell_models(cell)):
-            inputs[f"{role}_{cell.cell_id}"] = model_input(name)
+        models.update(dict.fromkeys(model_input(name) for name in grid.cell_models(cell)))
         if cell.chain:
-            for sid in sessions.chain_inputs(cell, session.instance, CELLS):
+            for sid in sessions.chain_inputs(cell, session.instance, CELLS,
+                                            CHAINED_PAIRS):
                 inputs[f"chain_{sid}"] = layout.session_output(sid)
         elif grid.sends_baseline_counts(cell) or adaptive.reads_baseline(config, cell):
             inputs[f"baseline_{cell.cell_id}"] = layout.cell_output(cell.baseline_cell_id)
-    return inputs
+    # each file once (a configuration's cells share its models; Snakemake formats, checks and
+    # prints every input of every job)
+    return {"prompts": list(prompts), "models": list(models), **inputs}
 
 
 def session_gpus(wildcards):
@@ -140,14 +141,19 @@ def session_gpus(wildcards):
     session = SESSIONS[wildcards.session_id]
     if all(HOST_PLAN[c.cell_id]["unsupported_here"] for c in session_cells(wildcards)):
         return 0
-    first = {sessions.config_id(c.server_config): c for c in session_cells(wildcards)}
+    first = {c.config_id: c for c in session_cells(wildcards)}
     counts = [grid.cell_gpus(c.server_config) for c in first.values()]
     return sum(counts) if session.interleaved else counts[0]
 
 
+# cell id -> its prompt set's data card, read once a parse (by the sessions' runtimes)
+CARDS = {}
+
+
 def session_runtime(wildcards, attempt):
     """Minutes a session may run (cells.runtime; `auto`: from its work, more on a retry)."""
-    return runtimes.session_minutes(config, SESSIONS[wildcards.session_id], CELLS, attempt)
+    return runtimes.session_minutes(config, SESSIONS[wildcards.session_id], CELLS, attempt,
+                                    CARDS)
 
 
 _PRIORITIES = []
@@ -155,7 +161,10 @@ _PRIORITIES = []
 
 def _priorities():
     """(session id -> its priority, dynamic-K key -> the derived cell's), estimated once at
-    the host's calibrated rates."""
+    the host's calibrated rates; none where no scheduler chooses among jobs (a dry run, a
+    cluster job's own process: its one job)."""
+    if not workflow.is_main_process or workflow.dryrun:
+        return {}, {}
     if not _PRIORITIES:
         device = rates.device_of_host(hostcaps.host_caps())
         _PRIORITIES.extend(runtimes.job_priorities(config, SESSIONS, CELLS, device))
@@ -165,11 +174,11 @@ def _priorities():
 def session_priority(wildcards):
     """Where sessions run side by side (several GPUs, or CPU cell slots), the longest chains
     of work (a session, then the derived dynamic-K cells waiting on it) start first."""
-    return _priorities()[0][wildcards.session_id]
+    return _priorities()[0].get(wildcards.session_id, 0)
 
 
 def dynamic_k_priority(wildcards):
-    return _priorities()[1][(wildcards.target, wildcards.workload, wildcards.speculator)]
+    return _priorities()[1].get((wildcards.target, wildcards.workload, wildcards.speculator), 0)
 
 
 def unlocking_priority(wildcards):
@@ -221,6 +230,8 @@ def listed_cells():
 
 def salvage_reports():
     """After a run with failed jobs: reports from what was measured, failures listed."""
+    from sdbench.report.pages import salvage  # (pandas, matplotlib: not at every parse)
+
     salvage(config, listed_cells(), REPORTS, SUMMARY_MODELS, SUMMARY_INDEX, all_schedules())
 
 
@@ -298,7 +309,7 @@ def summary_inputs(wildcards):
     return {
         "records": records,
         "requests": [str(layout.requests_output(r)) for r in records],
-        "prompt_sets": prompt_sets(c.workload for c in cells),
+        "prompt_sets": layout.prompt_sets(c.workload for c in cells),
         "schedules": all_schedules(),
         "models": list(SUMMARY_MODELS.values()),
     }

@@ -49,8 +49,7 @@ from sdbench.analyze.slo import frame_slos, point_stats, slos_of, with_slo_colum
 from sdbench.analyze.stats import mean_interval, ratio_interval, verdict
 from sdbench.files import atomic_path
 from sdbench.plan import adaptive, grid
-from sdbench.plan.grid import prefix_caching
-from sdbench.plan.sessions import config_id
+from sdbench.plan.grid import config_id, prefix_caching
 from sdbench.records import STOPPED, read_records, upgrade
 
 # a point: closed-loop concurrency (batch size for offline / Transformers cells) or open-loop

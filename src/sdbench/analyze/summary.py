@@ -35,12 +35,6 @@ BUCKET_COLUMNS = ["round", "cell_id", "engine", "load", "setting", "speculator",
                   "workload", "concurrency", "repeat", "bucket", "tpot_speedup", "requests"]
 
 
-def prompt_sets(workloads) -> list[str]:
-    """The processed prompt files and data cards of these workloads (summary inputs)."""
-    keys = sorted({(w["dataset"], w["subset"]) for w in workloads})
-    return [path for key in keys for path in (processed_path(*key), card_path(*key))]
-
-
 def write_tables(tables: SummaryTables, record_files: list[str | Path],
                  partial_files: list[str | Path], max_failure_share: float,
                  model_dirs: dict[str, str], index: dict | None = None,

@@ -182,7 +182,7 @@ def measure_in_turns(cells: list[grid.Cell], config: dict, output: str | Path, *
     inside = {cell.cell_id: grid.after_lead(cells, cell) for cell in cells}
     for cell, instance in grid.turn_order(cells):
         session = sessions.standalone(cell)[sessions.session_id(
-            sessions.config_id(cell.server_config), instance)]
+            cell.config_id, instance)]
         manifest = layout.standalone_session_output(cell.cell_id, instance)
         group = grid.turn_group(cells, cell)
         paired = any(c.speculator.endswith(grid.STATIC_ARM) for c in group) and (

@@ -22,7 +22,7 @@ from sdbench.measure.run import CellError, CellRun, now, restart_partial
 from sdbench.measure.server import Clock, SessionServer, checked, fail
 from sdbench.measure.serving import ServerError
 from sdbench.plan import adaptive, grid
-from sdbench.plan.sessions import Session, config_id
+from sdbench.plan.sessions import Session
 from sdbench.records import LoadPoint
 
 
@@ -46,7 +46,7 @@ def turns(session: Session, cells: dict[str, grid.Cell], runs: list[CellRun]
     out = []
     for cell_id in session.cells:
         cell = cells[cell_id]
-        if config_id(cell.server_config) != session.lead or cell_id not in by_id:
+        if cell.config_id != session.lead or cell_id not in by_id:
             continue
         members = [by_id[cell_id]] + [by_id[c] for c in session.cells
                                       if c in by_id and cells[c].baseline_cell_id == cell_id]
@@ -86,13 +86,13 @@ def measure_group(session: Session, cells: dict[str, grid.Cell], runs: list[Cell
         return
     measuring = [r for lead, partners in plan for r in (lead, *partners)
                  if r.cell_id not in failed]
-    configs = list(dict.fromkeys(config_id(r.cell.server_config) for r in measuring))
-    first = {cid: next(r for r in measuring if config_id(r.cell.server_config) == cid)
+    configs = list(dict.fromkeys(r.cell.config_id for r in measuring))
+    first = {cid: next(r for r in measuring if r.cell.config_id == cid)
              for cid in configs}
     counts = [grid.cell_gpus(first[cid].cell.server_config) for cid in configs]
     views = dict(zip(configs, slots.split(held, counts), strict=True))
     left = {cid: sum(len(r.missing) for r in measuring
-                     if config_id(r.cell.server_config) == cid) for cid in configs}
+                     if r.cell.config_id == cid) for cid in configs}
     rule = adaptive.Rule.from_config(config.get("adaptive"))
     servers: dict[str, SessionServer] = {}
     with contextlib.ExitStack() as stack:
@@ -128,7 +128,7 @@ def measure_group(session: Session, cells: dict[str, grid.Cell], runs: list[Cell
             for run, pid in order:
                 if run.cell_id in failed:
                     continue
-                cid = config_id(run.cell.server_config)
+                cid = run.cell.config_id
                 server = servers[cid]
                 if stopping.skipped(run, pid, now()):
                     left[cid] -= 1
@@ -155,7 +155,7 @@ def _up(session: Session, members: list[CellRun], servers: dict[str, SessionServ
     any point; meanwhile each cell's prompts are checked."""
     launched = []
     for run in members:
-        cid = config_id(run.cell.server_config)
+        cid = run.cell.config_id
         if cid not in servers:
             server = SessionServer(run, session, views[cid],
                                    session_server_log(session.session_id, cid), clock)

@@ -28,7 +28,7 @@ from sdbench.measure.run import (
 from sdbench.measure.serving import VllmServer, log_tail, server_command
 from sdbench.plan import checks, grid, hostcaps
 from sdbench.plan.config import VANILLA, ConfigError
-from sdbench.plan.sessions import Session, config_id
+from sdbench.plan.sessions import Session
 from sdbench.plan.settings import settings
 from sdbench.script_log import debug_enabled
 
@@ -185,7 +185,7 @@ class SessionServer:
         self.config, self.log = run.config, run.log
         self.server = cell_server(run.cell, run.config, server_log, view.env, run.verdict)
         self.isolation = grid.isolation(run.cell.server_config)
-        self.config_id = config_id(run.cell.server_config)
+        self.config_id = run.cell.config_id
         self.target = run.cell.server_config["target"]["name"]
         self.points = 0
         self.cells: set[str] = set()

@@ -38,7 +38,7 @@ from sdbench.measure.server import Clock, SessionServer, checked, fail
 from sdbench.measure.serving import ServerError
 from sdbench.plan import adaptive, checks, grid, hostcaps, sessions
 from sdbench.plan.config import ConfigError
-from sdbench.plan.sessions import Session, config_id, read_manifest, session_points
+from sdbench.plan.sessions import Session, read_manifest, session_points
 from sdbench.plan.settings import settings
 
 
@@ -137,7 +137,7 @@ def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
     def logs(cell_id: str) -> dict:
         return {"log": layout.SESSION_LOG.format(session_id=session.session_id),
                 "server_log": layout.session_server_log(
-                    session.session_id, config_id(cells[cell_id].server_config)),
+                    session.session_id, cells[cell_id].config_id),
                 "session": session.session_id}
 
     try:
@@ -335,7 +335,7 @@ def _first_cells(session: Session, cells: dict[str, grid.Cell]) -> list[str]:
     """One cell of each of the session's configurations, in the session's order."""
     seen, out = set(), []
     for cell_id in session.cells:
-        cid = config_id(cells[cell_id].server_config)
+        cid = cells[cell_id].config_id
         if cid not in seen:
             seen.add(cid)
             out.append(cell_id)

@@ -100,7 +100,7 @@ def stage_points(cell: grid.Cell, stages: range) -> tuple[dict[tuple, dict], lis
     session has not finished the cell."""
     found, not_done = {}, []
     for stage in stages:
-        sid = sessions.session_id(sessions.config_id(cell.server_config), stage, True)
+        sid = sessions.session_id(cell.config_id, stage, True)
         if not manifest_points(cell, layout.session_output(sid), found):
             not_done.append(stage)
     return found, not_done

@@ -55,7 +55,6 @@ from dataclasses import asdict, dataclass, fields, replace
 from functools import cache, lru_cache
 
 import numpy as np
-from scipy import optimize, stats
 
 from sdbench.plan import grid, settings
 
@@ -182,6 +181,9 @@ def staying_inside(bound, step: float = 0.05) -> float:
 def boundary(looks: int, alpha: float = 0.05, shape: float = 0.25) -> tuple[float, ...]:
     """c_1 … c_N of the Wang-Tsiatis family for N equally spaced looks: P(|Z_n| ≤ c_n for
     every n) = 1 − α, Z_n the standardized mean after n of N repeats (`staying_inside`)."""
+    # scipy here and below, not at the top: the workflow's parse imports this module
+    from scipy import optimize, stats
+
     if looks == 1:
         return (float(stats.norm.ppf(1 - alpha / 2)),)
     shape_n = (np.arange(1, looks + 1) / looks) ** (shape - 0.5)
@@ -193,6 +195,8 @@ def boundary(looks: int, alpha: float = 0.05, shape: float = 0.25) -> tuple[floa
 @lru_cache(maxsize=4096)
 def multiplier(n: int, looks: int, rule: Rule, df: float) -> float:
     """The interval's multiplier after n of `looks` repeats with σ on `df` degrees of freedom."""
+    from scipy import stats
+
     z = stats.norm.ppf(1 - rule.alpha / 2)
     t = stats.t.ppf(1 - rule.alpha / 2, df) if math.isfinite(df) else z
     return boundary(looks, rule.alpha, rule.shape)[n - 1] * t / z
@@ -385,6 +389,8 @@ def verdict_chance(mean: float, n: int, looks: int, rule: Rule, sigma: float,
         return 0.0
     bound = multiplier(looks, looks, rule, df) * sigma / math.sqrt(looks)
     spread = sigma * math.sqrt(looks - n) / looks  # of the mean at the cap, given the mean now
+    from scipy import stats
+
     return float(stats.norm.sf((bound - mean) / spread) + stats.norm.cdf((-bound - mean)
                                                                          / spread))
 

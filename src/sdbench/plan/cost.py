@@ -122,7 +122,7 @@ class PlanRates(rates.CalibratedRates):
         self.measured = measured
 
     def startup_s(self, cell: grid.Cell, first: bool) -> float:
-        seen = self.measured.by_config.get(sessions.config_id(cell.server_config))
+        seen = self.measured.by_config.get(cell.config_id)
         if seen:
             return statistics.median(seen)
         return super().startup_s(cell, first)
@@ -310,7 +310,7 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
         tallies[cell.round].cells += 1
     # the first start of each configuration on the host finds its compile caches cold, but
     # where this host measured one before
-    cold = {sessions.config_id(c.server_config) for c in measuring.values()} - set(
+    cold = {c.config_id for c in measuring.values()} - set(
         measured.by_config)
     planned = sessions.plan_sessions(measuring)
     kept = grid.chain_kept(config, cells)
@@ -324,7 +324,7 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
             tallies[part].exceptions.append(
                 f"{session.session_id} ({measuring[session.cells[0]].label}): a fresh server "
                 f"for each of its {work.starts} points")
-    cold = {sessions.config_id(c.server_config) for c in measuring.values()} - set(
+    cold = {c.config_id for c in measuring.values()} - set(
         measured.by_config)
     for cell in measuring.values():
         for session in sessions.standalone(cell).values():
@@ -340,7 +340,7 @@ def plan_cost(config: dict, device: str, root: str | Path = ".", here: bool = Fa
     later = []  # (seconds, GPUs) of the derived cells' sessions
     for cell in derived:
         tallies["dynamic-K"].cells += 1
-        cold.add(sessions.config_id(cell.server_config))
+        cold.add(cell.config_id)
         own = Tally()
         for session in sessions.standalone(cell).values():
             work = session_work(session, {cell.cell_id: cell}, model, cold=cold, root=root)

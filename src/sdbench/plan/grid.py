@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from pathlib import Path
 
 from sdbench.data.builders import BUCKETED, sent_in_order
@@ -40,6 +41,11 @@ SERVE, OFFLINE, TRANSFORMERS = "serve", "offline", "transformers"
 
 def engine_of(server: dict) -> str:
     return server.get("engine", SERVE)
+
+
+def config_id(server_config: dict) -> str:
+    """A server configuration's short stable id (its canonical JSON's hash)."""
+    return short_hash({"server_config": server_config})
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,11 @@ class Cell:
     def engine(self) -> str:
         return engine_of(self.server_config)
 
+    @cached_property
+    def config_id(self) -> str:
+        """Its server configuration's id (`config_id`), hashed once per cell."""
+        return config_id(self.server_config)
+
     def stage_of(self, repeat: int, load: dict) -> int:
         """A chained cell's stage of `repeat` at `load`: depth x repeats + the whole repeat
         (an open-loop rate at its depth in the rates' own tree)."""
@@ -104,6 +115,21 @@ class Cell:
     def instance_repeats(self, instance: int, load: dict | None = None) -> list[int]:
         """The repeats server instance `instance` measures (at `load`: its blocks)."""
         return [r for r in self.load_repeats(load) if self.instance_of(r, load) == instance]
+
+    @cached_property
+    def _points_of(self) -> dict[int, list[tuple[int, int]]]:
+        """instance -> (load index, repeat) of every point it measures (once a cell)."""
+        out: dict[int, list[tuple[int, int]]] = {}
+        for i, load in enumerate(self.load_points()):
+            for r in self.load_repeats(load):
+                out.setdefault(self.instance_of(r, load), []).append((i, r))
+        return out
+
+    def instance_points(self, instance: int) -> list[tuple[int, dict, int]]:
+        """(load index, load, repeat) of every point server instance `instance` measures, in
+        the order of `load_points` and then of the repeats."""
+        loads = self.load_points()
+        return [(i, loads[i], r) for i, r in self._points_of.get(instance, ())]
 
     def load_repeats(self, load: dict | None = None) -> range:
         """The repeat indices of a point at `load`: `repeats`, each split into the point's

@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 
 from sdbench.plan import grid, rates
-from sdbench.plan.sessions import Session, chain_inputs, standalone
+from sdbench.plan.sessions import Session, session_waits, standalone
 from sdbench.plan.settings import settings
 from sdbench.plan.work import session_work
 
@@ -56,13 +56,14 @@ class ConservativeRates:
 
 
 def session_minutes(config: dict, session: Session, cells: dict[str, grid.Cell],
-                    attempt: int = 1) -> int:
+                    attempt: int = 1, cards: dict[str, dict | None] | None = None) -> int:
     """The `runtime` (minutes) of one session job on its `attempt`-th try; the prompt sets'
-    data cards are read where they are built."""
+    data cards are read where they are built (`cards`: cell id -> its card, read once for
+    every session of a parse)."""
     limits = settings(config).cells
     if limits.runtime != AUTO:
         return int(limits.runtime)
-    work = session_work(session, cells, ConservativeRates(config))
+    work = session_work(session, cells, ConservativeRates(config), cards)
     minutes = max(ASSEMBLE_MINUTES, math.ceil(work.total_s / 60)) * attempt
     return min(minutes, limits.max_runtime)
 
@@ -104,10 +105,9 @@ def job_priorities(config: dict, planned: dict[str, Session], cells: dict[str, g
             if feeding & set(session.cells):
                 after[sid] = max(after.get(sid, 0.0), seconds)
     waiting: dict[str, set[str]] = {}  # session -> the chained sessions that wait on it
-    for sid, session in planned.items():
-        for cell_id in session.cells:
-            for needed in chain_inputs(cells[cell_id], session.instance, cells):
-                waiting.setdefault(needed, set()).add(sid)
+    for sid, needs in session_waits(planned, cells).items():
+        for needed in needs:
+            waiting.setdefault(needed, set()).add(sid)
     longest: dict[str, float] = {}
 
     def path(sid: str) -> float:

@@ -32,13 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from sdbench.ids import short_hash
 from sdbench.plan import grid
-
-
-def config_id(server_config: dict) -> str:
-    """A server configuration's short stable id (its canonical JSON's hash)."""
-    return short_hash({"server_config": server_config})
 
 
 def session_id(lead: str, instance: int, chained: bool = False) -> str:
@@ -90,10 +84,10 @@ def lead_configs(cells: dict[str, grid.Cell]) -> dict[str, str]:
     configuration with interleaved cells its baseline's."""
     lead: dict[str, str] = {}
     for cell in cells.values():
-        own = config_id(cell.server_config)
+        own = cell.config_id
         lead.setdefault(own, own)
         if cell.group and cell.cell_id != cell.group[0]:
-            lead[own] = config_id(cells[cell.group[0]].server_config)
+            lead[own] = cells[cell.group[0]].config_id
     return lead
 
 
@@ -102,15 +96,15 @@ def plan_sessions(cells: dict[str, grid.Cell]) -> dict[str, Session]:
     leads = lead_configs(cells)
     members: dict[tuple[str, int, bool], list[grid.Cell]] = {}
     for cell in cells.values():
-        own = config_id(cell.server_config)
+        own = cell.config_id
         for instance in cell.used_instances:
             members.setdefault((leads[own], instance, bool(cell.chain)), []).append(cell)
     sessions = {}
     for (lead, instance, chained), group in members.items():
         configs = list(dict.fromkeys(
-            [lead] + [config_id(c.server_config) for c in group]))
+            [lead] + [c.config_id for c in group]))
         # the lead's cells first (a group's baseline measures every instance its partners do)
-        ordered = sorted(group, key=lambda c: configs.index(config_id(c.server_config)))
+        ordered = sorted(group, key=lambda c: configs.index(c.config_id))
         first = ordered[0]
         sid = session_id(lead, instance, chained)
         sessions[sid] = Session(
@@ -121,8 +115,8 @@ def plan_sessions(cells: dict[str, grid.Cell]) -> dict[str, Session]:
 
 def cell_sessions(cell: grid.Cell, cells: dict[str, grid.Cell]) -> list[str]:
     """The session ids that measure `cell` (one per instance it uses)."""
-    own = config_id(cell.server_config)
-    lead = config_id(cells[cell.group[0]].server_config) if cell.group else own
+    own = cell.config_id
+    lead = cells[cell.group[0]].config_id if cell.group else own
     return [session_id(lead, i, bool(cell.chain)) for i in cell.used_instances]
 
 
@@ -131,7 +125,7 @@ def race_order(cell: grid.Cell) -> tuple:
     k ascending, then its setting, then its server configuration's id (one order for every
     workload, so that no session waits on one that waits on it)."""
     return (cell.server_config.get("num_speculative_tokens") or 0, cell.setting,
-            config_id(cell.server_config))
+            cell.config_id)
 
 
 def races_before(other: grid.Cell, cell: grid.Cell) -> bool:
@@ -140,34 +134,55 @@ def races_before(other: grid.Cell, cell: grid.Cell) -> bool:
     return other.speculator == cell.speculator and race_order(other) < race_order(cell)
 
 
-def chain_rivals(cell: grid.Cell, cells: dict[str, grid.Cell]) -> list[grid.Cell]:
+def chained_pairs(cells: dict[str, grid.Cell]) -> dict[str, list[grid.Cell]]:
+    """baseline cell id -> the chained speculative cells paired with it (one pass over the
+    grid: `chain_rivals` and `chain_inputs` look them up instead of scanning every cell)."""
+    out: dict[str, list[grid.Cell]] = {}
+    for c in cells.values():
+        if c.chain and not c.is_baseline:
+            out.setdefault(c.baseline_cell_id, []).append(c)
+    return out
+
+
+def chain_rivals(cell: grid.Cell, cells: dict[str, grid.Cell],
+                 pairs: dict[str, list[grid.Cell]] | None = None) -> list[grid.Cell]:
     """The chained cells a speculative cell races in each stage and that measure that stage
     before it: its baseline's chained cells of its speculator (its other k values or
     settings) before it in `race_order`. Its looks inside a stage see theirs
-    (`measure.stopping.GroupStops._look`)."""
+    (`measure.stopping.GroupStops._look`). `pairs`: `chained_pairs(cells)`, where given."""
     if not cell.chain or cell.is_baseline:
         return []
-    return sorted((c for c in cells.values()
-                   if c.chain and c.baseline_cell_id == cell.baseline_cell_id
-                   and races_before(c, cell)),
+    pairs = chained_pairs(cells) if pairs is None else pairs
+    return sorted((c for c in pairs.get(cell.baseline_cell_id, ()) if races_before(c, cell)),
                   key=race_order)
 
 
-def chain_inputs(cell: grid.Cell, stage: int, cells: dict[str, grid.Cell]) -> list[str]:
+def chain_inputs(cell: grid.Cell, stage: int, cells: dict[str, grid.Cell],
+                 pairs: dict[str, list[grid.Cell]] | None = None) -> list[str]:
     """The sessions a chained cell's stage waits for: a speculative cell's, its baseline's
     same stage, its own stage before and the same stage of the rivals that measure it before
     it (`chain_rivals`); a baseline's, the stage before of every chained cell paired with it
     (whose decisions say which of its points it still measures)."""
     if not cell.chain:
         return []
+    pairs = chained_pairs(cells) if pairs is None else pairs
     if cell.is_baseline:
         return [] if stage == 0 else [
-            session_id(config_id(c.server_config), stage - 1, True) for c in cells.values()
-            if c.baseline_cell_id == cell.cell_id and c.chain]
-    own = [session_id(config_id(cell.server_config), stage - 1, True)] if stage else []
-    return [session_id(config_id(cells[cell.baseline_cell_id].server_config), stage, True),
-            *own, *(session_id(config_id(c.server_config), stage, True)
-                    for c in chain_rivals(cell, cells))]
+            session_id(c.config_id, stage - 1, True) for c in pairs.get(cell.cell_id, ())]
+    own = [session_id(cell.config_id, stage - 1, True)] if stage else []
+    return [session_id(cells[cell.baseline_cell_id].config_id, stage, True),
+            *own, *(session_id(c.config_id, stage, True)
+                    for c in chain_rivals(cell, cells, pairs))]
+
+
+def session_waits(planned: dict[str, Session], cells: dict[str, grid.Cell]) -> dict[str, list[str]]:
+    """session id -> the sessions its chained cells' stages wait for (`chain_inputs`), for
+    every planned session at once."""
+    pairs = chained_pairs(cells)
+    return {sid: list(dict.fromkeys(
+                needed for cell_id in session.cells
+                for needed in chain_inputs(cells[cell_id], session.instance, cells, pairs)))
+            for sid, session in planned.items()}
 
 
 def chain_partners(cell: grid.Cell, cells: dict[str, grid.Cell]) -> list[grid.Cell]:
@@ -183,9 +198,9 @@ def session_points(session: Session, cell: grid.Cell) -> list[tuple[dict, int]]:
     """(load, repeat) of `cell` that `session` measures, in measuring order: every load point
     once, then again (repeats interleaved; a point split into blocks of prompts takes a
     repeat's blocks in turn, `grid.point_blocks`)."""
-    points = [(i, load, r) for i, load in enumerate(cell.load_points())
-              for r in cell.instance_repeats(session.instance, load)]
-    points.sort(key=lambda p: (p[2] // grid.point_blocks(cell, p[1]), p[0], p[2]))
+    points = cell.instance_points(session.instance)
+    blocks = [grid.point_blocks(cell, load) for load in cell.load_points()]
+    points.sort(key=lambda p: (p[2] // blocks[p[0]], p[0], p[2]))
     return [(load, r) for _, load, r in points]
 
 

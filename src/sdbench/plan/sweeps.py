@@ -44,13 +44,15 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from scipy import stats
 
 from sdbench.plan import adaptive
 from sdbench.plan.config import load_config
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 REPO = Path(__file__).resolve().parents[3]
 # what a whole repeat costs at each of 10 levels (concurrency doubling: its prompts in half the
@@ -216,6 +218,8 @@ def full_design(sweep: Sweep, y: np.ndarray, rule: adaptive.Rule) -> dict:
         ss += float(np.sum((at - at.mean(1, keepdims=True)) ** 2)) / scale[i] ** 2
         df += sweep.ks * (sweep.repeats - 1)
     sigma, df = adaptive.pooled_sigma(rule, ss, df)
+    from scipy import stats  # here, not at the top: the workflow's parse imports this module
+
     half = stats.t.ppf(1 - rule.alpha / 2, df) * sigma * scale[None, :] / math.sqrt(sweep.repeats)
     return {"mean": mean, "low": mean - half, "high": mean + half,
             "best": mean.argmax(0),
@@ -383,6 +387,8 @@ def one_sweep(sweep: Sweep, rule: adaptive.Rule, rng: np.random.Generator,
 
 def run(sweep: Sweep, rule: adaptive.Rule, sweeps: int, seed: int = 0,
         bisect: bool = True) -> dict:
+    import pandas as pd  # here, not at the top: the workflow's parse imports this module
+
     rng = np.random.default_rng(seed)
     rows = pd.DataFrame([one_sweep(sweep, rule, rng, bisect) for _ in range(sweeps)])
     points = rows["points"].sum()
@@ -415,6 +421,8 @@ def _row(args: tuple) -> dict:
 
 def table(sweeps: int, rule: adaptive.Rule | None = None,
           workers: int | None = None) -> pd.DataFrame:
+    import pandas as pd
+
     rule = rule or adaptive.Rule()
     jobs = [(n, s, b, rule, sweeps) for n, s in enumerate(SWEEPS) for b in (True, False)]
     with ProcessPoolExecutor(workers or os.cpu_count()) as pool:

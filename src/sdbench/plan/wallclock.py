@@ -36,13 +36,13 @@ def session_jobs(config: dict, planned: dict, cells: dict, works: dict,
     """The sessions (and derived cells' work, `derived`: [(seconds, gpus, measuring
     seconds)]) as jobs."""
     jobs = {}
+    waits = sessions.session_waits(planned, cells)
     for sid, session in planned.items():
-        after = set()
+        after = set(waits[sid])
         for cid in session.cells:
             cell = cells[cid]
-            if cell.chain:
-                after.update(sessions.chain_inputs(cell, session.instance, cells))
-            elif grid.sends_baseline_counts(cell) or adaptive.reads_baseline(config, cell):
+            if not cell.chain and (grid.sends_baseline_counts(cell)
+                                   or adaptive.reads_baseline(config, cell)):
                 after.update(sessions.cell_sessions(cells[cell.baseline_cell_id], cells))
         work = works[sid]
         jobs[sid] = Job(work.total_s, max(work.gpus, 1),

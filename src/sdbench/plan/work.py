@@ -29,7 +29,7 @@ from sdbench.data.builders import BUILDERS, CHAT, output_bound, request_bound
 from sdbench.data.sources import local_files, read_source
 from sdbench.data.tokens import Tokenizer, load_tokenizer
 from sdbench.plan import grid
-from sdbench.plan.sessions import Session, config_id, session_points
+from sdbench.plan.sessions import Session, session_points
 
 # the first item of an open-loop rate's key in `SessionWork.levels`, of a speculative offline
 # or Transformers cell's batch size (the adaptive rule stops those), and of any point of a
@@ -250,7 +250,7 @@ def session_work(session: Session, cells: dict[str, grid.Cell], rates: Rates,
         cell = cells[cell_id]
         if cell_id not in cards:
             cards[cell_id] = read_card(cell, root)
-        cid = config_id(cell.server_config)
+        cid = cell.config_id
         firsts.setdefault(cid, cell)
         for load, _repeat in session_points(session, cell):
             fresh = session.fresh_per_point
