@@ -22,6 +22,7 @@ demo: setup
 	$(BIN)/snakemake --cores $(CORES) --resources gpu=1 --configfile config/demo.yaml; \
 	status=$$?; echo ""; \
 	$(BIN)/python -m sdbench.report.timing --wall-s $$(( $$(date +%s) - start )); \
+	echo ""; $(BIN)/python -m sdbench.report.decision; \
 	echo ""; echo "Reports: $(CURDIR)/reports/index.html"; exit $$status
 
 plan: setup

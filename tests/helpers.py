@@ -43,3 +43,19 @@ def record(cell_id, method, concurrency, throughput, *, baseline=None, k=None, s
                     "hostname": "h", "workflow": {"commit": "abc", "dirty": False},
                     "dataset": {"sha256": "0" * 64}, "started_at": "s", "finished_at": "f"},
     ).to_dict()
+
+
+def decided(kind, table, round_name="round1"):
+    """A decisions table (`sdbench.analyze.decisions`) holding `table`'s rows as decisions of
+    one kind, as the summary stage writes them for the reports."""
+    from sdbench.analyze.decisions import combine
+
+    return combine([table.assign(decision=kind, round=round_name)])
+
+
+def recommended(frame, points, round_name="round1"):
+    """The decisions table of a round's recommendations, as the summary stage computes them
+    from its measurements (`frame`) and point table (`points`)."""
+    from sdbench.analyze.decisions import RECOMMENDATION, round_recommendations
+
+    return decided(RECOMMENDATION, round_recommendations(frame, points, round_name), round_name)

@@ -19,9 +19,13 @@ from sdbench.analyze.analysis import (
     switch_gain,
     verdict,
 )
+from sdbench.analyze.decision import recommendations
+from sdbench.analyze.decisions import BEST_SETTING, CROSSOVER
 from sdbench.analyze.stats import ratio_interval
 from sdbench.report.decision import deployable_sentences
 from sdbench.report.plots import best_settings_table, crossover_table, dynamic_k_table
+
+from helpers import decided
 
 
 def points(rows):
@@ -183,11 +187,12 @@ def test_a_repeat_the_pick_was_stopped_before_holds_out_nothing():
         assert row["heldout_ci_low"] > 1 and row["verdict"] == "speculate", row
         # the tables say the estimate rests on 2 of the level's 4 repeats
         assert (row["repeats"], row["heldout_repeats"]) == (4, 2)
-        shown = best_settings_table(frame.assign(round="round1"), table).set_index(
+        shown = best_settings_table(decided(BEST_SETTING, best_settings(frame, table))).set_index(
             "concurrency")["held-out interval from"]
         assert shown.loc[1].endswith("; 2 of the 4 held out (a pick had stopped before the "
                                      "rest)") and "held out (" not in shown.loc[16], shown
-        said = deployable_sentences(frame.assign(num_prompts=6), table)[0]
+        said = deployable_sentences(recommendations(frame.assign(num_prompts=6), table),
+                                    table)[0]
         assert said.startswith("w at concurrency 1, m k=1") and "2 of the 4 held out" in said
 
 
@@ -405,9 +410,9 @@ def test_derived_schedule_takes_the_best_k_per_load_and_0_where_none_pays():
 
 
 def test_the_crossover_table_says_where_the_set_reaches_beyond_the_levels():
-    table = crossover_table(measurements([
+    table = crossover_table(decided(CROSSOVER, crossover(measurements([
         ("ngram", 2, 1, 1.4), ("ngram", 2, 4, 1.2), ("ngram", 2, 16, 0.8),
-        ("ngram", 4, 1, 1.1), ("ngram", 4, 16, 1.05)], spread=0.1)).set_index("k")
+        ("ngram", 4, 1, 1.1), ("ngram", 4, 16, 1.05)], spread=0.1)))).set_index("k")
     # 1.05 at the top level, never clearly below 1: the crossover may lie beyond
     assert table.loc[4, "95 % interval"].endswith(", beyond the levels measured]")
     low, high = table.loc[2, "95 % interval"].strip("[]").split(", ")
@@ -466,7 +471,7 @@ def test_no_crossover_is_claimed_where_no_level_is_clearly_below_1():
     table = crossover(measurements(rows, spread=0.1)).iloc[0]
     assert table["crossover"] > 4 and not table["established"]
     assert table["reading"].startswith("no clear crossover")
-    shown = crossover_table(measurements(rows, spread=0.1)).iloc[0]
+    shown = crossover_table(decided(CROSSOVER, crossover(measurements(rows, spread=0.1)))).iloc[0]
     assert shown["speedup < 1 from concurrency"] == "not established"
     clear = crossover(measurements(rows[:2] + [("ngram", 2, 16, 0.5)], spread=0.1)).iloc[0]
     assert clear["established"] and clear["reading"].startswith("falls below 1 near")

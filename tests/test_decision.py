@@ -7,6 +7,8 @@ import pytest
 from sdbench.analyze.decision import Claim, pareto_front, recommendations
 from sdbench.plan.grid import CHECK, DEPLOYABLE
 
+from helpers import recommended
+
 
 def test_a_claim_that_contradicts_its_interval_is_refused():
     with pytest.raises(ValueError, match="contradicts its interval"):
@@ -92,7 +94,7 @@ def test_the_bottom_line_gives_each_workload_its_own_line_of_levels():
                            for c, s in zip((1, 64), gains, strict=True)])
     frame = points.assign(paired=True, repeat=0, speedup=points["speedup_mean"],
                           quantization=None, num_prompts=8)
-    html = bottom_line_html(frame, points, "round1")
+    html = bottom_line_html(frame, points, "round1", recommended(frame, points))
     lines = [line for line in html.split("<li>") if "calibration k=4" in line]
     assert len(lines) == 2 and " on a — " in lines[0] and " on b — " in lines[1]
     for line in lines:  # each level once in its line
@@ -120,8 +122,9 @@ def test_one_repeat_judged_on_the_point_interval_the_point_table_shows():
 
     from sdbench.report import decision
 
-    def bottom_line_html(*args):
-        return unescape(decision.bottom_line_html(*args))
+    def bottom_line_html(frame, points, round_name):
+        return unescape(decision.bottom_line_html(frame, points, round_name,
+                                                  recommended(frame, points, round_name)))
 
     # a loss the adaptive rule settled after one repeat: the bottom line says so, with the
     # point's (sequential) interval, not "no clear gain, no interval"
@@ -153,7 +156,7 @@ def test_one_repeat_judged_on_the_point_interval_the_point_table_shows():
     table = recommendations(frame, points).iloc[0]
     assert table["run"] == "ngram k=3" and table["verdict"] == "no clear winner"
     assert pd.isna(table["gain_ci_low"]) and table["gain_from"] is None
-    shown = decision.recommendation_table(frame, points).iloc[0]
+    shown = decision.recommendation_table(recommended(frame, points), points, "round1").iloc[0]
     assert shown["gain judged on"] == "one repeat: none to hold out"
     assert "no interval; 1 repeat × 24 prompts: none to hold out" in bottom_line_html(
         frame, points, "round1")

@@ -671,6 +671,36 @@ def test_complete_run_has_nothing_to_do(e2e_run):
     assert "Nothing to be done" in result.stdout + result.stderr
 
 
+def test_the_decisions_are_a_table_and_the_terminal_prints_the_index_bottom_line(e2e_run):
+    """The summary stage writes the decisions (CSV and Parquet) that the reports display, and
+    `python -m sdbench.report.decision` (what `make demo` ends with) prints the same bottom
+    line as the index: the same verdicts, in the same order."""
+    from html import unescape
+
+    from sdbench.analyze.decisions import KINDS, RECOMMENDATION, of_kind, read_decisions
+
+    workdir = e2e_run["workdir"]
+    decided = read_decisions(workdir / "results" / "decisions.parquet")
+    assert set(decided["decision"]) <= set(KINDS) and RECOMMENDATION in set(decided["decision"])
+    csv = pd.read_csv(workdir / "results" / "decisions.csv")
+    assert len(csv) == len(decided) and list(csv.columns) == list(decided.columns)
+    picks = of_kind(decided, RECOMMENDATION, "round1")
+    assert len(picks) and picks["concurrency"].dtype == "int64"
+    printed = subprocess.run([sys.executable, "-m", "sdbench.report.decision"], cwd=workdir,
+                             capture_output=True, text=True, check=True).stdout
+    index = unescape((workdir / "reports" / "index.html").read_text())
+    sections = re.split(r"^(Bottom line — .*)$", printed, flags=re.M)[1:]
+    assert sections, printed
+    for heading, body in zip(sections[::2], sections[1::2], strict=True):
+        page = index.split(f"<h2>{heading}</h2>")[1].split("<h2>")[0]
+        shown = re.findall(r"<li>(.*?)</li>", page.split("<ul>", 1)[1].split("</ul>", 1)[0],
+                           re.S)
+        verdicts = [line[2:] for line in body.splitlines() if line.startswith("- ")]
+        assert verdicts == shown, (heading, verdicts, shown)
+        for aside in (line[4:] for line in body.splitlines() if line.startswith("  - ")):
+            assert f"<li>{aside}</li>" in page, aside
+
+
 def test_snakemakes_own_report_bundles_the_reports_and_tables(e2e_run, tmp_path):
     bundle = tmp_path / "report.zip"
     result = snakemake(f"--report={bundle}", workdir=e2e_run["workdir"],

@@ -651,3 +651,53 @@ def test_round1_report_sets_temperatures_side_by_side_with_the_known_answer(tmp_
                  "lower, as expected", "carried no seed of their own"):
         assert text in section, text
     assert section.count("data:image/png;base64") == 1  # acceptance and speedup vs temperature
+
+
+def test_no_report_recomputes_a_decision():
+    """The decisions (recommendations with their held-out intervals, the best setting's
+    bootstrap, crossovers, the switch gain, precision) are computed once by the summary stage
+    (`analyze.decisions`): no round notebook and not the index script reaches one of those
+    computations through the report functions it calls."""
+    import ast
+    import json
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    deciding = {"recommendations", "best_settings", "crossover", "switch_gain", "precision",
+                "decisions", "round_recommendations", "held_out_interval"}
+    calls: dict[str, set[str]] = {}  # report function -> the names it calls
+    for path in (repo / "src" / "sdbench" / "report").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef):
+                calls.setdefault(node.name, set()).update(_called(node))
+
+    def reached(names: set[str]) -> set[str]:
+        seen, todo = set(), list(names)
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo.extend(calls.get(name, ()))
+        return seen
+
+    entry_points = {"write_index.py": _called(ast.parse(
+        (repo / "workflow" / "scripts" / "write_index.py").read_text()))}
+    for notebook in sorted((repo / "workflow" / "notebooks").glob("round*.ipynb")):
+        cells = json.loads(notebook.read_text())["cells"]
+        code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        entry_points[notebook.name] = _called(ast.parse(code))
+    for name, called in entry_points.items():
+        assert "show_bottom_line" in called or name == "write_index.py"
+        assert not reached(called) & deciding, (name, reached(called) & deciding)
+    # (the check sees one: a report function that computed the recommendations)
+    calls["recommendation_table"] = {"recommendations"}
+    assert reached(entry_points["round1.ipynb"]) & deciding == {"recommendations"}
+
+
+def _called(tree) -> set[str]:
+    """The names a piece of code calls (`f(...)`, `module.f(...)`)."""
+    import ast
+
+    return {node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+            for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and isinstance(node.func, (ast.Name, ast.Attribute))}

@@ -170,6 +170,8 @@ class SummaryTables:
     acceptance: str = "results/summary_acceptance.parquet"
     schedules: str = "results/summary_schedules.json"
     cards: str = "results/summary_cards.json"
+    # the decisions (`analyze.decisions`), computed once here; CSV beside it
+    decisions: str = "results/decisions.parquet"
 
     @classmethod
     def of_run(cls, incomplete: bool = False) -> SummaryTables:
@@ -188,6 +190,10 @@ class SummaryTables:
     @property
     def summary_csv(self) -> str:
         return str(Path(self.summary).with_suffix(".csv"))
+
+    @property
+    def decisions_csv(self) -> str:
+        return str(Path(self.decisions).with_suffix(".csv"))
 
     @property
     def points_csv(self) -> str:

@@ -25,6 +25,13 @@ rule summary:
         acceptance=SUMMARY.acceptance,
         schedules=SUMMARY.schedules,
         cards=SUMMARY.cards,
+        decisions=SUMMARY.decisions,
+        decisions_csv=report(
+            SUMMARY.decisions_csv,
+            caption="../report/summary.rst",
+            category="Tables",
+            labels={"table": "the decisions"},
+        ),
     params:
         models=SUMMARY_MODELS,
         index=SUMMARY_INDEX,

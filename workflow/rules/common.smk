@@ -29,6 +29,7 @@ from sdbench import layout
 from sdbench.measure import provenance
 from sdbench.layout import SummaryTables
 from sdbench.plan.config import DERIVED_KINDS, ROUNDS, validate_config
+from sdbench.plan.settings import ROUND_TITLES
 from sdbench.data.builders import subsets_of
 from sdbench.data.sources import fingerprint, local_files, manifest_path, raw_path
 
@@ -235,11 +236,6 @@ def salvage_reports():
     salvage(config, listed_cells(), REPORTS, SUMMARY_MODELS, SUMMARY_INDEX, all_schedules())
 
 
-ROUND_TITLES = {
-    "round1": "Round 1: methods vs no speculation",
-    "round2": "Round 2: context length, target size and quantization",
-    "round3": "Round 3: server parameters",
-}
 # the report of every round the config has (title -> page)
 REPORTS = {ROUND_TITLES[r]: f"{r}.html" for r in ROUNDS if config.get(r)}
 

@@ -32,6 +32,7 @@ rule index:
         summary=SUMMARY.summary,
         # the rounds' bottom lines
         points=SUMMARY.points,
+        decisions=SUMMARY.decisions,
         # each cell's status is read from its records file
         records=all_cell_records(),
     output:

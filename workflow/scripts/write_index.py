@@ -2,6 +2,7 @@
 
 import pandas as pd
 
+from sdbench.analyze.decisions import read_decisions
 from sdbench.plan.lock import unpinned
 from sdbench.report.pages import (
     failed_jobs,
@@ -19,4 +20,5 @@ with to_log(sm.log[0]):
                 problem_points(summary), jobs=failed_jobs(sm.config),
                 unpinned=unpinned(sm.config), stopped=stopped_points(summary),
                 bottom_line=index_bottom_line(summary, pd.read_parquet(sm.input.points),
-                                              sm.params.reports))
+                                              sm.params.reports,
+                                              read_decisions(sm.input.decisions)))

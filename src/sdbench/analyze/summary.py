@@ -24,6 +24,7 @@ import pandas as pd
 
 from sdbench.analyze import request_acceptance
 from sdbench.analyze.aggregate import build_summary, write_summary
+from sdbench.analyze.decisions import decisions, write_decisions
 from sdbench.analyze.lossless import read_all_details
 from sdbench.files import atomic_path, atomic_write_json
 from sdbench.layout import SummaryTables, card_path, processed_path
@@ -64,6 +65,7 @@ def write_frames(tables: SummaryTables, frame: pd.DataFrame, points: pd.DataFram
         acceptance.to_parquet(tmp, index=False)
     atomic_write_json(tables.schedules, read_schedules(schedule_files))
     atomic_write_json(tables.cards, cards)
+    write_decisions(decisions(frame, points), tables.decisions)
 
 
 def read_schedules(schedule_files) -> dict[str, dict]:

@@ -265,6 +265,12 @@ class InstanceProbe:
 
 
 ROUNDS = ("round1", "round2", "round3")
+# each round's report title (its page: reports/<round>.html)
+ROUND_TITLES = {
+    "round1": "Round 1: methods vs no speculation",
+    "round2": "Round 2: context length, target size and quantization",
+    "round3": "Round 3: server parameters",
+}
 
 
 def adaptive_on(section: Mapping | None) -> bool:

@@ -4,7 +4,10 @@ numbers it cites (`analyze.decision.Claim` refuses one its interval does not car
 
 from __future__ import annotations
 
+import argparse
 import html
+from dataclasses import dataclass
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -16,17 +19,16 @@ from sdbench.analyze.decision import (
     decision_rows,
     direction_of,
     front_points,
-    point_interval,
-    recommendations,
 )
+from sdbench.analyze.decisions import RECOMMENDATION, in_round, of_kind, read_decisions
 from sdbench.analyze.slo import frame_slos
-from sdbench.analyze.stats import ratio_interval
+from sdbench.layout import SummaryTables
 from sdbench.plan.grid import CHECK, DEPLOYABLE, WHAT_IF
+from sdbench.plan.settings import ROUND_TITLES
 from sdbench.report.plots import (
     cell_text,
     held_out_basis,
     held_out_of,
-    in_round,
     level_axis,
     role_marks,
     setting_label,
@@ -57,35 +59,26 @@ def _sample(repeats, prompts, gain_from=HELD_OUT, held=None) -> str:
     return f"{_count(repeats, 'repeat')}{per}: none to hold out"
 
 
-def _level_claim(row, frame: pd.DataFrame, points: pd.DataFrame | None = None) -> str:
-    """One workload-and-load sentence of the bottom line. Where speculation off is chosen, the
-    best deployable setting it is judged against is cited with its point's interval, the one
-    the point table shows (`point_interval`); over its repeats where the points lack it."""
+def _level_claim(row, points: pd.DataFrame | None = None) -> str:
+    """One workload-and-load sentence of the bottom line, from its recommendation
+    (`analyze.decisions`). Where speculation off is chosen, the best deployable setting it was
+    judged against is cited with its interval (the point table's where it has one)."""
     where = f"{row['workload']} at concurrency {int(row['concurrency'])}"
     if row["run"] == "speculation off":
-        # the best deployable setting there (by its mean over its repeats): what off is
-        # judged against, cited with its point's interval
-        at = by_role(frame, DEPLOYABLE)
-        at = at[(at["target"] == row["target"]) & (at["workload"] == row["workload"])
-                & (at["concurrency"] == row["concurrency"]) & at["paired"].fillna(False)
-                & (at["method"] != "vanilla")]
-        if at.empty:
+        if not isinstance(row.get("best_speculator"), str):
             return f"{where}: run without speculation (no deployable setting measured)."
-        means = at.groupby(["speculator", "k"])["speedup"].apply(
-            lambda s: ratio_interval(s.to_numpy()))
-        (speculator, k), (mean, low, high) = max(means.items(), key=lambda kv: kv[1][0])
-        sample = (f"{_count(at['repeat'].nunique(), 'repeat')} × "
-                  f"{_count(at['num_prompts'].max(), 'prompt')}")
-        if found := point_interval(points, row["target"], row["workload"], row["concurrency"],
-                                   speculator, k):
-            mean, low, high, basis = found
-            sample = f"{sample}; {basis}"
+        speculator, k = row["best_speculator"], row["best_k"]
+        sample = (f"{_count(row['best_repeats'], 'repeat')} × "
+                  f"{_count(row['best_prompts'], 'prompt')}")
+        if isinstance(row.get("best_from"), str):
+            sample = f"{sample}; {row['best_from']}"
         if points is not None:  # the server starts' share of that setting's point
             starts = _point_starts(points, row["target"], row["workload"], row["concurrency"],
                                    speculator, k)
             sample += f"; server starts {starts}" if starts != "–" else ""
+        low, high = row["best_ci_low"], row["best_ci_high"]
         claim = Claim(f"{where}, best deployable setting {speculator} k={int(k)}",
-                      direction_of(low, high), mean, low, high, sample)
+                      direction_of(low, high), row["best_mean"], low, high, sample)
         return f"Run without speculation — {claim.text()}"
     starts = "" if points is None else _chosen_starts(points, row)
     claim = Claim(f"{where}, {row['run']}", direction_of(row["gain_ci_low"],
@@ -99,16 +92,14 @@ def _level_claim(row, frame: pd.DataFrame, points: pd.DataFrame | None = None) -
     return claim.text() + rivals
 
 
-def deployable_sentences(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> list[str]:
+def deployable_sentences(table: pd.DataFrame, points: pd.DataFrame | None = None) -> list[str]:
     """The bottom line's sentences about deployable settings: per workload, its loads in turn
-    (the recommendation at each, judged on held-out repeats; `points`: the point table, whose
-    pooled noise those intervals read and whose intervals a sentence cites where speculation
-    off is chosen or no repeat can be held out), at most MAX_SENTENCES."""
-    table = recommendations(frame, points)
+    (`table`: a round's recommendations, `analyze.decisions`; `points`: the point table, for
+    the server starts' share beside each verdict), at most MAX_SENTENCES."""
     if table.empty:
         return ["No deployable speculative setting was measured with a paired baseline: this "
                 "run decides nothing about what to deploy."]
-    sentences = [_level_claim(row, frame, points) for _, row in table.iterrows()]
+    sentences = [_level_claim(row, points) for _, row in table.iterrows()]
     if len(sentences) > MAX_SENTENCES:
         rest = len(sentences) - MAX_SENTENCES + 1
         sentences = sentences[:MAX_SENTENCES - 1] + [
@@ -187,47 +178,95 @@ def unanswered(frame: pd.DataFrame, points: pd.DataFrame, round_name: str) -> li
     return notes
 
 
-def bottom_line_html(frame: pd.DataFrame, points: pd.DataFrame, round_name: str,
-                     heading: str = "Bottom line") -> str:
-    """The bottom line of a round (HTML): deployable verdicts, then greyed blocks of pipeline
-    checks and what-if cells, then what the run could not answer."""
-    frame, points = in_round(frame, round_name), in_round(points, round_name)
-    closed = frame[(frame["engine"] == "serve") & (frame["load"] == "concurrency")]
-    parts = [f"<h2>{html.escape(heading)}</h2>",
-             "<p>Deployable settings only, each verdict from a 95 % interval of the speedup "
-             "(output tokens/s with speculation ÷ without) judged on repeats the choice did not "
-             "see, or where none could be held out on the point's own interval (each sentence "
-             "says which):</p><ul>"]
-    parts += [f"<li>{html.escape(s)}</li>" for s in deployable_sentences(closed, points)]
-    parts.append("</ul>")
-    for role, title, what in (
-            (CHECK, "Pipeline checks", "the calibration pair, untrained heads and truncated "
-             "drafts: their numbers check the workflow and vLLM's accounting, never a setting "
-             "to deploy"),
-            (WHAT_IF, "What-if", "drafts accepted by vLLM at a set rate: what a method would "
-             "give at that acceptance, never what it gave")):
-        lines = _role_lines(points, role)
-        if lines:
+INTRO = ("Deployable settings only, each verdict from a 95 % interval of the speedup (output "
+         "tokens/s with speculation ÷ without) judged on repeats the choice did not see, or "
+         "where none could be held out on the point's own interval (each sentence says which):")
+ASIDES = ((CHECK, "Pipeline checks", "the calibration pair, untrained heads and truncated "
+           "drafts: their numbers check the workflow and vLLM's accounting, never a setting to "
+           "deploy"),
+          (WHAT_IF, "What-if", "drafts accepted by vLLM at a set rate: what a method would give "
+           "at that acceptance, never what it gave"))
+
+
+@dataclass(frozen=True)
+class BottomLine:
+    """A round's bottom line, as sentences: rendered as HTML (the reports, the index) or as
+    text (the terminal), the same words in both."""
+
+    verdicts: list[str]  # deployable settings, per workload and load
+    asides: list[tuple[str, str, list[str]]]  # (title, what it is, lines): checks, what-ifs
+    measured: str
+    unanswered: list[str]
+
+    def html(self, heading: str) -> str:
+        parts = [f"<h2>{html.escape(heading)}</h2>", f"<p>{INTRO}</p><ul>"]
+        parts += [f"<li>{html.escape(s)}</li>" for s in self.verdicts]
+        parts.append("</ul>")
+        for title, what, lines in self.asides:
             parts.append(GREY + f"<p><strong>{title}</strong> ({what}):</p><ul>"
                          + "".join(f"<li>{html.escape(line)}</li>" for line in lines)
                          + "</ul></div>")
-    parts.append(f"<p><strong>Measured:</strong> {html.escape(measured(frame))}</p>")
-    notes = unanswered(frame, points, round_name)
-    if notes:
-        parts.append("<p><strong>Not answered by this run:</strong> "
-                     + " ".join(html.escape(n) for n in notes) + "</p>")
-    return "\n".join(parts)
+        parts.append(f"<p><strong>Measured:</strong> {html.escape(self.measured)}</p>")
+        if self.unanswered:
+            parts.append("<p><strong>Not answered by this run:</strong> "
+                         + " ".join(html.escape(n) for n in self.unanswered) + "</p>")
+        return "\n".join(parts)
+
+    def text(self, heading: str) -> str:
+        lines = [heading, "=" * len(heading), INTRO, *(f"- {s}" for s in self.verdicts)]
+        for title, what, asides in self.asides:
+            lines += [f"{title} ({what}):", *(f"  - {line}" for line in asides)]
+        lines.append(f"Measured: {self.measured}")
+        if self.unanswered:
+            lines.append("Not answered by this run: " + " ".join(self.unanswered))
+        return "\n".join(lines)
 
 
-def show_bottom_line(frame: pd.DataFrame, points: pd.DataFrame, round_name: str) -> None:
+def bottom_line(frame: pd.DataFrame, points: pd.DataFrame, round_name: str,
+                decided: pd.DataFrame) -> BottomLine:
+    """The bottom line of a round: deployable verdicts (`decided`: the study's decisions,
+    `analyze.decisions`), then pipeline checks and what-if cells, then what the run could not
+    answer."""
+    frame, points = in_round(frame, round_name), in_round(points, round_name)
+    table = of_kind(decided, RECOMMENDATION, round_name)
+    asides = [(title, what, lines) for role, title, what in ASIDES
+              if (lines := _role_lines(points, role))]
+    return BottomLine(deployable_sentences(table, points), asides, measured(frame),
+                      unanswered(frame, points, round_name))
+
+
+def bottom_line_html(frame: pd.DataFrame, points: pd.DataFrame, round_name: str,
+                     decided: pd.DataFrame, heading: str = "Bottom line") -> str:
+    return bottom_line(frame, points, round_name, decided).html(heading)
+
+
+def bottom_lines(summary: pd.DataFrame, points: pd.DataFrame, decided: pd.DataFrame,
+                 reports: dict[str, str]) -> list[tuple[str, BottomLine]]:
+    """(heading, bottom line) of each round with measurements, in the order of `reports`
+    (title -> page: reports/<round>.html): what the index leads with and `make demo` prints."""
+    out = []
+    for title, page in reports.items():
+        round_name = page.removesuffix(".html")
+        rows = summary[summary["round"] == round_name]
+        if rows.empty or not (rows["status"] == "ok").any():
+            continue
+        out.append((f"Bottom line — {title}",
+                    bottom_line(summary, points, round_name, decided)))
+    return out
+
+
+def show_bottom_line(frame: pd.DataFrame, points: pd.DataFrame, round_name: str,
+                     decided: pd.DataFrame) -> None:
     from IPython.display import HTML, display
 
-    display(HTML(bottom_line_html(frame, points, round_name)))
+    display(HTML(bottom_line_html(frame, points, round_name, decided)))
 
 
-def recommendation_table(frame: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
-    """The setting to run per target, workload and load, with whether it meets each SLO."""
-    table = recommendations(frame, points)
+def recommendation_table(decided: pd.DataFrame, points: pd.DataFrame,
+                         round_name: str) -> pd.DataFrame:
+    """The setting to run per target, workload and load (the round's recommendations,
+    `analyze.decisions`), with whether it meets each SLO."""
+    table = of_kind(decided, RECOMMENDATION, round_name)
     if table.empty:
         return table
     out = pd.DataFrame({
@@ -445,3 +484,28 @@ def front_table(points: pd.DataFrame, latency: str = "p90_tpot_ms") -> pd.DataFr
         "TPOT p90 (ms)" if latency == "p90_tpot_ms" else latency: front["latency"].round(1)}
     ).reset_index(drop=True)
 
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print each round's bottom line from the summary stage's tables (the index's words)."""
+    parser = argparse.ArgumentParser(prog="python -m sdbench.report.decision",
+                                     description=main.__doc__)
+    tables = SummaryTables()
+    parser.add_argument("--summary", default=tables.summary)
+    parser.add_argument("--points", default=tables.points)
+    parser.add_argument("--decisions", default=tables.decisions)
+    args = parser.parse_args(argv)
+    if not Path(args.decisions).exists():
+        print(f"No decisions yet ({args.decisions} is written by the summary stage).")
+        return 0
+    summary = pd.read_parquet(args.summary)
+    reports = {title: f"{name}.html" for name, title in ROUND_TITLES.items()}
+    lines = bottom_lines(summary, pd.read_parquet(args.points), read_decisions(args.decisions),
+                         reports)
+    print("\n\n".join(line.text(heading) for heading, line in lines)
+          or "No round has a measurement yet.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

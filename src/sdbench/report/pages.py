@@ -26,7 +26,7 @@ from sdbench.plan.grid import Cell
 from sdbench.plan.hostcaps import UNSUPPORTED
 from sdbench.plan.settings import settings
 from sdbench.records import STOPPED, LoadPoint, RecordError, read_records
-from sdbench.report.decision import bottom_line_html
+from sdbench.report.decision import bottom_lines
 from sdbench.report.plots import EMPTY_MARK
 
 OFFLINE_TEMPLATE = REPO_ROOT / "workflow" / "notebooks" / "templates" / "offline.html.j2"
@@ -337,18 +337,11 @@ def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str
     atomic_write_text(out, page)
 
 
-def index_bottom_line(summary, points, reports: dict[str, str]) -> str:
-    """Each round's bottom line (`decision.bottom_line_html`) under its report's title, for
-    the rounds with measurements."""
-    parts = []
-    for title, page in reports.items():
-        round_name = page.removesuffix(".html")
-        rows = summary[summary["round"] == round_name]
-        if rows.empty or not (rows["status"] == "ok").any():
-            continue
-        parts.append(bottom_line_html(summary, points, round_name,
-                                      heading=f"Bottom line — {title}"))
-    return "\n".join(parts)
+def index_bottom_line(summary, points, reports: dict[str, str], decided) -> str:
+    """Each round's bottom line (`decision.bottom_lines`) under its report's title, for the
+    rounds with measurements (HTML)."""
+    return "\n".join(line.html(heading) for heading, line in
+                     bottom_lines(summary, points, decided, reports))
 
 
 def _unpinned_note(unpinned: list[str] | None) -> str:

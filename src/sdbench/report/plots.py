@@ -24,19 +24,25 @@ from sdbench.analyze.acceptance import (
     simulated_lengths,
     sweep_points,
 )
-from sdbench.analyze.aggregate import DERIVED_SETTING, DYNAMIC_K_SETTINGS
+from sdbench.analyze.aggregate import DERIVED_SETTING
 from sdbench.analyze.analysis import (
     ALIKE,
     SPLIT,
-    best_settings,
-    crossover,
     dynamic_k_comparison,
     predicted_break_even,
     predicted_speedups,
     speculative,
-    switch_gain,
 )
-from sdbench.analyze.noise import CLASS, point_noise, precision
+from sdbench.analyze.decisions import (
+    BEST_SETTING,
+    CROSSOVER,
+    PRECISION,
+    SWITCH_GAIN,
+    in_round,
+    of_kind,
+    read_decisions,
+)
+from sdbench.analyze.noise import CLASS, point_noise
 from sdbench.analyze.stats import interval_number, level_text
 from sdbench.plan import grid
 
@@ -197,22 +203,13 @@ class RoundData:
     # the noise model of every point of the study (`noise.point_noise` over `summary`: a
     # round's classes may borrow the server starts' share from another's, the instance probe)
     noise: pd.DataFrame = field(default_factory=pd.DataFrame)
-
-
-def in_round(table: pd.DataFrame, round_name: str) -> pd.DataFrame:
-    """A round's rows as its report reads them: round 1 with the dynamic-K cells derived from
-    it, round 3 without them (they are recorded under round 3 but compared in round 1)."""
-    rows = table["round"] == round_name
-    derived = table["setting"].isin(DYNAMIC_K_SETTINGS)
-    if round_name == "round1":
-        rows |= derived
-    elif round_name == "round3":
-        rows &= ~derived
-    return table[rows]
+    # the study's decisions, computed by the summary stage (`analyze.decisions`)
+    decisions: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def load_round(round_name: str, summary: str, points: str, buckets: str, schedules: str,
-               cards: str, acceptance: str | None = None) -> RoundData:
+               cards: str, acceptance: str | None = None,
+               decisions: str | None = None) -> RoundData:
     """One round's tables (the arguments: the summary stage's files, as the report rule and
     the notebooks' parameters name them)."""
     measurements = pd.read_parquet(summary)
@@ -232,7 +229,9 @@ def load_round(round_name: str, summary: str, points: str, buckets: str, schedul
                      cards=data_cards(all_frame, sets),
                      acceptance=(pd.DataFrame() if acceptance is None else in_round(
                          pd.read_parquet(acceptance), round_name)),
-                     noise=point_noise(measurements))
+                     noise=point_noise(measurements),
+                     decisions=(pd.DataFrame(columns=["decision", "round"]) if decisions is None
+                                else read_decisions(decisions)))
 
 
 def round_header(data: RoundData, study: str) -> str:
@@ -505,15 +504,15 @@ def _design_text(units, seconds, per_unit: int) -> str:
     return text
 
 
-def precision_table(frame: pd.DataFrame, summary: pd.DataFrame | None = None) -> pd.DataFrame:
+def precision_table(decided: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     """The noise this run measured per engine, target, method and level of `frame` (standard
     deviations of the log speedup, ≈ shares): one run's, the baseline run's a pair shares with
     the other settings paired with it, the server starts' (both sides) and where that was
     measured, the minimum detectable speedup, and the server starts per point (runs per start
     as run) that would resolve ±5 % and ±10 %, with the measuring time they add per point
-    (both sides). `summary`: every measurement of the study, from which a class borrows the
-    server starts' share where it did not measure it (`noise`)."""
-    table = precision(frame if summary is None else summary)
+    (both sides); from the study's decisions (`decided`, `analyze.decisions`: over every
+    measurement, a class borrowing the server starts' share where it did not measure it)."""
+    table = of_kind(decided, PRECISION)
     if table.empty:
         return table
     keep = {tuple(None if pd.isna(v) else v for v in row)
@@ -669,11 +668,11 @@ def _crossover_interval(low, high) -> str:
     return f"[{_fmt(low)}, {'beyond the levels measured' if pd.isna(high) else _fmt(high)}]"
 
 
-def crossover_table(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.DataFrame:
-    """From the per-measurement rows of round 1: where each setting's speedup falls below 1,
-    with its confidence set from the noise model (`noise`: the study's, `RoundData.noise`;
-    else `frame`'s own) and the levels measured without a speedup."""
-    table = crossover(frame[frame["round"] == "round1"], noise)
+def crossover_table(decided: pd.DataFrame) -> pd.DataFrame:
+    """Round 1's crossovers (`analyze.decisions`): where each setting's speedup falls below 1,
+    with its confidence set from the noise model, and the levels measured without a
+    speedup."""
+    table = of_kind(decided, CROSSOVER, "round1")
     if table.empty:
         return table
     return pd.DataFrame({
@@ -731,11 +730,12 @@ def held_out_basis(table: pd.DataFrame, column: str) -> list[str]:
                 table[column], table["heldout_repeats"], table["repeats"], strict=True)]
 
 
-def best_settings_table(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per load, the best setting (speculation off a candidate) with its speedup (the point
-    table's, `points`, where given), the held-out estimate that corrects for choosing the best
-    of many, what its interval rests on, and the verdict from it."""
-    best = best_settings(frame[frame["round"] == "round1"], points)
+def best_settings_table(decided: pd.DataFrame) -> pd.DataFrame:
+    """Per load of round 1 (`analyze.decisions`), the best setting (speculation off a
+    candidate) with its speedup (the point table's where it has one), the held-out estimate
+    that corrects for choosing the best of many, what its interval rests on, and the verdict
+    from it."""
+    best = of_kind(decided, BEST_SETTING, "round1")
     if best.empty:
         return best
     return pd.DataFrame({
@@ -751,10 +751,10 @@ def best_settings_table(frame: pd.DataFrame, points: pd.DataFrame | None = None)
         "verdict": best["verdict"]})
 
 
-def switch_gain_table(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The gain of switching settings with load over the best static one (round 1), its
-    interval from the noise model (`noise`: the study's, `RoundData.noise`)."""
-    table = switch_gain(frame[frame["round"] == "round1"], noise)
+def switch_gain_table(decided: pd.DataFrame) -> pd.DataFrame:
+    """The gain of switching settings with load over the best static one (round 1,
+    `analyze.decisions`), its interval from the noise model."""
+    table = of_kind(decided, SWITCH_GAIN, "round1")
     if table.empty:
         return table
     return pd.DataFrame({
