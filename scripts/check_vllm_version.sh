@@ -3,7 +3,8 @@
 # installs environment-vllm-VERSION-MINOR.yml's pip packages (vLLM from PyPI, its CUDA build)
 # into an environment of their own, then checks every vLLM cell of CONFIG through that
 # release's own parsers and config fields (scripts/vllm_args_check.py) and writes what changed
-# to docs/vllm-VERSION.md. Not part of CI (a ~4 GB download).
+# to docs/runs/<today>-vllm-VERSION-arguments.md (a dated record). Not part of CI (a ~4 GB
+# download).
 #   scripts/check_vllm_version.sh 0.33.0 [CONFIG]      (CHECK_ENV: where the environment goes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,5 +24,6 @@ print('\n'.join(next(d['pip'] for d in deps if isinstance(d, dict))))" "$envfile
 fi
 "$project" scripts/vllm_args_check.py dump --config "$config" > "$env/cells.json"
 "$env/bin/python" scripts/vllm_args_check.py check "$env/cells.json" > "$env/checked.json" 2> "$env/check.log"
-"$project" scripts/vllm_args_check.py report "$env/checked.json" --config "$config" > "docs/vllm-$version.md"
-tail -1 "docs/vllm-$version.md"
+record="docs/runs/$(date +%F)-vllm-$version-arguments.md"
+"$project" scripts/vllm_args_check.py report "$env/checked.json" --config "$config" > "$record"
+tail -1 "$record"

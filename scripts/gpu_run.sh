@@ -10,7 +10,7 @@
 #   scripts/gpu_run.sh adaptive    config/gpu-adaptive.yaml in full (adaptive: {enabled: false}),
 #                                  then adaptively in $ADAPT_DIR (default /tmp/adapt; the same
 #                                  models, hard-linked), compared -> results/validation/adaptive.md
-#                                  (docs/validation.md, section 11)
+#                                  (docs/validation.md: Adaptive measurement against the full design)
 #   scripts/gpu_run.sh validate    overhead, fidelity and cold/warm start-up -> results/validation
 #   scripts/gpu_run.sh all         all three
 set -uo pipefail

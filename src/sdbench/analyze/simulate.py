@@ -480,7 +480,7 @@ def write_held_out(path: Path, studies: int, workers: int | None = None) -> None
              "where speculation off is chosen is not). Half-width: the median, on the log "
              "scale. *Pooled*: σ of one repeat from the pooled noise model, the point table's "
              "(`analysis.held_out_interval`, what the reports use); *own*: a Student t over the "
-             "held-out values alone (what they used before 2026-12-02).", "",
+             "held-out values alone (the alternative the reports do not use).", "",
              "| repeats | server instances | measurement noise | scenario | pooled coverage | "
              "own coverage | pooled called | own called | pooled half-width | own half-width |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
