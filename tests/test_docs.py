@@ -108,3 +108,19 @@ def test_every_make_plan_figure_in_the_docs_is_what_the_command_prints(tmp_path)
                 assert j in marked, f"{path.relative_to(REPO)}:{j + 1} quotes make plan " \
                     "outside a block python -m sdbench.plan.excerpts writes"
     assert quoted >= 6
+
+
+def test_the_guides_and_configs_state_no_dates():
+    """README.md, docs/*.md and the configs say what is true now: a date belongs to a run
+    record in docs/runs/ (a link or path to one names its date; nothing else may)."""
+    date = re.compile(r"20\d\d-\d\d-\d\d")
+    record = re.compile(r"(?:docs/)?runs/20\d\d-\d\d-\d\d-[\w.-]+\.md")
+    pages = [REPO / "README.md", *(REPO / "docs").glob("*.md"),
+             *(REPO / "config").rglob("*.yaml")]
+    dated = [f"{page.relative_to(REPO)}:{n}: {line.strip()[:80]}"
+             for page in pages for n, line in enumerate(page.read_text().splitlines(), 1)
+             if date.search(record.sub("", line))]
+    assert not dated, "\n".join(dated)
+    # (a record's path is let through, a date beside it is not)
+    assert not date.search(record.sub("", "[its record](runs/2026-12-07-own-requests.md)"))
+    assert date.search(record.sub("", "measured 2026-12-07 (runs/2026-12-07-own-requests.md)"))
