@@ -10,7 +10,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # lowest first; a module may import from its own layer (within its folder) and any lower one
 LAYERS = [
     {"sdbench", "ids", "files", "layout", "logcause", "script_log", "host",
-     "variance"},  # ground
+     "variance", "metrics"},  # ground
     {"data", "models"},
     {"plan"},
     {"records"},
@@ -143,3 +143,34 @@ def test_the_workflow_parse_imports_no_plotting_or_statistics_library():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={"PYTHONPATH": str(SRC)}, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_each_speedup_is_defined_once():
+    """A speedup's name, the record's metric it is a ratio of and its direction are defined in
+    `sdbench.metrics` only: no other module pairs a speedup's name with its metric in a
+    literal (as `stopping.METRICS` and `aggregate.SPEEDUPS` each did)."""
+    from sdbench.metrics import SPEEDUPS
+
+    def constants(nodes) -> set:
+        return {n.value for n in nodes if isinstance(n, ast.Constant)}
+
+    def groups(tree):
+        """The literals a definition would pair them in: a tuple's items, and a dict entry's
+        key with its value (or the value's items)."""
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Tuple):
+                yield constants(node.elts)
+            elif isinstance(node, ast.Dict):
+                for key, value in zip(node.keys, node.values, strict=True):
+                    items = value.elts if isinstance(value, ast.Tuple) else [value]
+                    yield constants([key, *items])
+
+    def pairings(tree) -> list[str]:
+        return [s.name for group in groups(tree) for s in SPEEDUPS.values()
+                if {s.name, s.metric} <= group]
+
+    found = {module: pairs for module, path in MODULES.items() if module != "sdbench.metrics"
+             and (pairs := pairings(ast.parse(path.read_text())))}
+    assert not found, found
+    # (the check sees one)
+    assert pairings(ast.parse('METRICS = {"q": ("tpot_speedup", "mean_tpot_ms", False)}'))

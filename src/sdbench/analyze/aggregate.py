@@ -48,6 +48,7 @@ from sdbench.analyze.prompts import with_prompt_intervals
 from sdbench.analyze.slo import frame_slos, point_stats, slos_of, with_slo_columns
 from sdbench.analyze.stats import mean_interval, ratio_interval, verdict
 from sdbench.files import atomic_path
+from sdbench.metrics import SPEEDUPS, Speedup
 from sdbench.plan import adaptive, grid
 from sdbench.plan.grid import config_id, prefix_caching
 from sdbench.records import STOPPED, read_records, upgrade
@@ -56,15 +57,6 @@ from sdbench.records import STOPPED, read_records, upgrade
 # request rate (concurrency empty)
 LEVEL = ["concurrency", "request_rate"]
 KEY = ["cell_id", *LEVEL, "repeat"]
-# metric -> (column in the summary, higher is better?)
-SPEEDUPS = {
-    "speedup": ("output_throughput", True),  # the headline
-    "total_speedup": ("total_token_throughput", True),
-    "tpot_speedup": ("mean_tpot_ms", False),
-    # energy per output token of no speculation / of this setting (> 1: speculation saves
-    # energy); NaN without GPU readings
-    "energy_gain": ("energy_per_output_token_j", False),
-}
 # which server start measured a record (`noise`: a start's offset is shared by its runs)
 START_COLUMNS = ("config_id", "server_started_at", "session")
 # output tokens of a speculative measurement vs its baseline's beyond this share: flagged
@@ -191,12 +183,11 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
     return frame
 
 
-def _ratio(value: pd.Series, baseline: pd.Series, higher_is_better: bool) -> pd.Series:
-    """value ÷ baseline (or baseline ÷ value when lower is better); NaN, not infinite, where
-    either is zero or missing (a TPOT of 0: single-token outputs)."""
-    num, den = (value, baseline) if higher_is_better else (baseline, value)
-    num, den = num.astype(float), den.astype(float)
-    return (num / den).where((den != 0) & (num != 0))
+def _ratio(speedup: Speedup, value: pd.Series, baseline: pd.Series) -> pd.Series:
+    """The speedup of each row (`Speedup.ratio`); NaN, not infinite, where either side is zero
+    or missing (a TPOT of 0: single-token outputs)."""
+    value, baseline = value.astype(float), baseline.astype(float)
+    return speedup.ratio(value, baseline).where((value != 0) & (baseline != 0))
 
 
 def add_speedups(frame: pd.DataFrame) -> pd.DataFrame:
@@ -204,7 +195,7 @@ def add_speedups(frame: pd.DataFrame) -> pd.DataFrame:
     drift and `pair_issue` (why a pair is not comparable; no speedup then)."""
     frame = frame.copy()
     ok = frame["status"] == "ok"
-    metrics = list(dict.fromkeys([column for column, _ in SPEEDUPS.values()]
+    metrics = list(dict.fromkeys([s.metric for s in SPEEDUPS.values()]
                                  + ["total_output_tokens"]))
     for column in metrics + list(PAIR_CHECKS):
         if column not in frame:
@@ -240,8 +231,8 @@ def add_speedups(frame: pd.DataFrame) -> pd.DataFrame:
         engine.pair_sentence(mine, theirs) if hit else None for mine, theirs, hit in zip(
             merged["engine_settings"], merged["_base_engine"], found, strict=True)]
     comparable = (merged["status"] == "ok") & merged["pair_issue"].isna()
-    for name, (column, higher_is_better) in SPEEDUPS.items():
-        ratio = _ratio(merged[column], merged[f"baseline_{column}"], higher_is_better)
+    for name, speedup in SPEEDUPS.items():
+        ratio = _ratio(speedup, merged[speedup.metric], merged[f"baseline_{speedup.metric}"])
         merged[name] = ratio.where(comparable)
     drift = (merged["total_output_tokens"].astype(float)
              / merged["baseline_total_output_tokens"].astype(float) - 1)

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sdbench.analyze.aggregate import SPEEDUPS
 from sdbench.analyze.stats import interval_number
 from sdbench.layout import SummaryTables
+from sdbench.metrics import SPEEDUPS
 from sdbench.plan import adaptive
 
 LEVEL = ["concurrency", "request_rate"]
@@ -32,10 +32,10 @@ def _looks(frame: pd.DataFrame, before: int, metric: str = "speedup",
     repeats (the ratio of the metric's column, repeat by repeat)."""
     mine = frame[(frame["status"] == "ok") & (frame["repeat"] < before)]
     if against is not None:
-        column, higher = SPEEDUPS[metric]
+        speedup = SPEEDUPS[metric]
         values = [part[(part["status"] == "ok") & (part["repeat"] < before)].set_index(
-            "repeat")[column] for part in (frame, against)]
-        ratio = (values[0] / values[1]).dropna().sort_index() ** (1 if higher else -1)
+            "repeat")[speedup.metric] for part in (frame, against)]
+        ratio = speedup.ratio(values[0], values[1]).dropna().sort_index()
         ratio = ratio[ratio > 0]
         repeats = list(ratio.index)
         ys = np.log(ratio.to_numpy(float))

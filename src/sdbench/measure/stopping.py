@@ -45,6 +45,7 @@ from pathlib import Path
 
 from sdbench import layout
 from sdbench.measure import points as point_cache
+from sdbench.metrics import THROUGHPUT, TPOT
 from sdbench.plan import adaptive, grid, sessions
 from sdbench.plan.hostcaps import UNSUPPORTED
 from sdbench.records import STOPPED, LoadPoint, read_records
@@ -54,16 +55,15 @@ def _level(pid: tuple) -> tuple:
     return pid[:-1]
 
 
-# what the rule reads at a point, by its kind (`LoadPoint.order`'s first item): the speedup's
-# name in the summary (per record) and the record's metric, and whether more of it is faster
-METRICS = {"c": ("speedup", "output_throughput", True), "q": ("tpot_speedup", "mean_tpot_ms",
-                                                             False)}
+# the speedup the rule reads at a point, by its kind (`LoadPoint.order`'s first item): the
+# output-token throughput's at a closed-loop level, the TPOT's at an open-loop rate
+METRICS = {"c": THROUGHPUT, "q": TPOT}
 
 
 def metric_of(pid: tuple) -> str:
     """The summary's per-record speedup the rule stops a point (`pid`, or its level) on: the
     output-token throughput's at a closed-loop level, the TPOT's at an open-loop rate."""
-    return METRICS[pid[0]][0]
+    return METRICS[pid[0]].name
 
 
 def _log_ratio(run, base, pid: tuple) -> float | None:
@@ -72,12 +72,10 @@ def _log_ratio(run, base, pid: tuple) -> float | None:
     mine, theirs = run.points.get(pid), base.points.get(pid)
     if mine is None or theirs is None:
         return None
-    _, metric, higher = METRICS[pid[0]]
-    values = [p["record"]["metrics"].get(metric)
+    speedup = METRICS[pid[0]]
+    values = [p["record"]["metrics"].get(speedup.metric)
               if p["record"]["status"] == "ok" else None for p in (mine, theirs)]
-    if any(v is None or v <= 0 for v in values):
-        return None
-    return math.log(values[0] / values[1]) * (1 if higher else -1)
+    return speedup.log_ratio(*values)
 
 
 class RecordedBaseline:
