@@ -548,7 +548,10 @@ def _chained_pair(served_dir, demo_config_raw, monkeypatch, rates=()):
 
 def _run_chain(config, cells, base, pairs, stand):
     """Every stage of the chain in the order the workflow's dependencies allow: the
-    baseline's stage, then its pairs'. Returns the session ids that ran."""
+    baseline's stage, then its pairs'. Each session gets the cells its job gets
+    (`sessions.session_family`) and builds no grid. Returns the session ids that ran."""
+    from unittest import mock
+
     planned = sessions.plan_sessions(cells)
     ran = []
     for stage in base.used_instances:
@@ -556,8 +559,13 @@ def _run_chain(config, cells, base, pairs, stand):
             sid = sessions.session_id(cell.config_id, stage, True)
             for needed in sessions.chain_inputs(cell, stage, cells):
                 assert needed in ran  # (what the workflow makes it wait for)
-            manifest = session.run_session(planned[sid].only([cell.cell_id]), cells, config,
-                                           layout.session_output(sid))
+            alone = planned[sid].only([cell.cell_id])
+            family = sessions.session_family(alone, cells)
+            assert len(family) < len(cells)
+            with mock.patch.object(grid, "cells_by_id",
+                                   side_effect=AssertionError("a session built the grid")):
+                manifest = session.run_session(alone, family, config,
+                                               layout.session_output(sid))
             assert manifest["not_done"] == {}
             ran.append(sid)
     return ran
@@ -673,7 +681,7 @@ def test_the_first_session_asks_vllm_about_every_quantized_checkpoint_the_host_r
     for avx512, expected in ((True, quantized), (False, ["smollm2-135m-w8a8"])):
         monkeypatch.setattr(hostcaps, "host_caps", lambda avx512=avx512: cpu_caps(avx512))
         asked.clear()
-        session._read_checkpoints(vanilla, cells, demo_config)
+        session._read_checkpoints(vanilla, demo_config)
         assert asked == [[grid.model_dir(demo_config, name) for name in expected]]
 
 

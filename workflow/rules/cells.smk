@@ -11,7 +11,9 @@ rule session:
         manifest=layout.session_output("{session_id}"),
     params:
         session=lambda wc: SESSIONS[wc.session_id].to_dict(),
-        cells=lambda wc: [c.to_dict() for c in session_cells(wc)],
+        # its cells and those paired with the same baselines (`sessions.session_family`)
+        cells=lambda wc: [c.to_dict() for c in
+                          sessions.session_family(SESSIONS[wc.session_id], CELLS).values()],
         vllm=VLLM_BUILD,
         host=lambda wc: [HOST_PLAN[c.cell_id] for c in session_cells(wc)],
         # sessions that left a cell unfinished: the next run measures it again

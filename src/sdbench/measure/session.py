@@ -25,7 +25,6 @@ and one point on it: sdbench.measure.server.
 
 from __future__ import annotations
 
-import functools
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -121,7 +120,10 @@ def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
                 manifest: str | Path, *, log: TextIO | None = None,
                 baseline_records: dict[str, str] | None = None,
                 turns: tuple[list[grid.Cell], dict[str, list], dict] | None = None) -> dict:
-    """Measure every due point of the session's cells (`cells`: at least those), then write
+    """Measure every due point of the session's cells (`cells`: those and every cell paired
+    with the same baselines, `sessions.session_family`: a chained stage decides against its
+    partners' and rivals' stages, a baseline keeps the repeats a cell outside its group reads;
+    the study's grid is never built here), then write
     `manifest`: per cell, its points in the point cache (or its unsupported records), or why it
     is not done; and the session's time split. Returns the manifest. `turns`: the session is a
     turn of cells measured in turn (`sdbench.measure.cell.measure_in_turns`: those cells, the
@@ -131,9 +133,6 @@ def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
     clock = Clock()
     runs: list[CellRun] = []
     failed: dict[str, str] = {}
-    # every cell of the config, once (a chained stage reads its partners' sessions)
-    everything = functools.cache(lambda: grid.cells_by_id(config))
-
     def logs(cell_id: str) -> dict:
         return {"log": layout.SESSION_LOG.format(session_id=session.session_id),
                 "server_log": layout.session_server_log(
@@ -143,7 +142,7 @@ def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
     try:
         with signals_raise():
             with clock.timed("asking vLLM about the checkpoints"):
-                _read_checkpoints(session, everything(), config)
+                _read_checkpoints(session, config)
             with clock.timed("preparing cells"):
                 for cell_id in session.cells:
                     cell = cells[cell_id]
@@ -157,7 +156,7 @@ def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
                                 run.stops = stopping.turn_stops(rule, run, *turns)
                                 stopping.settle(run, now())
                         elif run.missing and not run.unsupported and cell.chain:
-                            _chained(run, config, everything(), session.instance)
+                            _chained(run, config, cells, session.instance)
                             stopping.settle(run, now())
                         elif run.missing and not run.unsupported:
                             _alone_under_rule(run, config, baseline_records)
@@ -309,21 +308,21 @@ def _chained(run: CellRun, config: dict, cells: dict[str, grid.Cell], stage: int
     run.adaptive = rule.to_dict()
 
 
-def _read_checkpoints(session: Session, cells: dict[str, grid.Cell], config: dict) -> None:
-    """vLLM's reading of the quantized checkpoints of every cell in `cells` (the whole config's)
-    that this host can run (`hostcaps.quantized_dirs`; `model_facts` skips those not built
+def _read_checkpoints(session: Session, config: dict) -> None:
+    """vLLM's reading of the quantized checkpoints of every model of the config that this host
+    can run (`hostcaps.model_reason`, `quantized_dirs`; `model_facts` skips those not built
     yet), asked once (one child process that imports vLLM, for those it has not read on this
     host before): each cell's host verdict, in this session and the later ones, then finds it
-    cached. Asked per
-    session's own cells, each session of quantized targets paid for importing vLLM again (three
-    sessions of 14-22 s each in the demo on a 2-core Xeon guest)."""
+    cached. Asked per session's own cells, each session of quantized targets paid for
+    importing vLLM again (three sessions of 14-22 s each in the demo on a 2-core Xeon
+    guest)."""
     try:
         caps = hostcaps.host_caps()
     except hostcaps.ProbeError:
         return  # (each cell's verdict says so)
-    names = {name for cell in cells.values() for name in grid.cell_models(cell)
-             if cell.engine != grid.TRANSFORMERS
-             and hostcaps.plan_reason(config, cell, caps) is None}
+    names = {name for name in config["models"]
+             if hostcaps.model_reason(name, hostcaps.checkpoint_quantization(config, name),
+                                      None, caps) is None}
     try:
         # (model_facts skips a checkpoint not built yet)
         hostcaps.model_facts(sorted(hostcaps.quantized_dirs(config, sorted(names))))

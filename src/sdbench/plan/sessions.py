@@ -185,6 +185,15 @@ def session_waits(planned: dict[str, Session], cells: dict[str, grid.Cell]) -> d
             for sid, session in planned.items()}
 
 
+def session_family(session: Session, cells: dict[str, grid.Cell]) -> dict[str, grid.Cell]:
+    """The cells a session's job reads: its own and every cell paired with the same baselines
+    (its chained cells' partners and rivals, the cells outside a baseline's group that read
+    its records: `measure.session.run_session`), so that the job need not build the grid."""
+    bases = {cells[c].baseline_cell_id or c for c in session.cells}
+    return {cid: c for cid, c in cells.items()
+            if cid in session.cells or cid in bases or c.baseline_cell_id in bases}
+
+
 def chain_partners(cell: grid.Cell, cells: dict[str, grid.Cell]) -> list[grid.Cell]:
     """A chained cell's other side: a speculative cell's baseline, a baseline's chained cells."""
     if not cell.chain:
