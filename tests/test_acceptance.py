@@ -23,13 +23,13 @@ from sdbench.analyze.stats import mean_interval, ratio_interval
 from sdbench.plan import adaptive, grid
 from sdbench.plan.config import ConfigError, validate_config
 from sdbench.plan.settings import settings
-from sdbench.report.plots import (
+from sdbench.report.acceptance_tables import (
     break_even_plot,
     break_even_prediction_table,
     break_even_table,
-    method_names,
     synthetic_table,
 )
+from sdbench.report.show import method_names
 
 
 def _accepted(rates, drafts, rng):

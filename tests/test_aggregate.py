@@ -9,7 +9,7 @@ from sdbench.analyze.aggregate import add_speedups, records_frame, summarize
 from sdbench.analyze.prompts import prompt_intervals, with_prompt_intervals
 from sdbench.files import write_jsonl
 from sdbench.records import LoadPoint
-from sdbench.report.plots import _prompt_text
+from sdbench.report.point_tables import _prompt_text
 
 from helpers import record
 

@@ -504,7 +504,7 @@ def test_reports_are_rendered(e2e_run, host):
     # what each engine ran, in every round's report: n-gram's scheduling turned off by vLLM
     for text in (page, page2, page3):
         assert "What the engine ran" in text and "carries the engine" not in text
-        # every figure with its alt text and caption (`plots.figure_html`)
+        # every figure with its alt text and caption (`show.figure_html`)
         assert "No description has been provided" not in text
         assert text.count("<img") == text.count("<figcaption") > 0
     assert "turned off by vLLM" in page and "Async scheduling not supported" in page

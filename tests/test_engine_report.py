@@ -4,12 +4,8 @@ and pairs whose servers resolved other settings than speculation flagged in one 
 from sdbench.analyze import engine
 from sdbench.analyze.aggregate import add_speedups, aggregate_points, records_frame
 from sdbench.measure import engine_report
-from sdbench.report.plots import (
-    ENGINE_MARK,
-    effective_engine_table,
-    points_table,
-    speedup_text,
-)
+from sdbench.report.point_tables import effective_engine_table, points_table
+from sdbench.report.show import ENGINE_MARK, speedup_text
 
 from helpers import record
 

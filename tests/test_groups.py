@@ -412,9 +412,9 @@ def test_a_repeat_split_into_blocks_of_prompts_stops_after_a_block(
     # σ differs
     # the report's account: runs counted as blocks, then in whole repeats (a block a quarter):
     # each side 1 block at 1 and 1 repeat at 24 measured, of 5 repeats at each
-    from sdbench.report import plots
+    from sdbench.report import point_tables
 
-    spent = plots.adaptive_table(frame.assign(round="round1")).iloc[0]
+    spent = point_tables.adaptive_table(frame.assign(round="round1")).iloc[0]
     assert (spent["repeats planned"], spent["measured"]) == (2 * (20 + 5), 4)
     assert spent["measured, in whole repeats"].startswith("2.5 of 20 (")
     frame["stop"] = frame["stop"].str.replace('"blocks": 4', '"blocks": 1')
@@ -546,9 +546,9 @@ def test_an_open_loop_rate_stops_on_the_tpot_speedup(demo_config_raw, served_dir
     frame["stop"] = frame["stop"].str.replace('"metric": "tpot_speedup", ', "", regex=False)
     assert not stops.recheck_frame(frame)["holds"].all()
     # the report's account counts the rate's repeats and names the rate a stop fails at
-    from sdbench.report import plots
+    from sdbench.report import point_tables
 
-    spent = plots.adaptive_table(frame.assign(round="round1")).iloc[0]
+    spent = point_tables.adaptive_table(frame.assign(round="round1")).iloc[0]
     assert spent["repeats planned"] == len(frame)
     recomputed = spent["stop decisions recomputed"]
     assert recomputed.startswith(f"{len(checks) - 1} of {len(checks)} hold; not: ")

@@ -11,7 +11,7 @@ from sdbench.analyze.aggregate import aggregate_points, apply_index, summarize
 from sdbench.analyze.summary import write_frames
 from sdbench.files import write_jsonl
 from sdbench.layout import SummaryTables
-from sdbench.report import plots
+from sdbench.report import plots, point_tables, show
 from sdbench.report.pages import render_report, write_index
 
 from helpers import record
@@ -89,7 +89,7 @@ def test_report_cells_read_as_a_reader_wants_them():
     import numpy as np
     import pandas as pd
 
-    assert [plots.cell_text(v) for v in (None, np.nan, pd.NA, 5.357143, 0.454283, 12035.2,
+    assert [show.cell_text(v) for v in (None, np.nan, pd.NA, 5.357143, 0.454283, 12035.2,
                                          6.0, 24, 123456, True, "ngram k=3")] == [
         "–", "–", "–", "5.36", "0.454", "12,035", "6", "24", "123,456", "yes", "ngram k=3"]
     # a concurrency: a measured level whole, an interpolated one with one decimal
@@ -99,21 +99,21 @@ def test_report_cells_read_as_a_reader_wants_them():
     assert [interval_number(v) for v in (1.234, 0.00123, 6.2e30)] == ["1.23", "0.00123",
                                                                       "6.2e+30"]
     table = pd.DataFrame({"speedup": [1.5, None]}, index=pd.Index(["a", "b"], name="method"))
-    html = plots.table_html(table)
+    html = show.table_html(table)
     # a meaningful index becomes a column; a row counter never shows
     assert "<th>method</th>" in html and "<td>a</td>" in html and "<td>–</td>" in html
-    assert "<th>0</th>" not in plots.table_html(table.reset_index())
+    assert "<th>0</th>" not in show.table_html(table.reset_index())
     # a pivot's column name heads no empty column of its own
     pivot = pd.DataFrame({"0.25k": [1.5]}, index=pd.Index(["ngram"], name="method"))
     pivot.columns.name = "bucket"
-    assert "<th>bucket</th>" not in plots.table_html(pivot)
-    assert "<th>method</th>" in plots.table_html(pivot)
+    assert "<th>bucket</th>" not in show.table_html(pivot)
+    assert "<th>method</th>" in show.table_html(pivot)
 
 
 def test_the_points_table_shows_shares_as_percentages_and_leaves_out_what_never_applies(
         tmp_path):
     frame, points = synthetic_summary(tmp_path)
-    table = plots.points_table(points)
+    table = point_tables.points_table(points)
     spec = table[table["method"] == "ngram"]
     # the acceptance rate pooled by draft count (60 % from 2 x 100 drafts; at concurrency 4
     # from 2 x 6 drafts: too few to show) and the efficiency (speedup ÷ acceptance length)
@@ -127,7 +127,7 @@ def test_the_points_table_shows_shares_as_percentages_and_leaves_out_what_never_
                    "interval covers"):
         assert absent not in table, absent
     assert set(table["status (repeats ok)"]) == {"ok (2/2)"}
-    two_rounds = plots.points_table(pd.concat([points, points.assign(round="round3")]))
+    two_rounds = point_tables.points_table(pd.concat([points, points.assign(round="round3")]))
     assert "round" in two_rounds
 
 
@@ -159,7 +159,7 @@ def test_latency_lines_keep_a_simulated_settings_long_label_readable(tmp_path):
     fig = plots.latency_plot(frame, "mean_tpot_ms")
     texts = [text.get_text() for text in fig.legends[0].get_texts()]
     assert any("simulated" in text and "Red Hat AI" in text for text in texts)
-    assert max(len(line) for text in texts for line in text.splitlines()) <= plots.LEGEND_WIDTH
+    assert max(len(line) for text in texts for line in text.splitlines()) <= show.LEGEND_WIDTH
     fig.savefig(tmp_path / "latency.png")
     plt.close(fig)
 
@@ -168,10 +168,10 @@ def test_load_axes_tick_the_levels_measured():
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2)
-    plots.level_axis(ax1, [1, 2, 4, 24])
+    show.level_axis(ax1, [1, 2, 4, 24])
     assert ax1.get_xscale() == "log"
     assert [t.get_text() for t in ax1.get_xticklabels()] == ["1", "2", "4", "24"]
-    plots.level_axis(ax2, [2.0], scale_log2=False)  # one request rate: not a 1.9-2.1 axis
+    show.level_axis(ax2, [2.0], scale_log2=False)  # one request rate: not a 1.9-2.1 axis
     assert [t.get_text() for t in ax2.get_xticklabels()] == ["2"]
     assert ax2.get_xlim() == (1.0, 3.0)
     plt.close(fig)
@@ -262,7 +262,7 @@ def test_energy_per_token_is_paired_with_its_baseline_and_shown_next_to_speedup(
     points = aggregate_points(apply_index(summarize([tmp_path / "cells.jsonl"]), None))
     spec_point = points[points["speculator"] == "ngram"].iloc[0]
     assert spec_point["energy_gain_mean"] == pytest.approx(1.5)
-    table = plots.energy_table(points)
+    table = point_tables.energy_table(points)
     row = table[table["method"] == "ngram"].iloc[0]
     assert row["speedup"].startswith("1.50×")
     assert row["energy / output token"].startswith("210.00 mJ [")
@@ -273,7 +273,7 @@ def test_energy_per_token_is_paired_with_its_baseline_and_shown_next_to_speedup(
             r["metrics"][key] = None
     write_jsonl(tmp_path / "cpu.jsonl", rows)
     cpu = aggregate_points(apply_index(summarize([tmp_path / "cpu.jsonl"]), None))
-    assert plots.energy_table(cpu).empty
+    assert point_tables.energy_table(cpu).empty
     assert cpu["energy_gain_mean"].isna().all()
 
 
@@ -332,7 +332,7 @@ def test_a_round_with_nothing_valid_gets_a_page_that_says_why(tmp_path, repo):
     assert "No valid measurement in this round: 2 cells: unsupported here" in page
     assert "<title>Round 1 — unit test</title>" in page
     # the problem table of a round report names unsupported points as such
-    table = plots.problem_table(frame)
+    table = point_tables.problem_table(frame)
     assert set(table["status"]) == {"unsupported here"} and table["error"].str.contains(
         "AVX-512").all()
 
@@ -395,7 +395,7 @@ def test_provenance_lists_cpu_records_and_the_dtype_they_ran_in(tmp_path):
     rows[1]["server_config"]["target"] = {"name": "t-gptq", "quantization": "gptq"}
     write_jsonl(tmp_path / "cells.jsonl", rows)
     frame = apply_index(summarize([tmp_path / "cells.jsonl"]), None)
-    table = plots.provenance_table(frame)
+    table = point_tables.provenance_table(frame)
     assert table["records"].sum() == 2 and set(table["dtype"]) == {"float32", "bfloat16"}
     assert set(table["GPU driver"]) == {"-"} and set(table["host ISA"]) == {"AVX2, no AVX-512"}
     assert not {"vllm_distribution", "git_dirty", "hostname"} & set(table.columns)  # readable
@@ -406,14 +406,14 @@ def test_provenance_lists_cpu_records_and_the_dtype_they_ran_in(tmp_path):
 
 
 def test_verdicts_say_how_small_a_gain_the_design_could_see():
-    assert plots.verdict_text("no clear gain", 1.25) == (
+    assert show.verdict_text("no clear gain", 1.25) == (
         "no clear gain (this design could not see gains below 1.25×)")
     # one degree of freedom: a minimum detectable speedup of thousands says nothing useful
-    assert plots.verdict_text("no clear gain", 2007.4) == (
+    assert show.verdict_text("no clear gain", 2007.4) == (
         "no clear gain (this design could not see even a 10× gain)")
-    assert plots.verdict_text("speculate", 1.04) == "speculate (detects ≥ 1.04×)"
-    assert plots.mde_text(52.0) == "> 10×" and plots.mde_text(float("nan")) == "–"
-    assert plots.verdict_text(None, 1.1) is None
+    assert show.verdict_text("speculate", 1.04) == "speculate (detects ≥ 1.04×)"
+    assert show.mde_text(52.0) == "> 10×" and show.mde_text(float("nan")) == "–"
+    assert show.verdict_text(None, 1.1) is None
 
 
 def test_what_the_intervals_cover_is_a_list_one_line_per_kind_most_points_first():
@@ -444,37 +444,37 @@ def test_every_figure_has_alt_text_and_a_caption():
     fig.suptitle("Speedup vs load")
     axes[0].set(title="spec_bench", xlabel="concurrency", ylabel="speedup")
     axes[1].set(title="sharegpt", xlabel="concurrency", ylabel="speedup")
-    html = plots.figure_html(fig, "Paired speedup & its interval")
+    html = show.figure_html(fig, "Paired speedup & its interval")
     plt.close(fig)
     assert html.startswith("<figure") and "data:image/png;base64," in html
     assert ('alt="Speedup vs load. 2 panel(s): spec_bench; speedup against concurrency | '
             'sharegpt; speedup against concurrency"') in html
     assert "<figcaption" in html and "Paired speedup &amp; its interval</figcaption>" in html
     bare, _ = plt.subplots()
-    assert 'alt="A figure of the report"' in plots.figure_html(bare)
+    assert 'alt="A figure of the report"' in show.figure_html(bare)
     plt.close(bare)
 
 
 def test_tables_show_no_raw_column_names_and_stopped_points_are_no_problems():
     table = pd.DataFrame({"cell_id": ["abc"], "target_label": ["t"], "vllm_distribution": ["x"],
                           "git_dirty": [False]})
-    html = plots.table_html(table)
+    html = show.table_html(table)
     for raw in ("cell_id", "target_label", "vllm_distribution", "git_dirty"):
         assert f"<th>{raw}</th>" not in html
     assert "<th>cell</th>" in html and "<th>vllm distribution</th>" in html
     frame = pd.DataFrame({"status": ["ok", "stopped", "invalid"], "cell_id": ["a", "a", "b"],
                           "error": [None, "stopped after 1 of 3 repeats: settled", "2 failed"]})
-    assert list(plots.problem_table(frame)["status"]) == ["invalid"]
+    assert list(point_tables.problem_table(frame)["status"]) == ["invalid"]
 
 
 def test_empty_sections_are_left_out_and_listed_at_the_end():
-    """A section whose cells show only "nothing to show" lines (plots.show_empty) is left out of
+    """A section whose cells show only "nothing to show" lines (show.show_empty) is left out of
     the page, its heading and line listed under "Not measured in this run"; a section with
     something to show stays, whole."""
     import nbformat
 
     from sdbench.report.pages import NOT_MEASURED, fold_empty_sections
-    from sdbench.report.plots import EMPTY_MARK
+    from sdbench.report.show import EMPTY_MARK
 
     def shown(text, empty=False):
         cell = nbformat.v4.new_code_cell("")
@@ -500,13 +500,13 @@ def test_empty_sections_are_left_out_and_listed_at_the_end():
 
 def test_a_filtered_tables_row_labels_are_no_column_and_tails_stand_beside_speedups(tmp_path):
     filtered = pd.DataFrame({"a": [1, 2, 3]}).iloc[[0, 2]]
-    assert "<th>index</th>" not in plots.table_html(filtered)
+    assert "<th>index</th>" not in show.table_html(filtered)
     named = pd.DataFrame({"a": [1]}, index=pd.Index(["x"], name="workload"))
-    assert "<th>workload</th>" in plots.table_html(named)
+    assert "<th>workload</th>" in show.table_html(named)
     frame, points = synthetic_summary(tmp_path)
     points = points.assign(median_tpot_ms_mean=6.14, p90_tpot_ms_mean=6.52,
                            p99_tpot_ms_mean=12.3, p90_ttft_ms_mean=41.0, p99_ttft_ms_mean=88.0)
-    table = plots.points_table(points)
+    table = point_tables.points_table(points)
     assert set(table["TPOT p50 / p90 / p99 (ms)"]) == {"6.14 / 6.52 / 12"}
     assert set(table["TTFT p90 / p99 (ms)"]) == {"41 / 88"}
     columns = list(table.columns)
@@ -599,10 +599,10 @@ def test_the_lossless_table_shows_a_sampled_cells_check_instead_of_text_equality
                            "lossless_first_divergence": [np.nan, np.nan],
                            "lossless_flag": [False, False],
                            "lossless_sampling": [None, "pass: no difference (p = 0.5; …)"]})
-    table = plots.lossless_table(points)
+    table = point_tables.lossless_table(points)
     assert list(table["identical outputs"]) == ["100%", "–"]
     assert table["sampled: same distribution as the baseline?"].iloc[1].startswith("pass")
-    assert "sampled: same distribution as the baseline?" not in plots.lossless_table(
+    assert "sampled: same distribution as the baseline?" not in point_tables.lossless_table(
         points.iloc[:1])
 
 

@@ -171,8 +171,8 @@ def test_a_bucket_s_interval_is_a_ratio_s_never_below_zero():
 def test_one_cell_heatmaps_become_dots_with_intervals():
     """A heatmap whose every panel holds one cell hides the interval it could show: drawn as
     a dot per point with its 95 % interval instead."""
-    from sdbench.report.plots import figure_text
     from sdbench.report.round_plots import setting_heatmaps
+    from sdbench.report.show import figure_text
 
     points = pd.DataFrame({
         "round": "round3", "setting": ["default", "draft-len-512"], "target": "t",

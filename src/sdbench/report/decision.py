@@ -25,7 +25,7 @@ from sdbench.analyze.slo import frame_slos
 from sdbench.layout import SummaryTables
 from sdbench.plan.grid import CHECK, DEPLOYABLE, WHAT_IF
 from sdbench.plan.settings import ROUND_TITLES
-from sdbench.report.plots import (
+from sdbench.report.show import (
     cell_text,
     held_out_basis,
     held_out_of,

@@ -27,7 +27,7 @@ from sdbench.plan.hostcaps import UNSUPPORTED
 from sdbench.plan.settings import settings
 from sdbench.records import STOPPED, LoadPoint, RecordError, read_records
 from sdbench.report.decision import bottom_lines
-from sdbench.report.plots import EMPTY_MARK
+from sdbench.report.show import EMPTY_MARK
 
 OFFLINE_TEMPLATE = REPO_ROOT / "workflow" / "notebooks" / "templates" / "offline.html.j2"
 
@@ -61,7 +61,7 @@ NOT_MEASURED = "## Not measured in this run"
 
 
 def _empty_text(cell) -> str | None:
-    """The "nothing to show" line of a code cell whose every output is one (plots.show_empty),
+    """The "nothing to show" line of a code cell whose every output is one (show.show_empty),
     "" for a cell without output, None for a cell that shows something."""
     outputs = cell.get("outputs") or []
     if not outputs:

@@ -6,7 +6,6 @@ Metric definitions live here once; every report notebook calls these functions.
 from __future__ import annotations
 
 import json
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,21 +14,11 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from sdbench.analyze import stops
-from sdbench.analyze.acceptance import (
-    acceptance_check,
-    break_even,
-    real_point,
-    simulated_label,
-    simulated_lengths,
-    sweep_points,
-)
 from sdbench.analyze.aggregate import DERIVED_SETTING
 from sdbench.analyze.analysis import (
     ALIKE,
     SPLIT,
     dynamic_k_comparison,
-    predicted_break_even,
     predicted_speedups,
     speculative,
 )
@@ -43,141 +32,33 @@ from sdbench.analyze.decisions import (
     read_decisions,
 )
 from sdbench.analyze.noise import CLASS, point_noise
-from sdbench.analyze.stats import interval_number, level_text
 from sdbench.plan import grid
+from sdbench.report.point_tables import (
+    data_cards,
+    measurement_counts,
+    pair_issue_table,
+    problem_table,
+)
+from sdbench.report.show import (
+    ENGINE_MARK,
+    METRIC_LABELS,
+    _fmt,
+    _sd_text,
+    held_out_basis,
+    level_axis,
+    mde_text,
+    method_names,
+    percent_text,
+    role_marks,
+    select,
+    setting_label,
+    show_table,
+    speedup_text,
+    with_interval,
+    wrapped,
+)
 
 sns.set_theme(style="whitegrid", context="notebook")
-
-METRIC_LABELS = {
-    "speedup": "speedup (output-token throughput ÷ vanilla)",
-    "total_speedup": "total-token speedup (prompt + output tokens/s ÷ vanilla)",
-    "tpot_speedup": "TPOT speedup (vanilla TPOT ÷ TPOT)",
-    "spec_decode_acceptance_rate": "acceptance rate (%)",
-    "spec_decode_acceptance_length": "mean acceptance length (tokens per step)",
-    "mean_tpot_ms": "mean TPOT (ms)",
-    "mean_ttft_ms": "mean TTFT (ms)",
-}
-
-
-def cell_text(value) -> str:
-    """One table cell as a reader wants it: "–" where nothing applies (None, NaN, <NA>), whole
-    numbers without decimals, large numbers with thousands separators and no decimals, others
-    with two decimals, small ones with three significant digits."""
-    if isinstance(value, (list, tuple, dict, np.ndarray)):
-        return str(value)
-    if value is None or (not isinstance(value, str) and pd.isna(value)):
-        return "–"
-    if isinstance(value, (bool, np.bool_)):
-        return "yes" if value else "no"
-    if isinstance(value, (int, np.integer)):
-        return f"{value:,}" if abs(value) >= 10000 else str(value)
-    if isinstance(value, (float, np.floating)):
-        if float(value).is_integer() and abs(value) < 1e15:
-            return cell_text(int(value))
-        if abs(value) >= 100:
-            return f"{value:,.0f}"
-        return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3g}"
-    return str(value)
-
-
-# the summary's column names a table may show, as a reader names them
-HEADERS = {"cell_id": "cell", "baseline_cell_id": "baseline cell",
-           "pair_issue": "why not paired", "target_label": "target"}
-
-
-def header_text(column) -> str:
-    """A table header as a reader reads it: no raw column name (`HEADERS`, else its
-    underscores as spaces)."""
-    name = str(column)
-    return HEADERS.get(name, name.replace("_", " "))
-
-
-def table_html(table: pd.DataFrame) -> str:
-    """A report table: no row numbers (a meaningful index becomes columns), every cell through
-    `cell_text`, and a wide table scrolls inside the page instead of widening it."""
-    # an unnamed index is row labels left over from a filter, never a column
-    unnamed = all(name is None for name in table.index.names)
-    shown = (table if isinstance(table.index, pd.RangeIndex)
-             else table.reset_index(drop=unnamed))
-    shown = shown.astype(object).apply(lambda column: column.map(cell_text))
-    # the columns' own name (a pivot's "bucket") would head a column of its own, over nothing
-    shown.columns.name = None
-    shown.columns = [header_text(c) for c in shown.columns]
-    return ('<div class="sdbench-table" style="overflow-x: auto; max-width: 100%;">'
-            + shown.to_html(index=False, border=0) + "</div>")
-
-
-# the output metadata key of a "nothing to show" line: a section whose outputs are all such
-# lines is left out of the HTML page and its line listed at the end (pages.fold_empty_sections)
-EMPTY_MARK = "sdbench_empty"
-
-
-def show_empty(text: str) -> None:
-    """What a section would have shown and why it has nothing (Markdown), marked as such."""
-    from IPython.display import Markdown, display
-
-    display(Markdown(text), metadata={EMPTY_MARK: True})
-
-
-def show_table(table: pd.DataFrame | None, empty: str | None = None) -> None:
-    """Display `table` in a report (`table_html`), or the Markdown `empty` when it has no rows
-    (nothing when `empty` is None)."""
-    from IPython.display import HTML, display
-
-    if table is None or table.empty:
-        if empty:
-            show_empty(empty)
-        return
-    display(HTML(table_html(table)))
-
-
-def figure_text(fig: plt.Figure) -> str:
-    """What a figure shows, from its own titles and axis labels (its alt text): its title,
-    then each panel's title, and what it plots against what."""
-    title = fig.get_suptitle()
-    panels = []
-    for ax in fig.get_axes():
-        if not ax.get_visible() or ax.get_label() == "<colorbar>":
-            continue
-        what = " against ".join(t for t in (ax.get_ylabel(), ax.get_xlabel()) if t)
-        part = "; ".join(t for t in (ax.get_title(), what) if t)
-        if part and part not in panels:
-            panels.append(part)
-    text = (title.rstrip(".") + ". " if title else "") + (
-        f"{len(panels)} panel(s): " + " | ".join(panels) if panels else "")
-    return " ".join(text.split()) or "A figure of the report"
-
-
-def figure_html(fig: plt.Figure, caption: str | None = None) -> str:
-    """`fig` as an HTML figure: the PNG inline, its alt text (`figure_text`) and a caption
-    (`caption`, else its title), so that no report figure goes without either."""
-    import base64
-    import html
-    import io
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", bbox_inches="tight", dpi=fig.dpi)
-    data = base64.b64encode(buffer.getvalue()).decode("ascii")
-    alt = figure_text(fig)
-    caption = caption or alt
-    return (f'<figure class="sdbench-figure" style="margin: 0 0 1em 0;"><img alt="'
-            f'{html.escape(alt, quote=True)}" src="data:image/png;base64,{data}" '
-            'style="max-width: 100%;"/><figcaption style="font-size: 0.9em; color: #444;">'
-            f"{html.escape(caption)}</figcaption></figure>")
-
-
-def show_figure(fig: plt.Figure | None, empty: str | None = None,
-                caption: str | None = None) -> None:
-    """Display `fig` in a report with its alt text and caption (`figure_html`) and close it,
-    or the Markdown `empty` when there is none."""
-    from IPython.display import HTML, display
-
-    if fig is None:
-        if empty:
-            show_empty(empty)
-        return
-    display(HTML(figure_html(fig, caption)))
-    plt.close(fig)
 
 
 @dataclass(frozen=True)
@@ -267,234 +148,6 @@ def show_problems(frame: pd.DataFrame) -> None:
     show_table(table)
 
 
-def level_axis(ax, levels, scale_log2: bool = True) -> None:
-    """The reports' one convention for a load axis: ticks at the levels measured, labelled as
-    they are (1, 2, 4, 24: no 1.2 or 1.900-2.100), concurrency on a log2 scale."""
-    levels = sorted({float(x) for x in levels})
-    if scale_log2 and levels and levels[0] > 0:
-        ax.set_xscale("log", base=2)
-    if len(levels) == 1:  # one level: a little room either side, not a 0.2-wide axis
-        ax.set_xlim(levels[0] / 2 if scale_log2 else levels[0] - 1,
-                    levels[0] * 2 if scale_log2 else levels[0] + 1)
-    ax.set_xticks(levels, [cell_text(x) for x in levels])
-    ax.minorticks_off()
-
-
-def method_names(frame: pd.DataFrame, suffix: pd.Series | str = "") -> pd.Series:
-    """Each row's method name (+ `suffix`), marked "(simulated: <vLLM method> at acceptance X
-    (source))" where vLLM accepted its drafts at a set rate (`acceptance.simulated_label`):
-    from a point's `simulated_acceptance` or a measurement's `spec_options`, the source from
-    the config's `acceptance_source` where it names one."""
-    names = frame["speculator"] + suffix
-    none = pd.Series(None, index=frame.index, dtype=object)
-    methods, sources = frame.get("method", none), frame.get("acceptance_source", none)
-    return pd.Series([name if pd.isna(length) else simulated_label(
-        name, grid.synthetic_options(length), method, source) for name, length, method, source
-        in zip(names, simulated_lengths(frame), methods, sources, strict=True)],
-        index=frame.index)
-
-
-def role_marks(frame: pd.DataFrame) -> pd.Series:
-    """" (pipeline check)" or " (what-if)" for rows of cells that are no setting to deploy
-    (`grid.cell_role`), "" for the others."""
-    roles = (frame["role"].fillna(grid.DEPLOYABLE) if "role" in frame
-             else pd.Series(grid.DEPLOYABLE, index=frame.index))
-    return pd.Series(np.where(roles == grid.DEPLOYABLE, "", " (" + roles + ")"),
-                     index=frame.index)
-
-
-# characters a line of a setting's name may take in a figure's legend or axis
-LEGEND_WIDTH = 48
-
-
-def wrapped(labels) -> list[str]:
-    """Settings' names as a figure shows them: a simulated setting's name carries its
-    acceptance's source, and unwrapped it outgrows the figure (a legend beside the panels
-    wider than the figure fails seaborn: "left cannot be >= right")."""
-    return [textwrap.fill(str(text), LEGEND_WIDTH) for text in labels]
-
-
-def setting_label(frame: pd.DataFrame) -> pd.Series:
-    """"<method> k=<k>" of each row ("vanilla" without speculation), simulated ones marked."""
-    k = frame["k"].astype("Int64").astype(str)
-    return np.where(frame["method"] == "vanilla", "vanilla", method_names(frame, " k=" + k))
-
-
-def _break_even_texts(table: pd.DataFrame, column: str) -> list[str]:
-    """'3.24 [3.05, 3.49]' per row of a break-even table (`column` the estimate, with its
-    `<column>_side` or `break_even_side`, `ci_low`, `ci_high` and their sides): an end
-    beyond the lengths swept as "≤" the lowest or "> " the highest."""
-    def length(value, side) -> str:
-        return f"{side}{value:.2f}" if side != ">" else f"> {value:.2f}"
-
-    side = f"{column}_side" if f"{column}_side" in table else "break_even_side"
-    return ["none (the speedup does not rise with the acceptance length)" if pd.isna(m)
-            else f"{length(m, ms)} [{length(lo, ls)}, {length(hi, hs)}]"
-            for m, ms, lo, ls, hi, hs in zip(table[column], table[side], table["ci_low"],
-                                             table["ci_low_side"], table["ci_high"],
-                                             table["ci_high_side"], strict=True)]
-
-
-def _fitted_texts(table: pd.DataFrame) -> list[str]:
-    """What each break-even's line was fitted through: '2 swept + the real cell (5.62)'."""
-    return [f"{n} swept" + (f" + the real cell ({x:.2f})" if real else "")
-            for n, real, x in zip(table["lengths"], table["real_in_fit"],
-                                  table["real_acceptance"], strict=True)]
-
-
-def _sweep_keys(table: pd.DataFrame) -> dict[str, pd.Series]:
-    """The columns that name a sweep's row in the break-even tables."""
-    return {"target": table["target"], "workload": table["workload"],
-            "method": table["method"], "k": table["k"],
-            "concurrency": table["concurrency"].astype("Int64")}
-
-
-def break_even_table(points: pd.DataFrame) -> pd.DataFrame:
-    """Per swept method, k and concurrency: the break-even acceptance length with its 95 %
-    interval, the method's real acceptance there and what follows (`acceptance.break_even`)."""
-    table = break_even(points)
-    if table.empty:
-        return table
-    return pd.DataFrame({
-        **_sweep_keys(table), "fitted through": _fitted_texts(table),
-        "break-even acceptance length (95 %)": _break_even_texts(table, "break_even"),
-        "real acceptance length": table["real_acceptance"].map(
-            lambda v: "–" if pd.isna(v) else f"{v:.2f}"),
-        "reading": table["reading"]})
-
-
-def break_even_prediction_table(points: pd.DataFrame) -> pd.DataFrame:
-    """Per draft-model sweep and concurrency: the break-even acceptance length the step-time
-    model predicts from the draft's and target's step times and the verification cost, beside
-    the one the sweep measured on the same quantity, the TPOT speedup
-    (`analysis.predicted_break_even`)."""
-    table = predicted_break_even(points)
-    if table.empty:
-        return table
-    return pd.DataFrame({
-        **_sweep_keys(table),
-        "step-time model": [
-            f"{p:.2f}" + ("" if np.isnan(lo) else f" [{lo:.2f}, {hi:.2f}]")
-            + f" = ({k} × {d:.1f} + {v:.1f}) ÷ {t:.1f} ms (verify: {how})"
-            for p, lo, hi, k, d, v, t, how in zip(
-                table["predicted"], table["predicted_low"], table["predicted_high"], table["k"],
-                table["draft_step_ms"], table["verify_ms"], table["target_step_ms"],
-                table["verify_from"], strict=True)],
-        "measured on TPOT speedup (95 %)": [
-            f"{text} ({fitted})" for text, fitted in zip(
-                _break_even_texts(table, "measured"), _fitted_texts(table), strict=True)],
-        "a draft pass in a round ÷ the draft's TPOT, as measured (the model: 1)": [
-            "–" if np.isnan(share) else f"{share:.2f} [{low_side}{lo:.2f}, {high_side}{hi:.2f}]"
-            for share, lo, hi, low_side, high_side in zip(
-                table["implied_draft_share"], table["implied_draft_share_low"],
-                table["implied_draft_share_high"], table["ci_low_side"], table["ci_high_side"],
-                strict=True)],
-        "reading": np.select(
-            [~table["tested"], table["agrees"], table["overlaps"]],
-            ["untested: the interval runs beyond the lengths swept on both sides (more "
-             "repeats or lengths would test it)", "agrees: the prediction lies in the interval",
-             "agrees within the step times' spread: the prediction lies outside the interval, "
-             "its own interval (from the step times' repeats) overlaps it"],
-            "differs: the prediction and its step times' interval lie outside the interval"),
-    })
-
-
-def break_even_plot(points: pd.DataFrame) -> plt.Figure | None:
-    """Speedup against the acceptance length, per concurrency: the swept points with 95 %
-    intervals, the method's real cell (its acceptance dotted, its speedup a star) and the line
-    fitted through them (`acceptance.break_even`), speedup 1 drawn."""
-    sweep = sweep_points(points)
-    if sweep.empty:
-        return None
-    fits = break_even(points)
-    panels = list(sweep.groupby(["target", "workload", "swept", "k"], sort=True))
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False)
-    for ax, ((target, workload, method, k), part) in zip(axes[0], panels, strict=True):
-        levels = sorted(part["concurrency"].unique())
-        colors = dict(zip(levels, sns.color_palette("viridis", len(levels)), strict=True))
-        for level in levels:
-            line = part[part["concurrency"] == level].sort_values("set")
-            ax.errorbar(line["set"], line["speedup_mean"],
-                        yerr=[line["speedup_mean"] - line["speedup_ci_low"],
-                              line["speedup_ci_high"] - line["speedup_mean"]],
-                        marker="o", capsize=3, color=colors[level], linestyle="none",
-                        label=f"c={int(level)}")
-            real = real_point(points, method, k, target, workload, level)
-            if not real.empty and pd.notna(real["spec_decode_acceptance_length_mean"].iloc[0]):
-                accepts = real["spec_decode_acceptance_length_mean"].iloc[0]
-                ax.axvline(accepts, color=colors[level], linestyle=":", linewidth=1)
-                ax.plot([accepts], [real["speedup_mean"].iloc[0]], marker="*", markersize=11,
-                        color=colors[level], linestyle="none")
-            fit = fits[(fits["target"] == target) & (fits["workload"] == workload)
-                       & (fits["method"] == method) & (fits["k"] == k)
-                       & (fits["concurrency"] == level)] if not fits.empty else fits
-            if not fit.empty:
-                row = fit.iloc[0]
-                x = np.array([row["fit_low"], row["fit_high"]])
-                ax.plot(x, row["intercept"] + row["slope"] * x, color=colors[level],
-                        linewidth=1.2)
-        ax.axhline(1, color="black", linewidth=0.8)
-        ax.set_xlabel("acceptance length (set; the real cell's measured)")
-        ax.set_ylabel("output-token speedup")
-        ax.set_title(f"{method} k={int(k)} | {target} | {workload}", fontsize=10)
-        ax.legend(title="concurrency", fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def synthetic_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Each synthetic-acceptance point's known answer (`acceptance.acceptance_check`): the
-    acceptance length set and measured, over how many drafts, the range sampling allows."""
-    table = acceptance_check(frame)
-    if table.empty:
-        return table
-    return pd.DataFrame({
-        "cell": [simulated_label(s, grid.synthetic_options(v)) + f" k={k}" for s, v, k in zip(
-            table["speculator"], table["set"], table["k"], strict=True)],
-        "concurrency": table["concurrency"].astype("Int64"),
-        "acceptance length set": table["set"].map("{:.2f}".format),
-        "measured": table["measured"].map("{:.3f}".format),
-        "drafts": table["drafts"].map("{:,}".format),
-        "sampling allows (99.9 %)": [f"[{lo:.3f}, {hi:.3f}] ({how})" for lo, hi, how in zip(
-            table["allowed_low"], table["allowed_high"], table["error_from"], strict=True)],
-        "check": np.where(table["passed"], "✓ as set",
-                          "✗ differs: the engine or the accounting"),
-    })
-
-
-def percent_text(value, scale: float = 1.0) -> str:
-    """A share as a percentage ('45 %'; `scale` 100 for a fraction), "–" where none applies."""
-    if value is None or pd.isna(value):
-        return "–"
-    return f"{value * scale:.0f} %"
-
-
-def with_interval(mean: float, low: float, high: float, unit: str = "×") -> str:
-    """'1.23× [1.10, 1.35]'; without brackets when there is no interval (one repeat)."""
-    if pd.isna(mean):
-        return "–"
-    if pd.isna(low) or pd.isna(high):
-        return f"{interval_number(mean)}{unit}"
-    return (f"{interval_number(mean)}{unit} [{interval_number(low)}, "
-            f"{interval_number(high)}]")
-
-
-ENGINE_MARK = " ⚠ engine"
-
-
-def speedup_text(row) -> str:
-    """The speedup with its interval; ⚠ engine where the two servers resolved other settings
-    than speculation (the points table's "engine differs" says which)."""
-    text = with_interval(row["speedup_mean"], row["speedup_ci_low"], row["speedup_ci_high"])
-    differs = row.get("engine_differs")
-    return text + (ENGINE_MARK if isinstance(differs, str) and differs else "")
-
-
-def _sd_text(value) -> str:
-    """A standard deviation of a log as a percentage with one decimal ("–" where none)."""
-    return "–" if value is None or pd.isna(value) else f"{value * 100:.1f} %"
-
-
 def _design_text(units, seconds, per_unit: int) -> str:
     if units is None or pd.isna(units):
         return "more than 64 starts"
@@ -540,46 +193,6 @@ def precision_table(decided: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
         "for ±10 %": [_design_text(u, t, r) for u, t, r in zip(
             table["starts for ±10%"], table["added measuring s per point, ±10%"],
             table["runs per start"], strict=True)]}).reset_index(drop=True)
-
-
-# above this, a minimum detectable speedup says only that the design sees nothing useful
-MDE_SHOWN = 10.0
-
-
-def mde_text(mde) -> str:
-    """'1.25×'; '> 10×' for a design that could see no useful gain (one degree of freedom)."""
-    if mde is None or pd.isna(mde):
-        return "–"
-    return f"> {MDE_SHOWN:g}×" if mde > MDE_SHOWN else f"{mde:.2f}×"
-
-
-def starts_text(row) -> str:
-    """The server starts' share of a point's noise as its verdict carries it: its standard
-    deviation (of the log speedup, ≈ a share) and where it was measured
-    (`noise.point_noise`); that it is not covered where nothing measured it."""
-    sd = row.get("speedup_instance_sd") if hasattr(row, "get") else None
-    where = row.get("speedup_instance_from") if hasattr(row, "get") else None
-    if row is None or (pd.isna(row.get("speedup_mean", np.nan)) if hasattr(row, "get")
-                       else True):
-        return "–"
-    if sd is None or pd.isna(sd) or not isinstance(where, str):
-        return "not covered (one start: within-start noise only)"
-    where = "in its class" if where == "this class" else where
-    return f"±{sd * 100:.1f} % ({where})"
-
-
-def verdict_text(verdict, mde) -> str | None:
-    """A point's verdict with the smallest speedup its design could have told from 1 (80 %
-    power): what "no clear gain" means here."""
-    if verdict is None or pd.isna(verdict):
-        return None
-    if pd.isna(mde):
-        return verdict
-    if verdict == "no clear gain":
-        if mde > MDE_SHOWN:
-            return f"no clear gain (this design could not see even a {MDE_SHOWN:g}× gain)"
-        return f"no clear gain (this design could not see gains below {mde:.2f}×)"
-    return f"{verdict} (detects ≥ {mde_text(mde)})"
 
 
 def max_speedup_table(points: pd.DataFrame) -> pd.DataFrame:
@@ -656,10 +269,6 @@ def speedup_heatmaps(points: pd.DataFrame, metric: str = "speedup") -> plt.Figur
     return fig
 
 
-def _fmt(x) -> str:
-    return "–" if x is None or pd.isna(x) else level_text(x)
-
-
 def _crossover_interval(low, high) -> str:
     """'[4.2, 11.0]'; '[4.2, beyond the levels measured]' where no level is clearly below 1
     (every level clearly above: from the highest level on)."""
@@ -713,21 +322,6 @@ def calibration_table(points: pd.DataFrame) -> pd.DataFrame:
             table["ratio"], table["ratio_ci_low"], table["ratio_ci_high"], strict=True)],
         "output-token speedup": table["output_speedup"].map("{:.2f}×".format),
         "reading": table["reading"]})
-
-
-def held_out_of(held, repeats) -> str:
-    """How many repeats a held-out estimate rests on where that is fewer than the level's
-    (a pick had stopped before the repeat it would hold out, `analysis._held_out`)."""
-    return (f"; {int(held)} of the {int(repeats)} held out (a pick had stopped before the "
-            "rest)" if pd.notna(held) and 0 < held < repeats else "")
-
-
-def held_out_basis(table: pd.DataFrame, column: str) -> list[str]:
-    """Per row, what its held-out interval rests on (`column`: `analysis.HELD_OUT...`) and on
-    how many repeats where fewer than the level's; with one repeat, none to hold out."""
-    return [f"{basis}{held_out_of(held, n)}" if isinstance(basis, str)
-            else "one repeat: none to hold out" for basis, held, n in zip(
-                table[column], table["heldout_repeats"], table["repeats"], strict=True)]
 
 
 def best_settings_table(decided: pd.DataFrame) -> pd.DataFrame:
@@ -834,68 +428,6 @@ def dynamic_k_table(frame: pd.DataFrame, schedules: dict[str, list]) -> pd.DataF
                              or out[c].eq("–").all()])
 
 
-def lossless_table(points: pd.DataFrame) -> pd.DataFrame:
-    """Per speculative point: how many greedy outputs match no speculation exactly; sampled
-    ones (temperature > 0): their cell's check by distribution (`analyze.sampling`)."""
-    def column(frame, name):  # a summary written before the column existed: all missing
-        return frame.get(name, pd.Series(np.nan, index=frame.index, dtype=object))
-
-    def shown(values, form):
-        return values.map(lambda v: "–" if pd.isna(v) else form.format(v))
-
-    sampled = "sampled: same distribution as the baseline?"
-    spec = points[(points["method"] != "vanilla")
-                  & (column(points, "lossless_exact_share_mean").notna()
-                     | column(points, "lossless_sampling").notna())]
-    if spec.empty:
-        return pd.DataFrame()
-    out = pd.DataFrame({
-        "engine": spec.get("engine", "serve"),
-        "workload": spec["workload"], "method": spec["speculator"],
-        "k": spec["k"].astype("Int64"),
-        "concurrency / batch": spec["concurrency"].astype("Int64"),
-        "request rate": spec.get("request_rate", np.nan),
-        "identical outputs": shown(column(spec, "lossless_exact_share_mean"), "{:.0%}"),
-        "token agreement": shown(column(spec, "lossless_token_agreement_mean"), "{:.1%}"),
-        "first divergence (median token)": shown(column(spec, "lossless_first_divergence"),
-                                                 "{:.0f}"),
-        "flag": np.where(column(spec, "lossless_flag").fillna(False).astype(bool),
-                         "⚠ differs at concurrency 1", ""),
-        sampled: column(spec, "lossless_sampling"),
-    }).reset_index(drop=True)
-    return out.drop(columns=[sampled] if out[sampled].isna().all() else [])
-
-
-def acceptance_plot(frame: pd.DataFrame) -> plt.Figure | None:
-    """Acceptance rate and length per setting and workload, pooled by draft count over every
-    level and repeat (accepted ÷ proposed draft tokens; 1 + accepted ÷ drafts); a setting with
-    fewer than MIN_DRAFTS drafts is left out."""
-    spec = speculative(frame)
-    needed = {"spec_decode_accepted_tokens", "spec_decode_draft_tokens", "spec_decode_num_drafts"}
-    if spec.empty or not needed <= set(spec):
-        return None
-    spec = spec.assign(setting=wrapped(setting_label(spec)))
-    sums = spec.groupby(["setting", "workload"])[sorted(needed)].sum().reset_index()
-    sums = sums[sums["spec_decode_num_drafts"] >= MIN_DRAFTS]
-    if sums.empty:
-        return None
-    spec = sums.assign(
-        spec_decode_acceptance_rate=100 * sums["spec_decode_accepted_tokens"]
-        / sums["spec_decode_draft_tokens"],
-        spec_decode_acceptance_length=1 + sums["spec_decode_accepted_tokens"]
-        / sums["spec_decode_num_drafts"])
-    fig, axes = plt.subplots(1, 2, figsize=(12, 0.5 * spec["setting"].nunique() + 2.5))
-    for ax, metric in zip(axes, ("spec_decode_acceptance_rate", "spec_decode_acceptance_length"),
-                          strict=True):
-        sns.barplot(data=spec, y="setting", x=metric, hue="workload", ax=ax, errorbar=None)
-        ax.set_xlabel(METRIC_LABELS[metric])
-        ax.set_ylabel("")
-    fig.suptitle(f"Acceptance, pooled by draft count over every level and repeat (settings "
-                 f"with ≥ {MIN_DRAFTS} drafts)", fontsize=11)
-    fig.tight_layout()
-    return fig
-
-
 def latency_plot(frame: pd.DataFrame, metric: str) -> plt.Figure | None:
     ok = frame[frame["status"] == "ok"]
     if ok.empty or metric not in ok:
@@ -912,31 +444,6 @@ def latency_plot(frame: pd.DataFrame, metric: str) -> plt.Figure | None:
         level_axis(ax, ok["concurrency"].unique())
     grid.figure.suptitle(METRIC_LABELS[metric] + " vs concurrency", y=1.03, fontsize=11)
     return grid.figure
-
-
-def problem_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Points that were not measured cleanly: failed (no measurement), invalid (too many failed
-    requests) or unsupported here (the host cannot run the cell: nothing was sent; the error
-    says why; one row per cell). They never enter a speedup."""
-    bad = frame[~frame["status"].isin(["ok", "stopped"])].copy()  # (stopped: by the rule)
-    unsupported = bad["status"] == "unsupported"
-    cells = bad[unsupported].drop_duplicates("cell_id").assign(
-        status="unsupported here", concurrency=pd.NA)
-    bad = pd.concat([bad[~unsupported], cells]) if len(cells) else bad
-    columns = ["target", "workload", "speculator", "k", "concurrency", "status", "completed",
-               "failed", "error", "cell_id"]
-    return bad[[c for c in columns if c in bad]].reset_index(drop=True)
-
-
-def pair_issue_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Measurements whose baseline point exists but is not comparable (another device, vLLM
-    build, dtype, prompt count or prefix-cache state): no speedup, and why."""
-    if "pair_issue" not in frame:
-        return pd.DataFrame()
-    bad = frame[frame["pair_issue"].notna()]
-    columns = ["target", "workload", "speculator", "k", "concurrency", "request_rate", "repeat",
-               "pair_issue", "cell_id", "baseline_cell_id"]
-    return bad[[c for c in columns if c in bad]].reset_index(drop=True)
 
 
 def speedup_note(points: pd.DataFrame) -> str:
@@ -994,307 +501,6 @@ def speedup_note(points: pd.DataFrame) -> str:
         + " Verdicts come from intervals: *no clear gain* when the interval spans 1; beside "
         "each, the smallest speedup the design could have told from 1 with 80 % power.\n\n"
         f"What the intervals of this report's points cover:\n{listed}")
-
-
-def measurement_counts(frame: pd.DataFrame) -> str:
-    """'32 clean, 32 unsupported here' (and failed / invalid where there are any)."""
-    counts = frame["status"].value_counts()
-    names = {"ok": "clean", "unsupported": "unsupported here"}
-    return ", ".join([f"{int(counts.get('ok', 0))} clean"] + [
-        f"{int(n)} {names.get(status, status)}" for status, n in counts.items()
-        if status != "ok"])
-
-
-def points_table(points: pd.DataFrame) -> pd.DataFrame:
-    """Every point: status and repeats, throughput and speedups with 95 % intervals, acceptance
-    and efficiency. Columns where nothing applies to any point (no pair issue, no energy on a
-    CPU) are left out, and the round too where the points are of one; what each interval
-    covers is said once above the report (`speedup_note`), not in every row."""
-    out = pd.DataFrame({
-        "round": points["round"], "setting": points.get("setting"),
-        "target": points["target"], "workload": points["workload"],
-        "method": method_names(points), "k": points["k"].astype("Int64"),
-        "concurrency": points["concurrency"],
-        "status (repeats ok)": [_status_text(r) for _, r in points.iterrows()],
-        "total tok/s": [with_interval(m, lo, hi, "") for m, lo, hi in zip(
-            points["total_token_throughput_mean"], points["total_token_throughput_ci_low"],
-            points["total_token_throughput_ci_high"], strict=True)],
-        "speedup": [speedup_text(r) for _, r in points.iterrows()],
-        "over prompts": [_prompt_text(r) for _, r in points.iterrows()],
-        "verdict": [verdict_text(v, m) for v, m in zip(
-            points.get("verdict", pd.Series(None, index=points.index)),
-            points.get("speedup_mde", pd.Series(np.nan, index=points.index)), strict=True)],
-        "server starts": [starts_text(r) if r["method"] != "vanilla" else None
-                          for _, r in points.iterrows()],
-        "total-token speedup": [stat_text(r, "total_speedup") for _, r in points.iterrows()],
-        "output drift": [_drift_text(r) for _, r in points.iterrows()],
-        "pair issue": points.get("pair_issues"),
-        "engine differs": points.get("engine_differs"),
-        "TPOT speedup": [with_interval(m, lo, hi) for m, lo, hi in zip(
-            points["tpot_speedup_mean"], points["tpot_speedup_ci_low"],
-            points["tpot_speedup_ci_high"], strict=True)],
-        # the tails beside the speedups: what the slowest users wait (means over repeats)
-        "TPOT p50 / p90 / p99 (ms)": [_percentiles_text(r, "tpot", ("median", "p90", "p99"))
-                                      for _, r in points.iterrows()],
-        "TTFT p90 / p99 (ms)": [_percentiles_text(r, "ttft", ("p90", "p99"))
-                                for _, r in points.iterrows()],
-        "requests / output tokens / drafts": [_counts_text(r) for _, r in points.iterrows()],
-        "acceptance (pooled)": [_acceptance_text(r) for _, r in points.iterrows()],
-        "acceptance length": points.get("spec_decode_acceptance_length_mean"),
-        # not the acceptance efficiency (acceptance length ÷ (1 + k)): a name of its own
-        "speedup ÷ acceptance length": points.get(
-            "efficiency", pd.Series(np.nan, index=points.index)).map(
-            lambda v: percent_text(v, 100)),
-        "mJ / output token": (points["energy_per_output_token_j_mean"] * 1000
-                              if "energy_per_output_token_j_mean" in points else np.nan),
-        "cell": points["cell_id"]}).reset_index(drop=True)
-    shown = out.astype(object).apply(lambda column: column.map(cell_text))
-    empty = [c for c in out if (shown[c] == "–").all()]
-    if out["round"].nunique() <= 1:
-        empty.append("round")
-    return out.drop(columns=empty)
-
-
-# a point's acceptance from fewer drafts than this is not shown (one request's worth of steps)
-MIN_DRAFTS = 50
-
-
-def _percentiles_text(row, latency: str, which: tuple[str, ...]) -> str:
-    """'6.1 / 6.5 / 7.2': a latency's percentiles of a point in ms (means over repeats), "–"
-    where the point has none (offline, Transformers)."""
-    values = [row.get(f"{p}_{latency}_ms_mean") for p in which]
-    if all(v is None or pd.isna(v) for v in values):
-        return "–"
-    return " / ".join("–" if v is None or pd.isna(v) else f"{v:.3g}" if v < 10 else f"{v:.0f}"
-                      for v in values)
-
-
-def _counts_text(row) -> str:
-    """'48 / 6,144 / 1,020': requests, output tokens and drafts over the point's repeats."""
-    values = [row.get(c) for c in ("requests", "output_tokens", "drafts")]
-    if all(v is None or pd.isna(v) for v in values):
-        return "–"
-    return " / ".join(cell_text(v) for v in values)
-
-
-def _acceptance_text(row) -> str:
-    """Accepted ÷ proposed draft tokens over every repeat of the point, "–" without drafts and
-    "(n drafts)" below MIN_DRAFTS: too few to read."""
-    drafts = row.get("drafts")
-    if drafts is None or pd.isna(drafts) or pd.isna(row.get("acceptance_pooled")):
-        return "–"
-    if drafts < MIN_DRAFTS:
-        return f"– ({int(drafts)} drafts)"
-    return percent_text(row["acceptance_pooled"], 100)
-
-
-def _status_text(row) -> str:
-    """'ok (2/5, 3 stopped: settled)': measured of planned repeats, and why the adaptive rule
-    stopped the rest (the section "Measurement spent" says what each reason means)."""
-    text = f"{row['status']} ({row['repeats_ok']}/{row['repeats']}"
-    stopped = row.get("repeats_stopped")
-    if stopped is not None and pd.notna(stopped) and stopped:
-        text += f", {int(stopped)} stopped: {str(row.get('stop_reason')).split(' after')[0]}"
-    return text + ")"
-
-
-def adaptive_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per round: repeats planned, measured and stopped by the adaptive rule (blocks of prompts
-    counted as runs, then all of them in whole repeats: a block 1/b of one), the measuring
-    time they took and an estimate of what the stopped ones would have taken (at the mean of
-    the measured points), and the report's recomputation of every stop decision."""
-    savings = stops.savings(frame)
-    checks = stops.recheck_frame(frame)
-    if savings.empty:
-        return savings
-    held = int(checks["holds"].sum()) if len(checks) else 0
-    failed = "; ".join(
-        f"{r.cell_id} at {f'{r.request_rate:g} req/s' if pd.isna(r.concurrency) else r.concurrency}"
-        f": {r.why}" for r in checks.itertuples() if not r.holds)
-    return pd.DataFrame({
-        "round": savings["round"],
-        "repeats planned": savings["planned"], "measured": savings["measured"],
-        "stopped early": savings["stopped"],
-        # where repeats are split into blocks of prompts, the rows above count blocks
-        "measured, in whole repeats": [
-            f"{m:g} of {p:g} ({m / p:.0%})" if p else "–"
-            for m, p in zip(savings["measured_repeats"].round(2),
-                            savings["planned_repeats"].round(2), strict=True)],
-        "measuring (s)": savings["measuring_s"].map(
-            lambda v: "–" if pd.isna(v) else f"{v:.0f}"),
-        "saved (s, estimate)": savings["saved_s_estimate"].map(
-            lambda v: "–" if pd.isna(v) else f"{v:.0f}"),
-        "stop decisions recomputed": (f"{held} of {len(checks)} hold"
-                                      + (f"; not: {failed}" if failed else ""))})
-
-
-def _prompt_text(row) -> str:
-    """'[1.10, 1.35] of 6 prompts · both [1.05, 1.41]': the speedup's prompt-sampling interval
-    (and the number of prompts it resamples) and the one for the servers' noise and the
-    prompts together ("–" where there is no detail)."""
-    low, high = row.get("speedup_prompts_ci_low"), row.get("speedup_prompts_ci_high")
-    if low is None or pd.isna(low) or pd.isna(high):
-        return "–"
-    text = f"[{_bound(low)}, {_bound(high)}] of {int(row['speedup_prompts'])} prompts"
-    both = row.get("speedup_both_ci_low"), row.get("speedup_both_ci_high")
-    if both[0] is not None and pd.notna(both[0]) and pd.notna(both[1]):
-        text += f" · both [{_bound(both[0])}, {_bound(both[1])}]"
-    return text
-
-
-def _bound(value: float) -> str:
-    """An interval bound; above MDE_SHOWN only '> 10' (one degree of freedom)."""
-    return f"> {MDE_SHOWN:g}" if value > MDE_SHOWN else interval_number(value)
-
-
-def _drift_text(row) -> str:
-    """Output tokens relative to the baseline's, flagged above aggregate.DRIFT_LIMIT."""
-    value = row.get("output_drift_mean", np.nan)
-    if pd.isna(value):
-        return "–"
-    return f"{value:+.1%}" + (" ⚠ drift" if row.get("drift_flag") else "")
-
-
-def stat_text(row, metric: str, scale: float = 1.0, unit: str = "") -> str:
-    """A STAT_COLUMNS metric of a point as 'mean [low, high]' (× scale)."""
-    values = [row.get(f"{metric}_{part}", np.nan) for part in ("mean", "ci_low", "ci_high")]
-    return with_interval(*(v * scale if pd.notna(v) else np.nan for v in values), unit)
-
-
-def energy_table(part: pd.DataFrame) -> pd.DataFrame:
-    """Energy per output token next to speedup, for every point with GPU readings (NVML):
-    empty when none has them (CPU serving)."""
-    column = "energy_per_output_token_j_mean"
-    if column not in part or part[column].isna().all():
-        return pd.DataFrame()
-    part = part[part[column].notna()]
-    return pd.DataFrame({
-        "target": part["target"], "workload": part["workload"],
-        "setting": part.get("setting"), "method": part["speculator"],
-        "k": part["k"].astype("Int64"), "concurrency": part["concurrency"],
-        "speedup": [speedup_text(r) for _, r in part.iterrows()],
-        "energy / output token": [stat_text(r, "energy_per_output_token_j", 1000, " mJ")
-                                  for _, r in part.iterrows()],
-        "energy gain": [stat_text(r, "energy_gain", unit="×") for _, r in part.iterrows()],
-        "avg power": [stat_text(r, "gpu_avg_power_w", unit=" W") for _, r in part.iterrows()],
-        "GPU util": [stat_text(r, "gpu_util_pct", unit=" %") for _, r in part.iterrows()],
-    }).reset_index(drop=True)
-
-
-ENGINE_COLUMNS = {"cudagraph_mode": "CUDA graphs", "compilation_mode": "compilation",
-                  "attention_backend": "attention", "dtype": "dtype",
-                  "model_runner": "model runner", "chunked_prefill": "chunked prefill",
-                  "max_num_batched_tokens": "batched tokens", "kv_cache_tokens": "KV tokens",
-                  "async_scheduling_off": "async scheduling", "engine_fixes": "engine fixes"}
-
-
-def _engine_value(key: str, value) -> str:
-    if value is None:
-        return "–"
-    if key == "async_scheduling_off":
-        return "turned off by vLLM" if value else "–"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return f"{value:,}" if isinstance(value, int) else str(value)
-
-
-def effective_engine_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """What each cell's engine really ran (vLLM's own reports, read from its log when it was
-    ready): one row per cell, its settings, its performance warnings, and how it differs from
-    its baseline's beyond speculation. Empty where no record carries the engine's report."""
-    if "engine_settings" not in frame or frame["engine_settings"].isna().all():
-        return pd.DataFrame()
-    rows = []
-    for cell_id, group in frame[frame["engine_settings"].notna()].groupby("cell_id",
-                                                                         sort=False):
-        first = group.iloc[0]
-        settings = json.loads(first["engine_settings"])
-        warnings = sorted({w for text in group["engine_warnings"].dropna()
-                           for w in json.loads(text)})
-        differs = sorted(set(group.get("engine_differs", pd.Series(dtype=object)).dropna()))
-        rows.append({"target": first["target"], "engine": first["engine"],
-                     "method": first["speculator"], "k": first["k"],
-                     **{label: _engine_value(key, settings.get(key))
-                        for key, label in ENGINE_COLUMNS.items()},
-                     "differs from its baseline": "; ".join(differs) or "–",
-                     "performance warnings": " · ".join(warnings) or "–",
-                     "cell": cell_id})
-    out = pd.DataFrame(rows)
-    shown = out.astype(object).apply(lambda column: column.map(cell_text))
-    return out.drop(columns=[c for c in ENGINE_COLUMNS.values() if (shown[c] == "–").all()])
-
-
-# the records' provenance columns, as the report names them
-PROVENANCE_COLUMNS = {"vllm_distribution": "vLLM package", "vllm_version": "vLLM",
-                      "torch_version": "torch", "device_kind": "device kind", "device": "device",
-                      "host_isa": "host ISA", "dtype": "dtype", "driver": "GPU driver",
-                      "hostname": "host", "git_commit": "workflow commit",
-                      "git_dirty": "uncommitted changes"}
-
-
-def provenance_table(frame: pd.DataFrame) -> pd.DataFrame:
-    columns = [c for c in PROVENANCE_COLUMNS if c in frame]
-    # missing values (no GPU driver on CPU) shown as "-": value_counts would drop such rows
-    values = frame[columns].astype(object).where(frame[columns].notna(), "-").astype(str)
-    return values.value_counts().rename("records").reset_index().rename(
-        columns=PROVENANCE_COLUMNS)
-
-
-def data_cards(frame: pd.DataFrame, cards: dict[str, dict | None]) -> dict[str, dict | None]:
-    """The data cards of the prompt sets the records used, by workload name (cards: the
-    summary's, "dataset/subset" -> card)."""
-    return {workload: cards.get(f"{dataset}/{subset}")
-            for (workload, dataset, subset), _ in frame.groupby(["workload", "dataset", "subset"])}
-
-
-def data_cards_table(cards: dict[str, dict]) -> pd.DataFrame:
-    rows = []
-    for workload, card in cards.items():
-        if card is None:
-            rows.append({"workload": workload, "records": "card missing"})
-            continue
-        tokens = card["prompt_tokens"]
-        rows.append({
-            "workload": workload, "set": f"{card['dataset']}/{card['subset']}",
-            "records": card["records"],
-            "prompt tokens (min / p50 / p90 / max)":
-                f"{tokens['min']} / {tokens['p50']:.0f} / {tokens['p90']:.0f} / {tokens['max']}",
-            "output rule": card["output_rule"],
-            "skipped rows": sum(card["skipped"].values()),
-            "source": f"{card['source']['kind']} sha256 {card['source']['sha256'][:12]}",
-            "tokenizer": ", ".join(f"{k}={v}" for k, v in card["tokenizer"].items()
-                                   if k in ("model", "tiktoken", "tiktoken_file")),
-            "seed": card["seed"],
-        })
-    return pd.DataFrame(rows)
-
-
-def prompt_length_plot(cards: dict[str, dict]) -> plt.Figure | None:
-    present = {w: c for w, c in cards.items() if c and c["prompt_token_histogram"]}
-    if not present:
-        return None
-    fig, axes = plt.subplots(1, len(present), squeeze=False, figsize=(4 * len(present), 2.8))
-    for ax, (workload, card) in zip(axes[0], present.items(), strict=True):
-        hist = card["prompt_token_histogram"]
-        edges = np.asarray(hist["edges"])
-        ax.bar(edges[:-1], hist["counts"], width=np.diff(edges), align="edge",
-               edgecolor="white")
-        ax.set_title(f"{workload} ({card['records']} prompts)", fontsize=10)
-        ax.set_xlabel("prompt tokens")
-    axes[0][0].set_ylabel("prompts")
-    fig.tight_layout()
-    return fig
-
-
-def select(frame: pd.DataFrame, engine: str = "serve", load: str | None = None) -> pd.DataFrame:
-    """Rows of one engine (serve, offline, transformers) and load mode (concurrency, rate,
-    batch); summaries written before these columns existed are closed-loop server rows."""
-    engines = frame["engine"] if "engine" in frame else pd.Series("serve", index=frame.index)
-    loads = frame["load"] if "load" in frame else pd.Series("concurrency", index=frame.index)
-    keep = engines == engine
-    if load is not None:
-        keep &= loads == load
-    return frame[keep]
 
 
 def methods_table(points: pd.DataFrame) -> pd.DataFrame:

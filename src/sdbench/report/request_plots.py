@@ -10,7 +10,7 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 
 from sdbench.analyze import request_acceptance as ra
-from sdbench.report.plots import method_names, role_marks, show_empty, show_figure, show_table
+from sdbench.report.show import method_names, role_marks, show_empty, show_figure, show_table
 
 # at most this many workloads get a row of panels (the rest are in the table)
 MAX_WORKLOADS = 6

@@ -22,11 +22,10 @@ from sdbench.analyze.temperature import (
     by_temperature,
     exact_draft_check,
 )
-from sdbench.report.plots import (
+from sdbench.report.plots import interval_dots, one_cell_panels
+from sdbench.report.show import (
     METRIC_LABELS,
-    interval_dots,
     method_names,
-    one_cell_panels,
     percent_text,
     role_marks,
     speedup_text,
