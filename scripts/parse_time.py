@@ -50,11 +50,11 @@ def timed(args: list[str]) -> tuple[float, str]:
 
 def cells_of(config: Path) -> int:
     sys.path.insert(0, str(REPO / "src"))
-    from sdbench.plan import cost, grid
+    from sdbench.plan import design_choice, grid
     from sdbench.plan.config import load_config
 
     loaded = load_config(config)
-    cost.resolve_design(loaded)
+    design_choice.resolve_design(loaded)
     return len(grid.cells_by_id(loaded))
 
 

@@ -40,7 +40,7 @@ def dump(config_path: str) -> list[dict]:
 
     from sdbench.measure import server
     from sdbench.measure.serving import server_command
-    from sdbench.plan import checks, grid
+    from sdbench.plan import checks, grid, specs
     from sdbench.plan.config import load_config, validate_config
     from sdbench.plan.settings import settings
 
@@ -49,7 +49,7 @@ def dump(config_path: str) -> list[dict]:
     fake = SimpleNamespace(connect_host="127.0.0.1", port=8000)
     cells = []
     for cell in grid.all_cells(config):
-        if cell.engine != grid.SERVE:
+        if cell.engine != specs.SERVE:
             continue  # the offline engine and Transformers cells pass no server command line
         target = cell.server_config["target"]["name"]
         # `dtype: host` as a GPU resolves it (the checkpoint's: vLLM's "auto")
@@ -58,7 +58,7 @@ def dump(config_path: str) -> list[dict]:
         spec = server.speculative_config(cell, config)
         # per-request acceptance as this (0.32+) vLLM's servers report it
         args = server.reporting_args(args, spec, checks.vllm_features())
-        argv = server_command(grid.model_dir(config, target), target, srv.host, 8000, args,
+        argv = server_command(specs.model_dir(config, target), target, srv.host, 8000, args,
                               spec, python="python")
         level = cell.concurrency[0] if cell.concurrency else 1
         load = server.point_argv(cell, config, fake, {"concurrency": level}, None)

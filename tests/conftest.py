@@ -272,7 +272,7 @@ def avx2_run(e2e_run, tmp_path_factory):
 def served_dir(demo_config, tmp_path, monkeypatch):
     """A working directory with every prompt set of the demo (stand-in prompts), on a host
     that runs every cell (for tests of the measuring logic with tests/stand_ins.py)."""
-    from sdbench.plan import checks, grid, hostcaps
+    from sdbench.plan import checks, grid, hostcaps, specs
 
     monkeypatch.chdir(tmp_path)
     # stand-ins measure the same throughput everywhere: every repeat is measured (adaptive
@@ -287,7 +287,7 @@ def served_dir(demo_config, tmp_path, monkeypatch):
     verdict = {"reason": None, "host": {"device": "cpu"},
                "dtype": {"requested": "host", "resolved": "float32", "why": "test"}}
     for name in demo_config["models"]:  # (empty) checkpoint folders: the servers are stand-ins
-        (tmp_path / grid.model_dir(demo_config, name)).mkdir(parents=True, exist_ok=True)
+        (tmp_path / specs.model_dir(demo_config, name)).mkdir(parents=True, exist_ok=True)
     monkeypatch.setattr(hostcaps, "cell_verdict", lambda config, cell, root=".": verdict)
     monkeypatch.setattr(checks, "check_cell_context", lambda config, cell: None)
     return tmp_path

@@ -20,7 +20,7 @@ from sdbench.analyze.acceptance import (
 from sdbench.analyze.aggregate import apply_index
 from sdbench.analyze.analysis import best_settings, predicted_break_even
 from sdbench.analyze.stats import mean_interval, ratio_interval
-from sdbench.plan import adaptive, grid
+from sdbench.plan import adaptive, grid, specs
 from sdbench.plan.config import ConfigError, validate_config
 from sdbench.plan.settings import settings
 from sdbench.report.acceptance_tables import (
@@ -364,7 +364,7 @@ def test_an_acceptance_sweep_makes_simulated_cells_that_no_decision_picks(demo_s
     method = raw["round1"]["methods"][0]
     method["acceptance_sweep"] = [1.0, 2.0, 99.0]
     config = validate_config(raw)
-    cells = [c for c in grid.round_cells(config, "round1") if c.engine == grid.SERVE]
+    cells = [c for c in grid.round_cells(config, "round1") if c.engine == specs.SERVE]
     name = settings(config).rounds["round1"].methods[0].name
     plain = [c for c in cells if c.speculator == name]
     swept = [c for c in cells if grid.swept_method(c.speculator) == name]

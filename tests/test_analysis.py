@@ -289,7 +289,7 @@ def test_the_constant_schedule_is_measured_only_where_the_derived_one_differs():
     """Known answer: the schedule runs the static k 2 at batch sizes 1-2 and switches
     speculation off above (`[[1, 2, 2], [3, 8, 0]]`), so at concurrency 1 and 2 it serves as
     the constant schedule does and the constant one is measured at 8 only
-    (`grid.alike_levels`). There the derived cell stands in for it: the mechanism costs 0.7x at
+    (`dynamic_k.alike_levels`). There the derived cell stands in for it: the mechanism costs 0.7x at
     every level, the schedule gains 1.5x at 8 and is 1 by construction at 1 and 2."""
     levels, cost, gain = (1, 2, 8), 0.7, 1.5
     static = _arm([(2, c, 1.3) for c in levels], "+static-k")

@@ -196,7 +196,7 @@ def test_a_random_model_with_mtp_layers_is_one_vllm_serves_with_method_mtp(
 def test_the_gpu_calibration_study_plans_the_pair_at_7b_scale():
     from pathlib import Path
 
-    from sdbench.plan import grid
+    from sdbench.plan import dynamic_k, grid
     from sdbench.plan.config import load_config
 
     config = load_config(Path(__file__).resolve().parents[1] / "config"
@@ -229,5 +229,5 @@ def test_the_gpu_calibration_study_plans_the_pair_at_7b_scale():
     assert shape["num_hidden_layers"] * (1 + 13) == 28 and shape["hidden_size"] == 3584
     # a derived schedule on the first workload only (its split's server starts are the
     # config's largest cost after round 1)
-    assert [(s["speculator"], s["workload"]) for s in grid.dynamic_k_specs(config)] == [
+    assert [(s["speculator"], s["workload"]) for s in dynamic_k.dynamic_k_specs(config)] == [
         ("calibration", "spec_bench")]

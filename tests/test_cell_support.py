@@ -11,7 +11,7 @@ import pytest
 from sdbench import layout
 from sdbench.measure import cell as cellmod
 from sdbench.measure import points, server, slots
-from sdbench.plan import grid, hostcaps
+from sdbench.plan import grid, hostcaps, specs
 from sdbench.plan.config import validate_config
 
 from helpers import num_prompts
@@ -100,14 +100,14 @@ def test_prompts_per_concurrency_scale_a_point_with_its_level(demo_config_raw):
     the cell's identity (cells measured before it existed keep their ids)."""
     assert demo_config_raw["loadgen"]["prompts_per_concurrency"] == 6
     raw = copy.deepcopy(demo_config_raw)
-    cell = next(c for c in grid.all_cells(validate_config(raw)) if c.engine == grid.SERVE)
+    cell = next(c for c in grid.all_cells(validate_config(raw)) if c.engine == specs.SERVE)
     assert cell.workload["num_prompts"] == 24
     sent = [num_prompts(cell, {"mode": "concurrency", "concurrency": c})[0] for c in (1, 2, 6)]
     assert sent == [6, 12, 24]
     assert num_prompts(cell, {"mode": "rate", "request_rate": 2.0, "burstiness": 1.0})[0] == 24
     raw = copy.deepcopy(demo_config_raw)
     del raw["loadgen"]["prompts_per_concurrency"]
-    unset = next(c for c in grid.all_cells(validate_config(raw)) if c.engine == grid.SERVE)
+    unset = next(c for c in grid.all_cells(validate_config(raw)) if c.engine == specs.SERVE)
     assert "prompts_per_concurrency" not in unset.workload["loadgen"]
     assert unset.cell_id != cell.cell_id
     assert num_prompts(unset, {"mode": "concurrency", "concurrency": 1})[0] == 24

@@ -13,7 +13,7 @@ import pytest
 from sdbench import layout
 from sdbench.measure.cell import measure_cell
 from sdbench.measure.run import CellError
-from sdbench.plan import checks, grid, hostcaps
+from sdbench.plan import checks, grid, hostcaps, specs
 from sdbench.plan.config import ConfigError, load_config, validate_config
 from sdbench.plan.settings import Setting, Speculator, settings
 
@@ -225,8 +225,8 @@ def test_cell_refuses_to_start_beside_leftovers(tmp_path, demo_config, monkeypat
     prompts.parent.mkdir(parents=True)
     prompts.write_text("".join(json.dumps({"prompt": f"p{i}", "output_tokens": 8}) + "\n"
                                for i in range(cell.workload["num_prompts"])))
-    for name in grid.cell_models(cell):
-        (tmp_path / grid.model_dir(demo_config, name)).mkdir(parents=True)
+    for name in specs.cell_models(cell):
+        (tmp_path / specs.model_dir(demo_config, name)).mkdir(parents=True)
     monkeypatch.setattr(checks, "gpu_processes", lambda indices=None: [{"gpu": 0, "pid": 4242}])
     monkeypatch.setattr(checks, "leftover_vllm_processes", lambda holders: [
         {**h, "cmdline": "python -m vllm.entrypoints.openai.api_server"} for h in holders])
@@ -308,7 +308,7 @@ def test_a_workload_longer_than_the_context_is_refused_before_any_job(tmp_path,
     # a built set's card tells the real longest request
     card = tmp_path / layout.card_path("cnn_dm_news_summary", "1k")
     card.parent.mkdir(parents=True)
-    definition = grid.subset_definition(config, "cnn_dm_news_summary", "1k")
+    definition = specs.subset_definition(config, "cnn_dm_news_summary", "1k")
     card.write_text(json.dumps({"prompt_tokens": {"max": 900}, "output_tokens": {"max": 32},
                                 "definition": definition}))
     checks.check_context(config, tmp_path)

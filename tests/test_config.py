@@ -2,7 +2,7 @@ import copy
 
 import pytest
 
-from sdbench.plan import grid
+from sdbench.plan import dynamic_k, grid
 from sdbench.plan.config import ConfigError, load_config, validate_config
 
 from workflow_helpers import REPO
@@ -176,8 +176,8 @@ def test_every_shipped_config_is_valid_and_plans_its_cells(name):
     with a grid, and every dynamic-K entry's cells (each model runner's) named apart."""
     config = load_config(REPO / "config" / name)
     assert grid.all_cells(config)
-    for spec in grid.dynamic_k_specs(config):
-        cells = grid.dynamic_k_placeholders(config, spec)
+    for spec in dynamic_k.dynamic_k_specs(config):
+        cells = dynamic_k.dynamic_k_placeholders(config, spec)
         assert len({c.speculator for c in cells}) == len(cells) == (
             (3 if spec["split"] else 1) * max(1, len(spec["model_runners"])))
 
@@ -284,5 +284,5 @@ def test_the_adaptive_rule_takes_one_server_instance_per_round_cell(demo_config_
     del raw["round1"]["methods"][0]["server_instances"]
     raw["dynamic_k"] = [{**raw["dynamic_k"][0], "server_instances": 3}]
     config = validate_config(raw)
-    assert {spec["instances"] for spec in grid.dynamic_k_specs(config)} == {3}
+    assert {spec["instances"] for spec in dynamic_k.dynamic_k_specs(config)} == {3}
     assert all(c.instances == 1 for c in grid.all_cells(config) if not c.is_baseline)

@@ -11,7 +11,18 @@ import socket
 import pytest
 
 from sdbench import layout
-from sdbench.plan import adaptive, cost, grid, rates, sweeps, work
+from sdbench.plan import (
+    adaptive,
+    cost,
+    dynamic_k,
+    estimate,
+    grid,
+    projection,
+    rates,
+    specs,
+    sweeps,
+    work,
+)
 from sdbench.plan.config import load_config, validate_config
 
 from workflow_helpers import REPO
@@ -23,12 +34,12 @@ def real():
 
 
 def test_the_real_study_starts_each_configuration_instance_once(real, tmp_path):
-    result = cost.plan_cost(real, "h100", tmp_path)
+    result = estimate.plan_cost(real, "h100", tmp_path)
     cells = grid.cells_by_id(real)
     instances = {(c.config_id, i, bool(c.chain))
                  for c in cells.values() for i in c.used_instances}
     # a derived dynamic-K schedule: three cells (static k, constant and derived schedule)
-    derived = 3 * sum(spec["instances"] for spec in grid.dynamic_k_specs(real))
+    derived = 3 * sum(spec["instances"] for spec in dynamic_k.dynamic_k_specs(real))
     total = result["total"]
     # one instance per round configuration under the adaptive rule, its chained cells in
     # stages (adaptive.chain: depth by depth of the level tree, repeat by repeat: 4 x 3 at
@@ -49,7 +60,7 @@ def test_the_real_study_starts_each_configuration_instance_once(real, tmp_path):
     for line in ("server starts:", "projected GPU-hours:"):
         printed = next(x for x in text.splitlines() if x.startswith(line))
         assert f"    {printed}\n" in readme, printed
-    assert {spec["instances"] for spec in grid.dynamic_k_specs(real)} == {3}
+    assert {spec["instances"] for spec in dynamic_k.dynamic_k_specs(real)} == {3}
     assert total.starts_without == sum(len(c.used_instances) for c in cells.values()) + derived
     assert total.exceptions == []
     # sessions cut start-ups (and the rest), not measuring
@@ -71,11 +82,11 @@ def test_a_fresh_server_per_point_is_named_and_counted_per_point(demo_config_raw
          "options": {"suffix_decoding_max_cached_requests": 10}})
     config = validate_config(demo_config_raw)
     suffix = next(c for c in grid.all_cells(config) if c.speculator == "suffix")
-    result = cost.plan_cost(config, "h100", tmp_path)
+    result = estimate.plan_cost(config, "h100", tmp_path)
     (named,) = result["total"].exceptions
     points = suffix.repeats * len(suffix.load_points())
     assert f"a fresh server for each of its {points} points" in named and "suffix" in named
-    plain = cost.plan_cost(validate_config(
+    plain = estimate.plan_cost(validate_config(
         {**demo_config_raw, "round1": {**demo_config_raw["round1"],
                                        "methods": demo_config_raw["round1"]["methods"][:-1]}}),
         "h100", tmp_path)
@@ -91,7 +102,7 @@ def test_model_sizes_come_from_configs_sources_and_names(real, tmp_path):
     assert rates.model_params(real, "qwen2.5-7b-instruct", tmp_path) == pytest.approx(7.0)
     assert rates.model_params(real, "qwen2.5-0.5b-instruct", tmp_path) == pytest.approx(0.5)
     # a checkpoint on disk is read from its config.json
-    folder = tmp_path / grid.model_dir(real, "qwen2.5-0.5b-instruct")
+    folder = tmp_path / specs.model_dir(real, "qwen2.5-0.5b-instruct")
     folder.mkdir(parents=True)
     folder.joinpath("config.json").write_text(json.dumps(
         {"hidden_size": 896, "num_hidden_layers": 24, "intermediate_size": 4864,
@@ -146,9 +157,9 @@ def test_start_ups_measured_on_this_host_replace_the_rates(tmp_path):
     other = tmp_path / layout.session_output("0123456789ab-i0")
     other.write_text(json.dumps({"timing": {"host": "elsewhere", "starts": [
         {"config": cid, "startup_s": 5.0}]}}))
-    measured = cost.MeasuredStarts(tmp_path)
+    measured = estimate.MeasuredStarts(tmp_path)
     assert measured.by_config == {cid: [100.0, 120.0, 300.0]}
-    model = cost.PlanRates(config, rates.DEVICES["h100"], measured, tmp_path)
+    model = estimate.PlanRates(config, rates.DEVICES["h100"], measured, tmp_path)
     assert model.startup_s(spec, first=True) == 120.0  # the median, cold or not
     base = cells[spec.baseline_cell_id]
     assert model.startup_s(base, first=False) == rates.CalibratedRates(
@@ -163,8 +174,8 @@ def test_the_adaptive_projection_and_a_short_budget_name_what_is_left_out(demo_c
     never the first round."""
     demo_config_raw["plan"] = {"budget_gpu_hours": 0.05, "leave_out_first": ["round1", "round3"]}
     config = validate_config(demo_config_raw)
-    result = cost.plan_cost(config, "h100", tmp_path)
-    lines = cost.adaptive_projection(config, result["parts"])
+    result = estimate.plan_cost(config, "h100", tmp_path)
+    lines = projection.adaptive_projection(config, result["parts"])
     assert lines[1].startswith("adaptive measuring (on in this config")
     round1 = next(line for line in lines if line.strip().startswith("round1"))
     share, fixed, alone, rated, stopped, batches, batches_stopped = re.search(
@@ -185,11 +196,11 @@ def test_the_adaptive_projection_and_a_short_budget_name_what_is_left_out(demo_c
     assert first > 0 and float(alone) == pytest.approx(first, abs=0.05)
     assert at_rates > 0 and float(rated) == pytest.approx(at_rates, abs=0.05)
     assert float(stopped) <= float(rated)  # (0.0 h where the demo's rates are short)
-    assert len(cost.rate_shape(tally)) == len(config["round1"]["request_rates"])
+    assert len(projection.rate_shape(tally)) == len(config["round1"]["request_rates"])
     assert at_batches > 0 and float(batches) == pytest.approx(at_batches, abs=0.05)
     assert float(batches_stopped) <= float(batches)
     sizes = {c for c in config["round1"]["offline"]["batch_sizes"]} | {1}  # (Transformers: 1)
-    assert set(cost.batch_shape(tally)[0]) == sizes
+    assert set(projection.batch_shape(tally)[0]) == sizes
     assert float(fixed) == pytest.approx(first, abs=0.05)
     assert sum(tally.levels.values()) == pytest.approx(tally.measuring_h)
     budget = cost.budget_lines(config, "h100", tmp_path, result)
@@ -199,7 +210,8 @@ def test_the_adaptive_projection_and_a_short_budget_name_what_is_left_out(demo_c
     assert not any("round1 (leave_out_first)" in line for line in budget)
     demo_config_raw["plan"] = {"budget_gpu_hours": 1000}
     config = validate_config(demo_config_raw)
-    budget = cost.budget_lines(config, "h100", tmp_path, cost.plan_cost(config, "h100", tmp_path))
+    budget = cost.budget_lines(config, "h100", tmp_path,
+                               estimate.plan_cost(config, "h100", tmp_path))
     assert budget == [budget[0]] and budget[0].endswith("it fits")
 
 
@@ -208,24 +220,24 @@ def test_the_plan_says_which_prompt_sets_it_read_at_their_longest(demo_config, t
     how many sets, and a built set's data card (its mean lengths) lowers the projection. A set
     on disk built from another definition (the path is every config's: the demo's fixture sets
     lie where the real study's will) is not read, and the plan says so."""
-    before = cost.plan_cost(demo_config, "h100", tmp_path)
+    before = estimate.plan_cost(demo_config, "h100", tmp_path)
     found, sets, other, estimated = before["cards"]
     assert found == 0 and sets >= 2 and other == 0 and estimated == {}
     text = cost.format_plan(before, "demo")
     assert f"the data cards' means for 0 of {sets} prompt sets" in text
     assert "an upper bound" in text and "another definition" not in text
-    cell = next(c for c in grid.cells_by_id(demo_config).values() if c.engine == grid.SERVE)
+    cell = next(c for c in grid.cells_by_id(demo_config).values() if c.engine == specs.SERVE)
     card = tmp_path / layout.card_path(cell.workload["dataset"], cell.workload["subset"])
     card.parent.mkdir(parents=True, exist_ok=True)
     means = {"prompt_tokens": {"mean": 8.0}, "output_tokens": {"mean": 4.0}}
     definition = cell.workload["definition"]
     card.write_text(json.dumps({**means, "definition": {**definition, "seed": 7}}))
-    other = cost.plan_cost(demo_config, "h100", tmp_path)
+    other = estimate.plan_cost(demo_config, "h100", tmp_path)
     assert other["cards"] == (0, sets, 1, {})
     assert other["total"].measuring_h == pytest.approx(before["total"].measuring_h)
     assert "1 of them on disk built from another definition" in cost.format_plan(other, "demo")
     card.write_text(json.dumps({**means, "definition": definition}))
-    after = cost.plan_cost(demo_config, "h100", tmp_path)
+    after = estimate.plan_cost(demo_config, "h100", tmp_path)
     assert after["cards"] == (1, sets, 0, {})
     assert after["total"].measuring_h < before["total"].measuring_h
 
@@ -254,11 +266,11 @@ def test_the_plan_projects_the_adaptive_design_at_the_speedups_it_predicts(real,
     rates predict as the truth: a sweep per race with every level of the round, its hours
     within the round's measuring, and a share that follows the surface (one far from 1
     settles sooner than one on it)."""
-    result = cost.plan_cost(real, "h100", tmp_path)
+    result = estimate.plan_cost(real, "h100", tmp_path)
     found = result["predicted"]
     cells = grid.cells_by_id(real)
     ngram = [c for c in cells.values() if c.round == "round1" and c.speculator == "ngram"
-             and c.engine == grid.SERVE and c.workload["name"] == "sharegpt"]
+             and c.engine == specs.SERVE and c.workload["name"] == "sharegpt"]
     race = [s for s in found["round1"] if len(s.surface) == len(ngram)
             and s.concurrency == tuple(real["round1"]["concurrency"])]
     assert race and all(len(row) == len(s.concurrency) for s in race for row in s.surface)
@@ -267,9 +279,11 @@ def test_the_plan_projects_the_adaptive_design_at_the_speedups_it_predicts(real,
     assert {len(s.surface) for s in found["round2"]} == {1}  # (one k: no race)
     # the open-loop rates race apart from the closed-loop levels; an offline or Transformers
     # cell decides alone over its batch sizes
-    assert {s.kind for s in found["round1"]} == {cost.CLOSED, cost.RATES, cost.BATCHES}
-    assert {len(s.surface) for s in found["round1"] if s.kind == cost.BATCHES} == {1}
-    rated = [s for s in found["round1"] if s.kind == cost.RATES and len(s.surface) == len(ngram)]
+    assert {s.kind for s in found["round1"]} == {projection.CLOSED, projection.RATES,
+                                                  projection.BATCHES}
+    assert {len(s.surface) for s in found["round1"] if s.kind == projection.BATCHES} == {1}
+    rated = [s for s in found["round1"]
+             if s.kind == projection.RATES and len(s.surface) == len(ngram)]
     assert rated and {s.concurrency for s in rated} == {tuple(real["round1"]["request_rates"])}
     rule = adaptive.Rule.from_config(real["adaptive"])
     shape = dict(blocks=(4, 4, 2, 1), weights=(8.0, 4.0, 2.0, 1.0), concurrency=(1, 4, 8, 12),
@@ -290,16 +304,17 @@ def test_a_predicted_sweep_weighs_whole_repeats_of_its_blocks(real, tmp_path):
     repeats, each level weighted by them (they held one block's, a quarter of what concurrency
     1 and 4 cost, so the projection weighed the highest level 4 times too much), in GPU-hours
     (a tensor-parallel target's sweep weighs its every GPU, as the round's tally does)."""
-    result = cost.plan_cost(real, "h100", tmp_path)
-    model = cost.PlanRates(real, rates.DEVICES["h100"], cost.MeasuredStarts(tmp_path), tmp_path)
+    result = estimate.plan_cost(real, "h100", tmp_path)
+    model = estimate.PlanRates(real, rates.DEVICES["h100"], estimate.MeasuredStarts(tmp_path),
+                               tmp_path)
     spec = [c for c in result["cells"].values() if c.round == "round2" and not c.is_baseline]
-    whole = sum(work.point_seconds(c, load, model, None) * grid.point_blocks(c, load)
-                * c.repeats * grid.cell_gpus(c.server_config)
+    whole = sum(work.point_seconds(c, load, model, None) * specs.point_blocks(c, load)
+                * c.repeats * specs.cell_gpus(c.server_config)
                 for c in spec for load in c.load_points()) / 3600
     found = result["predicted"]["round2"]
     assert {s.blocks for s in found} == {(4, 4, 2, 1)}
     # (GPU-hours, as the round's tally counts them: the 32B target takes 2, the 72B 4)
-    assert {grid.cell_gpus(c.server_config) for c in spec} == {1, 2, 4}
+    assert {specs.cell_gpus(c.server_config) for c in spec} == {1, 2, 4}
     assert sum(s.hours for s in found) == pytest.approx(whole, rel=1e-9)
 
 
@@ -309,8 +324,8 @@ def test_a_round_of_one_level_is_projected_within_its_full_measuring(tmp_path):
     both copies carried all the hours)."""
     demo = load_config(REPO / "config" / "demo.yaml")
     assert len(demo["round2"]["concurrency"]) == 1
-    result = cost.plan_cost(demo, "h100", tmp_path)
-    round2 = next(line for line in cost.adaptive_projection(demo, result["parts"])
+    result = estimate.plan_cost(demo, "h100", tmp_path)
+    round2 = next(line for line in projection.adaptive_projection(demo, result["parts"])
                   if line.strip().startswith("round2"))
     full, adapted = map(float, re.search(r"full ([\d.]+) h, adaptive ([\d.]+) h", round2).groups())
     share = int(re.search(r"adaptive [\d.]+ h \((\d+)%", round2)[1])
@@ -339,7 +354,7 @@ def test_a_chained_baseline_keeps_only_the_levels_a_derived_schedule_reads(demo_
     base = next(c for c in cells.values() if c.chain and c.is_baseline)
     kept = grid.chain_kept(config, cells)
     assert kept == ({} if split else {base.cell_id: {(False, 1), (False, 2), (False, 4)}})
-    levels = cost.plan_cost(config, "h100", tmp_path)["parts"]["round1"].levels
+    levels = estimate.plan_cost(config, "h100", tmp_path)["parts"]["round1"].levels
     first = sorted(level for kind, level in levels if kind == work.BASELINE)
     assert first == ([] if split else [1, 2, 4])
     assert sorted(level for kind, level in levels if kind == work.RATE) == [1.0, 2.0]
@@ -351,13 +366,13 @@ def test_the_plan_measures_a_constant_schedule_only_where_the_predicted_schedule
     """Known answer through the request model's point times: the calibration pair (k = 5)
     takes half its baseline's time at concurrency 1 and, where `slow_at_24`, twice it at 24.
     Its predicted schedule is then k = 5 at 1 and off at 24, so the constant schedule of the
-    static k 5 is planned at 24 only (what `grid.dynamic_k_arms` measures), and the dynamic-K
+    static k 5 is planned at 24 only (what `dynamic_k.dynamic_k_arms` measures), and the dynamic-K
     part costs less; where the pair gains at both levels the schedule is the constant one
     (the workflow then measures two cells; the plan keeps the third at every level)."""
     demo_config_raw["dynamic_k"][0]["split"] = True
     config = validate_config(demo_config_raw)
     cells = grid.cells_by_id(config)
-    real = cost.point_seconds
+    real = estimate.point_seconds
 
     def timed(cell, load, model, card):
         if cell.speculator != "calibration" or cell.round != "round1":
@@ -365,27 +380,28 @@ def test_the_plan_measures_a_constant_schedule_only_where_the_predicted_schedule
         ratio = 0.5 if grid.level_value(load) == 1 else (2.0 if slow_at_24 else 0.8)
         return real(cells[cell.baseline_cell_id], load, model, card) * ratio
 
-    monkeypatch.setattr(cost, "point_seconds", timed)
-    model = cost.PlanRates(config, rates.DEVICES["h100"], cost.MeasuredStarts(tmp_path), tmp_path)
-    differs = {n: s.differs for n, s in cost.predicted_schedules(config, cells, model,
+    monkeypatch.setattr(estimate, "point_seconds", timed)
+    model = estimate.PlanRates(config, rates.DEVICES["h100"], estimate.MeasuredStarts(tmp_path),
+                               tmp_path)
+    differs = {n: s.differs for n, s in estimate.predicted_schedules(config, cells, model,
                                                                  tmp_path).items()}
     assert differs == {0: (24,) if slow_at_24 else ()}
-    arms = cost.derived_cells(config, differs)
+    arms = estimate.derived_cells(config, differs)
     assert [c.concurrency for c in arms] == [(1, 24), (24,) if slow_at_24 else (1, 24), (1, 24)]
-    plan = cost.plan_cost(config, "h100", tmp_path)
+    plan = estimate.plan_cost(config, "h100", tmp_path)
     hours = plan["parts"]["dynamic-K"].measuring_h
     # the projection's ratios to the static k: the constant schedule the mechanism's cost; the
     # derived one that times its schedule's value (k = 5 at 1 as the static k; off at 24,
     # where k = 5 takes twice the baseline's time: 2x the static k's throughput)
     mechanism = rates.DYNAMIC_K_MECHANISM[True]
     ratios = {a.arm: [round(math.exp(r), 6) for r in a.ratios] for a in plan["arms"]}
-    assert ratios[grid.STATIC_ARM] == []
-    assert ratios[grid.CONSTANT_ARM] == [mechanism] * (1 if slow_at_24 else 2)
-    assert ratios[grid.DERIVED_ARM] == ([mechanism, round(2 * mechanism, 6)] if slow_at_24
+    assert ratios[dynamic_k.STATIC_ARM] == []
+    assert ratios[dynamic_k.CONSTANT_ARM] == [mechanism] * (1 if slow_at_24 else 2)
+    assert ratios[dynamic_k.DERIVED_ARM] == ([mechanism, round(2 * mechanism, 6)] if slow_at_24
                                         else [mechanism] * 2)
     assert sum(a.hours for a in plan["arms"]) == pytest.approx(hours)
-    monkeypatch.setattr(cost, "predicted_schedules", lambda *args: {})
-    every = cost.plan_cost(config, "h100", tmp_path)["parts"]["dynamic-K"].measuring_h
+    monkeypatch.setattr(estimate, "predicted_schedules", lambda *args: {})
+    every = estimate.plan_cost(config, "h100", tmp_path)["parts"]["dynamic-K"].measuring_h
     assert hours < every if slow_at_24 else hours == every
 
 
@@ -399,35 +415,35 @@ def test_the_plan_projects_a_dynamic_k_split_stopping_against_its_static_k(demo_
     demo_config_raw["dynamic_k"][0].update(split=True, repeats=3)
     config = validate_config(demo_config_raw)
     rule = adaptive.Rule.from_config(config["adaptive"])
-    arm = cost.ArmSweep(0, grid.CONSTANT_ARM, (1, 24), (1.0, 1.0), 3, (math.log(0.65),) * 2,
-                        rule)
+    arm = projection.ArmSweep(0, dynamic_k.CONSTANT_ARM, (1, 24), (1.0, 1.0), 3,
+                              (math.log(0.65),) * 2, rule)
     assert arm.share(True) == pytest.approx(1 / 3, abs=0.05)
-    even = dataclasses.replace(arm, arm=grid.DERIVED_ARM, ratios=(0.0, 0.0))
+    even = dataclasses.replace(arm, arm=dynamic_k.DERIVED_ARM, ratios=(0.0, 0.0))
     assert even.share(True) > arm.share(True) + 0.05
-    static = dataclasses.replace(arm, arm=grid.STATIC_ARM, ratios=())
-    spent = cost.arms_adaptive([static, arm, even], True)
+    static = dataclasses.replace(arm, arm=dynamic_k.STATIC_ARM, ratios=())
+    spent = projection.arms_adaptive([static, arm, even], True)
     alone = dataclasses.replace(even, entry=1)
-    assert cost.arms_adaptive([alone], True) == alone.hours
+    assert projection.arms_adaptive([alone], True) == alone.hours
     # on 3 instances the static k stops with its others; on one its turn comes first (in
     # full); on 2 the turns give no sequence of repeats to stop on
     many = [dataclasses.replace(a, instances=3) for a in (static, arm, even)]
-    assert cost.arms_adaptive(many, True) == pytest.approx(
+    assert projection.arms_adaptive(many, True) == pytest.approx(
         2 * (arm.share(True) + 2 * even.share(True)))
     assert spent == pytest.approx(2 + 2 * (arm.share(True) + even.share(True)))
     two = [dataclasses.replace(a, instances=2) for a in (static, arm, even)]
-    assert cost.arms_adaptive(two, True) == 6
-    lines = cost.format_plan(cost.plan_cost(config, "h100", tmp_path), "demo", config)
+    assert projection.arms_adaptive(two, True) == 6
+    lines = cost.format_plan(estimate.plan_cost(config, "h100", tmp_path), "demo", config)
     line = next(x for x in lines.splitlines() if "against their static k" in x)
     assert line.split()[:2] == ["dynamic-K", "3"]
     assert f"({rates.DYNAMIC_K_MECHANISM[True]:g}" in line
     # on a CPU, AVX-512 or not, the mechanism costs nothing (no CUDA graphs): the constant
     # schedule's predicted ratio is 1, and a ratio of 1 stops later than the GPU's
     for device in ("cpu-avx2", "cpu-avx512"):
-        on_cpu = cost.plan_cost(config, device, tmp_path)["arms"]
-        constant = next(a for a in on_cpu if a.arm == grid.CONSTANT_ARM)
+        on_cpu = estimate.plan_cost(config, device, tmp_path)["arms"]
+        constant = next(a for a in on_cpu if a.arm == dynamic_k.CONSTANT_ARM)
         assert constant.ratios and set(constant.ratios) == {0.0}
         assert constant.share(True) > arm.share(True)
     demo_config_raw["dynamic_k"][0]["split"] = False
     config = validate_config(demo_config_raw)
-    lines = cost.format_plan(cost.plan_cost(config, "h100", tmp_path), "demo", config)
+    lines = cost.format_plan(estimate.plan_cost(config, "h100", tmp_path), "demo", config)
     assert "measured in full (no schedule's cells stop against a static k" in lines

@@ -21,7 +21,7 @@ from sdbench.data.sources import (
     skipped_summary,
 )
 from sdbench.data.tokens import load_tokenizer
-from sdbench.plan import grid
+from sdbench.plan import specs
 from sdbench.plan.config import validate_config
 from sdbench.plan.preflight import _hub_access, access_problems, unreachable_downloads
 
@@ -214,7 +214,7 @@ def test_preflight_names_gated_models_and_models_the_token_cannot_read(demo_conf
     # the flag changes no measurement: the model's identity (and so every cell id) ignores it
     ungated = copy.deepcopy(raw)
     del ungated["models"]["smollm2-135m"]["source"]["gated"]
-    assert grid.model_identity(config, "smollm2-135m") == grid.model_identity(
+    assert specs.model_identity(config, "smollm2-135m") == specs.model_identity(
         validate_config(ungated), "smollm2-135m")
 
 

@@ -23,7 +23,7 @@ from sdbench.data.builders import (
 from sdbench.data.sources import fetch_source, raw_path
 from sdbench.data.tokens import load_tokenizer
 from sdbench.files import read_jsonl
-from sdbench.plan import grid
+from sdbench.plan import specs
 from sdbench.plan.config import ConfigError, validate_config
 
 from real_files import SPEC_BENCH, cnn_dailymail, sharegpt, thucnews, write_rows
@@ -46,7 +46,7 @@ def config(demo_config_raw):
 
 def build(tmp_path, config, dataset, subset, tok, raw_file=None, **source):
     """Fetch the dataset's source (its fixture, or `raw_file`) and build one subset."""
-    definition = grid.subset_definition(config, dataset, subset)
+    definition = specs.subset_definition(config, dataset, subset)
     name = definition["source"]
     spec = definition["source_spec"] if raw_file is None else {
         "kind": "path", "path": str(raw_file), **source}
@@ -247,7 +247,7 @@ def test_spec_bench_prefixes_and_context_cap(tmp_path, config, tok):
     assert card["selection"]["prefix_added"] == 80 and card["selection"]["max_prompt_tokens"] \
         == 1000
     assert card["composition"]["share_cut"] == len(cut_records) / 480
-    assert request_bound(grid.subset_definition(config, "spec_bench", "all")) == 1000 + 64
+    assert request_bound(specs.subset_definition(config, "spec_bench", "all")) == 1000 + 64
 
 
 def test_spec_bench_per_task_takes_the_first_of_each_group_in_turn(tmp_path, config, tok):
@@ -263,9 +263,9 @@ def test_spec_bench_per_task_takes_the_first_of_each_group_in_turn(tmp_path, con
     # sent in file order, so the reports can map each request to its task group
     assert card["ordered"] and card["selection"]["per_task"] == 2
     config["workloads"]["spec_bench"]["num_prompts"] = 12
-    assert grid.workload_spec(config, "spec_bench")["shuffle"] is False
+    assert specs.workload_spec(config, "spec_bench")["shuffle"] is False
     config["datasets"]["spec_bench"]["per_task"] = None
-    assert grid.workload_spec(config, "spec_bench")["shuffle"] is True
+    assert specs.workload_spec(config, "spec_bench")["shuffle"] is True
 
 
 @pytest.mark.parametrize("fmt", ["json", "jsonl"])
@@ -318,7 +318,7 @@ def test_thucnews_hub_mirror_goes_through_datasets(tmp_path, config, tok):
     assert out.name == "thucnews.jsonl"
     manifest = fetch_source("thucnews", spec, out, f"{out}.manifest.json")
     assert manifest["rows"] == 48 and manifest["origin"]["rows"] == 48
-    definition = grid.subset_definition(config, "thucnews_polish", "0.25k")
+    definition = specs.subset_definition(config, "thucnews_polish", "0.25k")
     card = build_subset(definition, out, manifest, tok, tmp_path / "p.jsonl",
                         tmp_path / "p.card.json")
     assert card["records"] == 4
@@ -352,7 +352,7 @@ def test_every_set_of_the_real_study_builds_from_local_files(repo, tmp_path, tok
     cards = {}
     for name, dataset in config["datasets"].items():
         for subset in subsets_of(dataset):
-            definition = grid.subset_definition(config, name, subset)
+            definition = specs.subset_definition(config, name, subset)
             spec = config["sources"][definition["source"]]
             raw = tmp_path / raw_path(definition["source"], spec)
             if not raw.exists():

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from sdbench.analyze.aggregate import DYNAMIC_K_SETTINGS
-from sdbench.plan import grid
+from sdbench.plan import dynamic_k, grid
 
 from workflow_helpers import (
     E2E_OUTPUT_TOKENS,
@@ -104,9 +104,9 @@ def arms_of(workdir):
 
 def arm_levels(workdir, levels=(1, 2)):
     """The concurrency levels each of those cells measured: every level, but the constant
-    schedule only where the derived one differs from it (`grid.alike_levels`)."""
+    schedule only where the derived one differs from it (`dynamic_k.alike_levels`)."""
     entry = schedule_entry(workdir)
-    alike = grid.alike_levels(entry["schedule"], entry["static_k"], levels)
+    alike = dynamic_k.alike_levels(entry["schedule"], entry["static_k"], levels)
     constant = [c for c in levels if c not in alike]
     return [constant if n == 1 and len(entry["arms"]) == 3 else list(levels)
             for n in range(len(entry["arms"]))]
@@ -718,7 +718,7 @@ def test_one_server_start_per_configuration_instance(e2e_run, host):
     """Every served cell was measured by the session of its configuration: one server start
     per distinct (configuration, instance), whatever the number of workloads it served, and
     every record names its session; the plan counts the same starts."""
-    from sdbench.plan import cost, grid, sessions
+    from sdbench.plan import estimate, grid, sessions
     from sdbench.plan.config import load_config
 
     workdir = e2e_run["workdir"]
@@ -746,7 +746,7 @@ def test_one_server_start_per_configuration_instance(e2e_run, host):
                                                   for c in s.cells}) == 5]
     assert vanilla and all(len(s.configs) == 1 for s in vanilla)
     # `make plan` counts the same starts (the derived dynamic-K cell's too)
-    plan = cost.plan_cost(load_config(e2e_run["configfile"]), "cpu-avx2", workdir, here=True)
+    plan = estimate.plan_cost(load_config(e2e_run["configfile"]), "cpu-avx2", workdir, here=True)
     derived = len(list((workdir / "results" / "sessions" / "standalone").glob("*.json")))
     # (the plan counts three cells per derived schedule: two where it came out constant)
     assert plan["total"].starts == starts + derived // len(arms_of(workdir)) * 3

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from sdbench.measure import gpumon, loadgen, slots, validation
-from sdbench.plan import grid
+from sdbench.plan import grid, specs
 from sdbench.plan.config import load_config
 from sdbench.records import with_latencies
 
@@ -184,12 +184,12 @@ def test_tensor_parallel_targets_take_that_many_gpus():
     by_target = {}
     for cell in grid.all_cells(config):
         by_target.setdefault(cell.server_config["target"]["name"], set()).add(
-            grid.cell_gpus(cell.server_config))
+            specs.cell_gpus(cell.server_config))
     assert by_target["qwen2.5-72b-instruct"] == {4}
     assert by_target["qwen2.5-32b-instruct"] == {2}
     assert by_target["qwen2.5-72b-instruct-awq"] == {1}
     assert by_target["qwen2.5-7b-instruct"] == {1}
-    assert grid.cell_gpus({"args": {"tensor_parallel_size": 2,
+    assert specs.cell_gpus({"args": {"tensor_parallel_size": 2,
                                     "pipeline_parallel_size": 2}}) == 4
 
 

@@ -6,9 +6,9 @@ import pytest
 import yaml
 
 from sdbench import layout
-from sdbench.plan import grid
+from sdbench.plan import dynamic_k, grid, specs
 from sdbench.plan.config import ROUNDS, ConfigError, validate_config
-from sdbench.plan.grid import turn_order
+from sdbench.plan.dynamic_k import turn_order
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -90,7 +90,7 @@ def test_demo_grid_shape():
     assert spec3[1].server_config["method_options"]["max_model_len"] == 512
     assert "[draft-len-512]" in spec3[1].label
     # the demo's dynamic-K cell: the calibration pair's schedule on the deeper target
-    assert [(s["target"], s["speculator"]) for s in grid.dynamic_k_specs(demo_config)] == [
+    assert [(s["target"], s["speculator"]) for s in dynamic_k.dynamic_k_specs(demo_config)] == [
         ("smollm2-135m-deep", "calibration")]
     # the pair, and so its baseline, is measured 5 times (its gain at concurrency 1 is ~1.3x
     # against a host noise of ~10 % per point); the plumbing (untrained head, 6-layer draft)
@@ -108,7 +108,7 @@ def test_demo_grid_shape():
             and c.round == "round1"} == {3}
     assert {c.repeats for c in rounds["round2"] + rounds["round3"]} == {2}
     # the derived dynamic-K cell: its entry's own 2
-    assert grid.dynamic_k_placeholder(demo_config, grid.dynamic_k_specs(demo_config)[0]
+    assert dynamic_k.dynamic_k_placeholder(demo_config, dynamic_k.dynamic_k_specs(demo_config)[0]
                                       ).repeats == 2
 
 
@@ -117,25 +117,25 @@ def test_a_derived_schedule_is_measured_with_its_static_k_and_that_k_as_constant
     an id of its own: it is measured again, beside the others), that k as a constant schedule
     and the derived schedule, all paired with round 1's baseline; a derived schedule that is
     the constant one is measured once; they take turns by server instance."""
-    spec = grid.dynamic_k_specs(demo_config)[0]
+    spec = dynamic_k.dynamic_k_specs(demo_config)[0]
     # the demo measures its schedule alone (`split: false`): one cell
-    alone = grid.dynamic_k_arms(demo_config, spec, [[1, 1, 5], [2, 24, 0]], 5)
+    alone = dynamic_k.dynamic_k_arms(demo_config, spec, [[1, 1, 5], [2, 24, 0]], 5)
     assert [c.speculator for c in alone] == ["calibration+dynamic-k"]
-    assert len(grid.dynamic_k_placeholders(demo_config, spec)) == 1
+    assert len(dynamic_k.dynamic_k_placeholders(demo_config, spec)) == 1
     spec = {**spec, "split": True}
-    assert len(grid.dynamic_k_placeholders(demo_config, spec)) == 3
+    assert len(dynamic_k.dynamic_k_placeholders(demo_config, spec)) == 3
     cells = grid.cells_by_id(demo_config)
-    arms = grid.dynamic_k_arms(demo_config, spec, [[1, 1, 5], [2, 24, 0]], 5)
+    arms = dynamic_k.dynamic_k_arms(demo_config, spec, [[1, 1, 5], [2, 24, 0]], 5)
     static, constant, derived = arms
     assert [c.speculator for c in arms] == ["calibration+static-k", "calibration+constant-k",
                                             "calibration+dynamic-k"]
     round1 = next(c for c in cells.values() if c.speculator == "calibration"
-                  and c.round == "round1" and c.engine == grid.SERVE
+                  and c.round == "round1" and c.engine == specs.SERVE
                   and c.server_config["target"]["name"] == spec["target"]
                   and c.workload["name"] == spec["workload"])
     # the static k's server is round 1's but for the mark in its environment
     unmarked = {**static.server_config, "env": {
-        k: v for k, v in static.server_config["env"].items() if k not in grid.ARM_MARK}}
+        k: v for k, v in static.server_config["env"].items() if k not in dynamic_k.ARM_MARK}}
     assert unmarked == round1.server_config and static.cell_id != round1.cell_id
     assert len({c.cell_id for c in arms} | set(cells)) == len(cells) + 3
     assert {c.baseline_cell_id for c in arms} == {round1.baseline_cell_id}
@@ -148,10 +148,10 @@ def test_a_derived_schedule_is_measured_with_its_static_k_and_that_k_as_constant
     # at concurrency 1 the schedule runs k = 5 at every batch size: the constant schedule is
     # measured where they differ only, the others at every level
     assert static.concurrency == derived.concurrency == (1, 24) and constant.concurrency == (24,)
-    other = grid.dynamic_k_arms(demo_config, spec, [[1, 1, 3], [2, 24, 5]], 5)
+    other = dynamic_k.dynamic_k_arms(demo_config, spec, [[1, 1, 3], [2, 24, 5]], 5)
     assert [c.concurrency for c in other] == [(1, 24)] * 3
     # a schedule that is the constant one: two cells, the derived one measuring it
-    once = grid.dynamic_k_arms(demo_config, spec, [[1, 24, 5]], 5)
+    once = dynamic_k.dynamic_k_arms(demo_config, spec, [[1, 24, 5]], 5)
     assert [c.speculator for c in once] == ["calibration+static-k", "calibration+dynamic-k"]
     assert once[1].server_config == constant.server_config
     assert derived.cell_id == alone[0].cell_id  # the same cell, split or not
@@ -166,29 +166,29 @@ def test_a_dynamic_k_split_under_each_named_model_runner(demo_config):
     """`model_runners`: the split's cells again under each runner (vLLM's variable in their
     environment, the runner in their names before the arm), one runner's after the other's;
     none named: the variable left to vLLM."""
-    spec = {**grid.dynamic_k_specs(demo_config)[0], "split": True}
+    spec = {**dynamic_k.dynamic_k_specs(demo_config)[0], "split": True}
     assert spec["model_runners"] == []
-    plain = grid.dynamic_k_arms(demo_config, spec, [[1, 1, 5], [2, 24, 0]], 5)
-    assert not any(grid.RUNNER_ENV in c.server_config["env"] for c in plain)
-    both = grid.dynamic_k_arms(demo_config, {**spec, "model_runners": ["v1", "v2"]},
+    plain = dynamic_k.dynamic_k_arms(demo_config, spec, [[1, 1, 5], [2, 24, 0]], 5)
+    assert not any(dynamic_k.RUNNER_ENV in c.server_config["env"] for c in plain)
+    both = dynamic_k.dynamic_k_arms(demo_config, {**spec, "model_runners": ["v1", "v2"]},
                                [[1, 1, 5], [2, 24, 0]], 5)
     assert [c.speculator for c in both] == [
-        f"calibration@{runner}{arm}" for runner in ("v1", "v2") for arm in grid.ARMS]
-    assert [c.server_config["env"][grid.RUNNER_ENV] for c in both] == ["0"] * 3 + ["1"] * 3
+        f"calibration@{runner}{arm}" for runner in ("v1", "v2") for arm in dynamic_k.ARMS]
+    assert [c.server_config["env"][dynamic_k.RUNNER_ENV] for c in both] == ["0"] * 3 + ["1"] * 3
     assert len({c.cell_id for c in both + plain}) == 9
     # but for the variable, each runner's cells are the plain ones
     for cell in both:
-        env = {k: v for k, v in cell.server_config["env"].items() if k != grid.RUNNER_ENV}
+        env = {k: v for k, v in cell.server_config["env"].items() if k != dynamic_k.RUNNER_ENV}
         twin = plain[both.index(cell) % 3]
         assert {**cell.server_config, "env": env} == twin.server_config
-    assert [grid.runner_method(c.speculator.removesuffix(grid.DERIVED_ARM)) for c in both
-            if c.speculator.endswith(grid.DERIVED_ARM)] == [("calibration", "v1"),
+    assert [dynamic_k.runner_method(c.speculator.removesuffix(dynamic_k.DERIVED_ARM)) for c in both
+            if c.speculator.endswith(dynamic_k.DERIVED_ARM)] == [("calibration", "v1"),
                                                             ("calibration", "v2")]
-    assert grid.runner_method("calibration") == ("calibration", None)
-    assert grid.runner_method("a@b") == ("a@b", None)  # not a runner: part of the name
-    placeholders = grid.dynamic_k_placeholders(demo_config, {**spec, "model_runners": ["v2"]})
-    assert [c.speculator for c in placeholders] == [f"calibration@v2{a}" for a in grid.ARMS]
-    assert {c.server_config["env"][grid.RUNNER_ENV] for c in placeholders} == {"1"}
+    assert dynamic_k.runner_method("calibration") == ("calibration", None)
+    assert dynamic_k.runner_method("a@b") == ("a@b", None)  # not a runner: part of the name
+    placeholders = dynamic_k.dynamic_k_placeholders(demo_config, {**spec, "model_runners": ["v2"]})
+    assert [c.speculator for c in placeholders] == [f"calibration@v2{a}" for a in dynamic_k.ARMS]
+    assert {c.server_config["env"][dynamic_k.RUNNER_ENV] for c in placeholders} == {"1"}
 
 
 def test_a_method_s_repeats_and_its_baseline(demo_config_raw):
@@ -205,21 +205,21 @@ def test_a_method_s_repeats_and_its_baseline(demo_config_raw):
     after = grid.cells_by_id(config)
     assert set(after) == set(before)
     r1 = {c.speculator: c for c in after.values() if c.round == "round1" and not c.is_baseline
-          and c.engine == grid.SERVE}
+          and c.engine == specs.SERVE}
     assert r1["ngram"].repeats == 1 and r1["calibration"].repeats == 4
     assert r1["eagle-untrained-plumbing"].repeats == 2  # its own
     # the small target's baseline: its most repeated pair (EAGLE, 2), not the n-gram's 1
     assert after[r1["ngram"].baseline_cell_id].repeats == 2
     # the deeper target's: the dynamic-K cell's 6, more than the pair's 4
-    spec = grid.dynamic_k_specs(config)[0]
-    assert grid.dynamic_k_placeholder(config, spec).repeats == 6
-    assert grid.dynamic_k_cell(config, spec, [[1, 1, 4], [2, 64, 0]]).repeats == 6
+    spec = dynamic_k.dynamic_k_specs(config)[0]
+    assert dynamic_k.dynamic_k_placeholder(config, spec).repeats == 6
+    assert dynamic_k.dynamic_k_cell(config, spec, [[1, 1, 4], [2, 64, 0]]).repeats == 6
     assert after[r1["calibration"].baseline_cell_id].repeats == 6
     # a baseline whose every pair repeats once is measured once
     for method in raw["round2"]["methods"]:
         method["repeats"] = 1
     r2 = [c for c in grid.all_cells(validate_config(raw)) if c.round == "round2"]
-    assert {c.repeats for c in r2 if c.engine == grid.SERVE} == {1}
+    assert {c.repeats for c in r2 if c.engine == specs.SERVE} == {1}
     with pytest.raises(ConfigError, match="repeats"):
         methods["ngram"]["repeats"] = 0
         validate_config(raw)
@@ -311,10 +311,10 @@ def test_a_bucket_change_only_touches_that_bucket(demo_config_raw):
     raw["datasets"]["cnn_dm_news_summary"]["buckets"][1]["prompt_tokens"] = 600  # the 0.5k one
     after = validate_config(raw)
     for name in ("0.25k", "1k"):
-        assert grid.subset_definition(before, "cnn_dm_news_summary", name) == \
-            grid.subset_definition(after, "cnn_dm_news_summary", name)
-    assert grid.subset_definition(before, "cnn_dm_news_summary", "0.5k") != \
-        grid.subset_definition(after, "cnn_dm_news_summary", "0.5k")
+        assert specs.subset_definition(before, "cnn_dm_news_summary", name) == \
+            specs.subset_definition(after, "cnn_dm_news_summary", name)
+    assert specs.subset_definition(before, "cnn_dm_news_summary", "0.5k") != \
+        specs.subset_definition(after, "cnn_dm_news_summary", "0.5k")
     ids = {c.cell_id: c.workload["name"] for c in grid.all_cells(before)}
     kept = {c.cell_id for c in grid.all_cells(after)} & set(ids)
     # per workload: 5 server, 2 offline and 4 Transformers cells (the fixture's demo has no
@@ -331,8 +331,8 @@ def test_duplicate_cells_are_refused(demo_config_raw):
 
 def test_cell_roundtrip_and_model_paths(demo_config):
     cell = next(c for c in grid.all_cells(demo_config) if c.speculator == "draft-6l-plumbing")
-    assert grid.Cell.from_dict(cell.to_dict()) == cell
-    assert grid.cell_models(cell) == ["smollm2-135m", "smollm2-135m-6l"]
-    assert grid.model_dir(demo_config, "smollm2-135m") == "resources/models/smollm2-135m"
+    assert specs.Cell.from_dict(cell.to_dict()) == cell
+    assert specs.cell_models(cell) == ["smollm2-135m", "smollm2-135m-6l"]
+    assert specs.model_dir(demo_config, "smollm2-135m") == "resources/models/smollm2-135m"
     assert cell.workload["path"] == layout.processed_path(cell.workload["dataset"],
                                                         cell.workload["subset"])

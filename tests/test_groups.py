@@ -19,14 +19,14 @@ from sdbench import layout
 from sdbench.files import read_jsonl
 from sdbench.measure import cell as cellmod
 from sdbench.measure import groups, points, session, slots
-from sdbench.plan import adaptive, grid, sessions
+from sdbench.plan import adaptive, dynamic_k, grid, sessions, specs
 from sdbench.plan.config import ConfigError, validate_config
 
 
 def test_the_calibration_pair_is_measured_with_its_baseline(demo_config, demo_config_raw):
     cells = grid.cells_by_id(demo_config)
     pair = next(c for c in cells.values() if c.speculator == "calibration" and c.engine ==
-                grid.SERVE)
+                specs.SERVE)
     base = cells[pair.baseline_cell_id]
     assert pair.interleave and pair.group == base.group == (base.cell_id, pair.cell_id)
     assert grid.interleave_groups(list(cells.values())) == {base.cell_id: list(pair.group)}
@@ -289,7 +289,7 @@ def test_a_baseline_a_later_cell_pairs_with_keeps_the_repeats_that_cell_needs(
     turn with the static k) the dynamic-K cells pair among themselves and keep none."""
     (base, pair), cells, planned = group
     demo_config["adaptive"] = dict(ADAPTIVE)
-    later = grid.dynamic_k_repeats(demo_config)[base.cell_id]
+    later = dynamic_k.dynamic_k_repeats(demo_config)[base.cell_id]
     assert 1 < later < base.repeats
     stand = Stand(throughput={"calibration": 20.0})
     assert run(group, demo_config, stand, monkeypatch)["not_done"] == {}
@@ -361,18 +361,18 @@ def test_a_repeat_split_into_blocks_of_prompts_stops_after_a_block(
     members = [cells[i] for i in next(c.group for c in cells.values() if c.group)]
     base, pair = members
     one, many = pair.load_points()
-    assert (grid.point_blocks(pair, one), grid.point_prompts(pair, one)) == (4, 6)
-    assert (grid.point_blocks(pair, many), grid.point_prompts(pair, many)) == (1, 24)
+    assert (specs.point_blocks(pair, one), specs.point_prompts(pair, one)) == (4, 6)
+    assert (specs.point_blocks(pair, many), specs.point_prompts(pair, many)) == (1, 24)
     assert len(pair.load_repeats(one)) == 4 * pair.repeats == 20
     # a whole repeat's blocks are measured by one server instance (repeat r on instance r
-    # mod n: cells measured in turn stop on whole repeats in order, `grid.stops_in_turn`): a
+    # mod n: cells measured in turn stop on whole repeats in order, `dynamic_k.stops_in_turn`): a
     # cell of 2 repeats on 3 instances measures on 2 of them, blocks or not
     spread = dataclasses.replace(pair, repeats=2, instances=3)
     assert len(spread.used_instances) == 2
     assert len(dataclasses.replace(spread, blocks=1).used_instances) == 2
     assert spread.instance_repeats(1, one) == [4, 5, 6, 7]
     assert spread.instance_repeats(1, many) == [1] and spread.instance_repeats(2, one) == []
-    assert grid.stops_in_turn([spread]) and not grid.stops_in_turn(
+    assert dynamic_k.stops_in_turn([spread]) and not dynamic_k.stops_in_turn(
         [dataclasses.replace(spread, repeats=3, instances=2)])
     # a block is another measurement than a whole repeat: its own cache key
     facts = {"prompts_sha256": "x"}
@@ -610,7 +610,7 @@ def test_a_stopped_cell_beside_one_still_measuring_keeps_its_baseline_and_no_pai
     raw["adaptive"] = {**ADAPTIVE, "futility": 0.0}
     demo_config = validate_config(raw)
     cells = grid.cells_by_id(demo_config)
-    served = [c for c in cells.values() if c.engine == grid.SERVE]
+    served = [c for c in cells.values() if c.engine == specs.SERVE]
     ngram = next(c for c in served if c.speculator == "ngram")
     eagle = next(c for c in served if c.speculator.startswith("eagle"))
     base = cells[ngram.baseline_cell_id]
@@ -652,7 +652,7 @@ def test_levels_are_bisected_where_the_verdict_changes_and_measured_by_the_best_
     config = validate_config(raw)
     cells = grid.cells_by_id(config)
     ngram = sorted((c for c in cells.values() if c.speculator == "ngram"
-                    and c.engine == grid.SERVE),
+                    and c.engine == specs.SERVE),
                    key=lambda c: c.server_config["num_speculative_tokens"])
     base = cells[ngram[0].baseline_cell_id]
     (sid,) = sessions.cell_sessions(ngram[0], cells)

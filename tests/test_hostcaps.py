@@ -10,7 +10,7 @@ import pytest
 
 from sdbench.host import VLLM_FIXES_ENV
 from sdbench.models import quantize
-from sdbench.plan import grid, hostcaps
+from sdbench.plan import grid, hostcaps, specs
 from sdbench.plan.config import ConfigError, validate_config
 
 BUILDS = {"cpu_gemm_wna16": ["_C", "_C_AVX512"], "onednn_scaled_mm": ["_C", "_C_AVX2",
@@ -197,13 +197,13 @@ def test_plan_forecast_for_the_demo_cells(demo_config, tmp_path):
     assert all(hostcaps.plan_reason(demo_config, c, cpu_caps(avx512=True), tmp_path) is None
                for c in cells)
     assert all(hostcaps.plan_reason(demo_config, c, None, tmp_path) is None for c in cells)
-    serve = next(c for c in cells if c.engine == grid.SERVE)
+    serve = next(c for c in cells if c.engine == specs.SERVE)
     assert hostcaps.plan_dtype(serve, cpu_caps()) == "float32"
     assert hostcaps.plan_dtype(serve, cpu_caps(avx512=True, bf16=True)) == "bfloat16"
     explicit = copy.deepcopy(demo_config)
     explicit["server"]["args"]["dtype"] = "bfloat16"
     assert all(hostcaps.plan_dtype(c, cpu_caps()) is None for c in grid.all_cells(explicit)
-               if c.engine != grid.TRANSFORMERS)  # round1.transformers.dtype is its own
+               if c.engine != specs.TRANSFORMERS)  # round1.transformers.dtype is its own
 
 
 def test_a_failed_probe_leaves_the_cell_to_vllm(demo_config, monkeypatch, capsys):
@@ -232,7 +232,7 @@ def test_plan_message_groups_cells_by_reason(demo_config, monkeypatch, tmp_path)
     assert lines[0].startswith("sdbench: 4 of 23 cells cannot run on this host")
     assert [line.startswith("  vLLM 0.32.0") for line in lines].count(True) == 2  # GPTQ, AWQ
     assert len([line for line in lines if line.startswith("    ")]) == 4
-    assert {p["dtype"] for c, p in plan.items() if cells[c].engine == grid.SERVE} == {"float32"}
+    assert {p["dtype"] for c, p in plan.items() if cells[c].engine == specs.SERVE} == {"float32"}
     monkeypatch.setattr(hostcaps, "host_caps", lambda: cpu_caps(avx512=True, bf16=True))
     assert hostcaps.plan_message(hostcaps.host_plan(demo_config, cells), cells) is None
 
@@ -260,7 +260,7 @@ def test_simulated_acceptance_cells_are_unsupported_on_such_a_cpu(demo_config_ra
     raw = copy.deepcopy(demo_config_raw)
     raw["round1"]["methods"][0]["acceptance_sweep"] = [1.5]
     config = validate_config(raw)
-    cells = [c for c in grid.all_cells(config) if c.engine == grid.SERVE]
+    cells = [c for c in grid.all_cells(config) if c.engine == specs.SERVE]
     swept = {c.cell_id for c in cells if grid.swept_method(c.speculator)}
     assert swept
     reasons = {c.cell_id: hostcaps.plan_reason(config, c, cpu_caps(avx512=True, synthetic=False))

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sdbench.plan import grid, lock
+from sdbench.plan import lock, specs
 from sdbench.plan.config import load_config
 from sdbench.report.pages import write_index
 
@@ -67,11 +67,11 @@ def test_the_lock_pins_every_branch_and_the_run_uses_it(real, tmp_path):
     notes = lock.apply_files(config, [config_file])
     assert notes == [f"sdbench: hub revisions pinned by {path} (24 commits)"]
     assert lock.unpinned(config) == []
-    source = grid.model_source(config, "qwen2.5-7b-instruct-awq")
+    source = specs.model_source(config, "qwen2.5-7b-instruct-awq")
     assert source["revision"] == pins["models.qwen2.5-7b-instruct-awq"]["commit"]
     assert config["sources"]["sharegpt"]["revision"] == pins["sources.sharegpt"]["commit"]
     # the pinned checkpoint is another model than the branch's: downloaded (and measured) anew
-    assert source != grid.model_source(real, "qwen2.5-7b-instruct-awq")
+    assert source != specs.model_source(real, "qwen2.5-7b-instruct-awq")
 
     # the config moved on since the lock: that pin is not applied, and the user is told
     moved = copy.deepcopy(real)

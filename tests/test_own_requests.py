@@ -21,7 +21,7 @@ from sdbench.data.raw import RawError, detect_format, read_rows
 from sdbench.data.sources import fetch_source, raw_path
 from sdbench.data.tokens import load_tokenizer
 from sdbench.measure import loadgen
-from sdbench.plan import grid
+from sdbench.plan import specs
 from sdbench.plan.config import ConfigError, validate_config
 
 from workflow_helpers import REPO, snakemake, write_config
@@ -65,7 +65,7 @@ def build(tmp_path, tok, raw: dict, source: str = "support_chats", dataset: str 
     spec = config["sources"][source]
     out = tmp_path / raw_path(source, spec)
     manifest = fetch_source(source, spec, out, f"{out}.manifest.json")
-    definition = grid.subset_definition(config, dataset, "all")
+    definition = specs.subset_definition(config, dataset, "all")
     card = build_subset(definition, out, manifest, tok, tmp_path / "set.jsonl",
                         tmp_path / "set.card.json")
     return rows_of(tmp_path / "set.jsonl"), card, manifest
@@ -304,7 +304,7 @@ def test_the_plan_reads_request_lengths_from_the_file_before_the_set_is_built(
     projects the measuring the built set's card gives, within 25 % (it was 3.3× with every
     request at its longest)."""
     from sdbench import layout
-    from sdbench.plan import cost
+    from sdbench.plan import cost, estimate
 
     raw = example(tmp_path)
     folder = demo_tokenizer_dir if tokenizer_here else tmp_path / "not-downloaded"
@@ -312,7 +312,7 @@ def test_the_plan_reads_request_lengths_from_the_file_before_the_set_is_built(
     raw["tokenizer"] = {"model": "demo-tokenizer"}
     config = validate_config(raw)
     root = tmp_path / "run"
-    before = cost.plan_cost(config, "h100", root)
+    before = estimate.plan_cost(config, "h100", root)
     how = "the tokenizer of demo-tokenizer" if tokenizer_here else "4 characters a token"
     assert before["cards"] == (0, 1, 0, {how: 1})
     assert f"estimated from the source file for 1 (counted with {how})" in cost.format_plan(
@@ -322,16 +322,16 @@ def test_the_plan_reads_request_lengths_from_the_file_before_the_set_is_built(
     manifest = fetch_source("support_chats", spec, out, f"{out}.manifest.json")
     built = root / layout.processed_path("support", "all")
     built.parent.mkdir(parents=True)
-    build_subset(grid.subset_definition(config, "support", "all"), out, manifest, tok, built,
+    build_subset(specs.subset_definition(config, "support", "all"), out, manifest, tok, built,
                  root / layout.card_path("support", "all"))
-    after = cost.plan_cost(config, "h100", root)
+    after = estimate.plan_cost(config, "h100", root)
     assert after["cards"] == (1, 1, 0, {})
     ratio = before["total"].measuring_h / after["total"].measuring_h
     assert 0.75 <= ratio <= 1.25, ratio
     # every request at its longest: what the plan projected before it read the file
     config["datasets"]["support"]["source"] = "support_chats"
     config["sources"]["support_chats"] = {**spec, "path": str(tmp_path / "elsewhere.jsonl")}
-    longest = cost.plan_cost(config, "h100", tmp_path / "empty")
+    longest = estimate.plan_cost(config, "h100", tmp_path / "empty")
     assert longest["total"].measuring_h > 2 * after["total"].measuring_h
 
 
@@ -339,11 +339,11 @@ def test_a_budget_trims_k_levels_and_methods_never_a_workload_or_the_only_round(
     """With `plan.budget_gpu_hours` at half of what the example needs, the plan lists the
     config edits that fit it: k values and methods dropped, every workload and temperature
     and round 1 (the study's only round) kept; the trimmed study does fit."""
-    from sdbench.plan import budget, cost
+    from sdbench.plan import budget, estimate
 
     config = validate_config(example(tmp_path))
-    needed = sum(cost.adaptive_needs(config, "h100", tmp_path).values())
-    result = budget.trim(config, lambda c: cost.adaptive_needs(c, "h100", tmp_path),
+    needed = sum(estimate.adaptive_needs(config, "h100", tmp_path).values())
+    result = budget.trim(config, lambda c: estimate.adaptive_needs(c, "h100", tmp_path),
                          needed / 2)
     assert result.fits and result.total <= needed / 2 < result.needed
     assert result.dropped and not result.left_out
@@ -352,14 +352,14 @@ def test_a_budget_trims_k_levels_and_methods_never_a_workload_or_the_only_round(
     assert trimmed["round1"]["workloads"] == config["round1"]["workloads"]
     assert set(trimmed["workloads"]) == set(config["workloads"]) == {"support", "support-t0.7"}
     assert trimmed["round1"]["methods"] and all(m["k"] for m in trimmed["round1"]["methods"])
-    assert sum(cost.adaptive_needs(trimmed, "h100", tmp_path).values()) == pytest.approx(
+    assert sum(estimate.adaptive_needs(trimmed, "h100", tmp_path).values()) == pytest.approx(
         result.total)
     lines = budget.describe(result)
     assert lines[0].startswith(f"budget {needed / 2:g} GPU-hours: the study needs")
     assert "it fits; every workload and temperature still measured" in lines[0]
     assert lines[1:] == [f"  - {item}" for item in result.dropped]
     # a budget nothing fits: trimmed as far as it goes, the only round never left out
-    tiny = budget.trim(config, lambda c: cost.adaptive_needs(c, "h100", tmp_path), 0.01)
+    tiny = budget.trim(config, lambda c: estimate.adaptive_needs(c, "h100", tmp_path), 0.01)
     assert not tiny.fits and "round1" not in tiny.left_out
     assert "still over the budget" in budget.describe(tiny)[0]
 

@@ -528,9 +528,10 @@ def test_round_pages_count_the_cells_they_show():
 
 def test_the_index_lists_the_dynamic_k_cells_with_round_1_whose_report_reads_them(
         tmp_path, demo_config):
-    from sdbench.plan import grid
+    from sdbench.plan import dynamic_k
 
-    placeholder = grid.dynamic_k_placeholder(demo_config, grid.dynamic_k_specs(demo_config)[0])
+    placeholder = dynamic_k.dynamic_k_placeholder(demo_config,
+                                                  dynamic_k.dynamic_k_specs(demo_config)[0])
     out = tmp_path / "index.html"
     write_index("demo", {}, [(placeholder, tmp_path / "derived.jsonl")], out)
     row = out.read_text().split("<h2>Cells")[1].split("</tr>")[1]

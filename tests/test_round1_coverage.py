@@ -15,7 +15,7 @@ from sdbench import layout
 from sdbench.analyze.aggregate import add_speedups, records_frame
 from sdbench.measure import engine_cells, engines, loadgen, profiling
 from sdbench.measure import server as measured_by
-from sdbench.plan import checks, grid
+from sdbench.plan import checks, grid, specs
 from sdbench.plan.config import ConfigError, load_config, validate_config
 
 from helpers import cell_run, num_prompts, record
@@ -133,7 +133,7 @@ def test_draft_tensor_parallelism_is_one_or_the_targets(demo_config_raw):
                  if c.speculator == "calibration" and c.engine == "serve")
     assert draft.server_config["args"]["tensor_parallel_size"] == 2
     assert draft.server_config["method_options"]["draft_tensor_parallel_size"] == 2
-    assert grid.cell_gpus(draft.server_config) == 2  # the draft shares the target's GPUs
+    assert specs.cell_gpus(draft.server_config) == 2  # the draft shares the target's GPUs
     raw["round1"]["methods"][1]["options"] = {"draft_tensor_parallel_size": 4}
     with pytest.raises(ConfigError, match=r"draft_tensor_parallel_size = 4 .* tensor_parallel_"
                                           r"size 2"):
@@ -266,7 +266,7 @@ def test_engine_job_carries_the_cells_settings(demo_config):
     assert [p["concurrency"] for p in job["cells"][0]["plan"]] == [1, 4]
     hf = next(c for c in cells if c.engine == "transformers" and c.speculator == "calibration")
     # one job for every cell of a session: the engine once, each cell's prompts and points
-    other = grid.workload_spec(demo_config, "news_0.25k")
+    other = specs.workload_spec(demo_config, "news_0.25k")
     second = dataclasses.replace(hf, workload=other)
     runs = [cell_run(hf, demo_config, [(hf.load_points()[0], 1)], host),
             cell_run(second, demo_config, [(hf.load_points()[0], 0)], host)]

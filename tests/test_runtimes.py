@@ -8,7 +8,7 @@ import pytest
 
 from sdbench import layout
 from sdbench.data.builders import output_bound, request_bound
-from sdbench.plan import grid, runtimes, sessions, work
+from sdbench.plan import dynamic_k, grid, runtimes, sessions, specs, work
 
 
 @pytest.fixture
@@ -19,7 +19,7 @@ def config(demo_config):
 
 
 def served(config, speculator="vanilla", workload="spec_bench"):
-    return next(c for c in grid.all_cells(config) if c.engine == grid.SERVE
+    return next(c for c in grid.all_cells(config) if c.engine == specs.SERVE
                 and c.speculator == speculator and c.workload["name"] == workload
                 and not c.group)
 
@@ -133,11 +133,11 @@ def test_the_real_study_gets_limits_between_minutes_and_the_cap(tmp_path, monkey
     # at the conservative rates a session of every round 1 workload asks for the cap (it
     # resumes from its points if killed there); the Transformers reference for less
     assert max(minutes.values()) == config["cells"]["max_runtime"]
-    reference = [m for sid, m in minutes.items() if planned[sid].engine == grid.TRANSFORMERS]
+    reference = [m for sid, m in minutes.items() if planned[sid].engine == specs.TRANSFORMERS]
     assert reference and max(reference) < config["cells"]["max_runtime"]
     # a derived dynamic-K schedule's job measures its three cells alone, one after another
-    spec = grid.dynamic_k_specs(config)[0]
-    arms = grid.dynamic_k_placeholders(config, spec)
+    spec = dynamic_k.dynamic_k_specs(config)[0]
+    arms = dynamic_k.dynamic_k_placeholders(config, spec)
     assert len({c.config_id for c in arms}) == 3
     assert runtimes.ASSEMBLE_MINUTES <= runtimes.cell_minutes(config, arms[:1]) < \
         runtimes.cell_minutes(config, arms) <= config["cells"]["max_runtime"]
@@ -156,10 +156,10 @@ def test_sessions_start_longest_chain_first(config, tmp_path, monkeypatch):
     priorities, derived = runtimes.job_priorities(config, planned, cells, device)
     model = rates.CalibratedRates(config, rates.DEVICES[device])
     own = {sid: work.session_work(s, cells, model).total_s for sid, s in planned.items()}
-    (spec,) = grid.dynamic_k_specs(config)
+    (spec,) = dynamic_k.dynamic_k_specs(config)
     key = (spec["target"], spec["workload"], spec["speculator"])
     assert list(derived) == [key] and derived[key] > 0
-    feeding = {c.cell_id for c in grid.dynamic_k_sources(spec, cells)}
+    feeding = {c.cell_id for c in dynamic_k.dynamic_k_sources(spec, cells)}
     assert {cells[c].speculator for c in feeding} == {"vanilla", spec["speculator"]}
     waiting = {sid for sid, s in planned.items() if feeding & set(s.cells)}
     assert waiting and len(waiting) < len(planned)

@@ -193,7 +193,7 @@ def test_the_transformers_reference_keeps_the_job_s_threads_and_vllm_s_engine_do
 
     from sdbench.measure.engine_cells import child_env
     from sdbench.measure.slots import Slots
-    from sdbench.plan import grid
+    from sdbench.plan import specs
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("MKL_NUM_THREADS", "1")
@@ -202,11 +202,11 @@ def test_the_transformers_reference_keeps_the_job_s_threads_and_vllm_s_engine_do
     def env_of(engine: str, env: dict) -> dict:
         return child_env(SimpleNamespace(engine=engine, server_config={"env": env}), held)
 
-    reference = env_of(grid.TRANSFORMERS, {})
+    reference = env_of(specs.TRANSFORMERS, {})
     assert reference["OMP_NUM_THREADS"] == "1" and reference["MKL_NUM_THREADS"] == "1"
     assert reference["CUDA_VISIBLE_DEVICES"] == "3"
-    offline = env_of(grid.OFFLINE, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    offline = env_of(specs.OFFLINE, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
     assert "OMP_NUM_THREADS" not in offline and "MKL_NUM_THREADS" not in offline
     assert offline["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     # a server.env that sets the variable itself keeps it
-    assert env_of(grid.OFFLINE, {"OMP_NUM_THREADS": "2"})["OMP_NUM_THREADS"] == "2"
+    assert env_of(specs.OFFLINE, {"OMP_NUM_THREADS": "2"})["OMP_NUM_THREADS"] == "2"

@@ -18,7 +18,7 @@ from sdbench.analyze import aggregate, stops
 from sdbench.files import read_jsonl
 from sdbench.measure import cell as cellmod
 from sdbench.measure import groups, points, server, session
-from sdbench.plan import adaptive, checks, grid, hostcaps, rates, sessions, work
+from sdbench.plan import adaptive, checks, dynamic_k, grid, hostcaps, rates, sessions, specs, work
 from sdbench.plan.config import ConfigError, validate_config
 from sdbench.records import LoadPoint
 
@@ -27,7 +27,7 @@ def vanilla_session(config):
     """The demo target's vanilla configuration: one cell per round (three workloads)."""
     cells = grid.cells_by_id(config)
     planned = sessions.plan_sessions(cells)
-    base = next(c for c in cells.values() if c.is_baseline and c.engine == grid.SERVE
+    base = next(c for c in cells.values() if c.is_baseline and c.engine == specs.SERVE
                 and c.server_config["target"]["name"] == "smollm2-135m" and not c.group)
     sid = sessions.cell_sessions(base, cells)[0]
     return cells, planned[sid]
@@ -44,7 +44,7 @@ def test_one_session_per_configuration_instance_serves_every_workload(demo_confi
     assert sessions.starts(vanilla, cells) == 1
     # the calibration pair is measured in turn with its baseline: one session, two servers
     pair = next(c for c in cells.values() if c.speculator == "calibration"
-                and c.engine == grid.SERVE)
+                and c.engine == specs.SERVE)
     (sid,) = sessions.cell_sessions(pair, cells)
     group = planned[sid]
     assert group.interleaved and group.lead == cells[pair.baseline_cell_id].config_id
@@ -62,7 +62,7 @@ def test_server_instances_per_method_and_a_baseline_spreads_as_far_as_its_cells(
     demo_config_raw["round1"]["methods"][0]["server_instances"] = 3  # ngram
     cells = grid.cells_by_id(validate_config(demo_config_raw))
     ngram = next(c for c in cells.values() if c.speculator == "ngram"
-                 and c.engine == grid.SERVE)
+                 and c.engine == specs.SERVE)
     base = cells[ngram.baseline_cell_id]
     assert ngram.instances == 3 and base.instances == 3
     assert ngram.instance_repeats(1) == [1] and list(base.used_instances) == [0, 1, 2]
@@ -75,7 +75,7 @@ def test_server_instances_per_method_and_a_baseline_spreads_as_far_as_its_cells(
     demo_config_raw["round1"]["methods"][1]["server_instances"] = 2
     cells = grid.cells_by_id(validate_config(demo_config_raw))
     pair = next(c for c in cells.values() if c.speculator == "calibration"
-                and c.engine == grid.SERVE)
+                and c.engine == specs.SERVE)
     assert pair.instances == cells[pair.baseline_cell_id].instances == 2
 
 
@@ -279,7 +279,7 @@ def test_interleaved_session_takes_turns_and_stops_each_server_after_its_last_po
         served_dir, demo_config, monkeypatch):
     cells = grid.cells_by_id(demo_config)
     pair = next(c for c in cells.values() if c.speculator == "calibration"
-                and c.engine == grid.SERVE)
+                and c.engine == specs.SERVE)
     base = cells[pair.baseline_cell_id]
     (sid,) = sessions.cell_sessions(pair, cells)
     stand = Stand()
@@ -354,7 +354,7 @@ def test_a_proposer_with_state_across_requests_gets_a_fresh_server_per_point(
     assert all(p[3] == 0 for p in points)  # no warm-up request anywhere
     records = cellmod.assemble(suffix, [layout.session_output(sid)],
                                layout.cell_output(suffix.cell_id))
-    assert {r["server"]["isolation"] for r in records} == {grid.FRESH_PER_POINT}
+    assert {r["server"]["isolation"] for r in records} == {specs.FRESH_PER_POINT}
     assert {r["server"]["points_before"] for r in records} == {0}
 
 
@@ -446,7 +446,7 @@ def _offline_pair(served_dir, demo_config_raw, monkeypatch):
     config = validate_config(demo_config_raw)
     monkeypatch.setattr(checks, "check_cell_tools", lambda cell, source=None: None)
     cells = grid.cells_by_id(config)
-    offline = next(c for c in cells.values() if c.engine == grid.OFFLINE and not c.is_baseline)
+    offline = next(c for c in cells.values() if c.engine == specs.OFFLINE and not c.is_baseline)
     base = cells[offline.baseline_cell_id]
     return config, cells, offline, base
 
@@ -603,7 +603,7 @@ def test_a_chained_baseline_stops_with_its_pairs(served_dir, demo_config_raw, mo
                                                  for lp in cell.load_points())
     measured = {c.cell_id: {(r["concurrency"], r["repeat"]) for r in records[c.cell_id]
                             if r["status"] == "ok"} for c in (base, *pairs)}
-    blocks = {c: grid.point_blocks(base, {"mode": "concurrency", "concurrency": c})
+    blocks = {c: specs.point_blocks(base, {"mode": "concurrency", "concurrency": c})
               for c in base.concurrency}
     assert blocks[1] > 1  # (a repeat at 1 is split: a pair can stop after a block)
     # the baseline measured a whole repeat where some pair measured a block of it, else none
@@ -673,7 +673,7 @@ def test_the_first_session_asks_vllm_about_every_quantized_checkpoint_the_host_r
     host can run (one child process importing vLLM), so that the sessions of quantized targets
     after it find them cached; on a CPU without AVX-512 the int4 ones are not asked about."""
     cells, vanilla = vanilla_session(demo_config)
-    own = {name for cell_id in vanilla.cells for name in grid.cell_models(cells[cell_id])}
+    own = {name for cell_id in vanilla.cells for name in specs.cell_models(cells[cell_id])}
     quantized = ["smollm2-135m-awq", "smollm2-135m-gptq", "smollm2-135m-w8a8"]
     assert not own & set(quantized)  # the session serves none of them itself
     asked = []
@@ -682,7 +682,7 @@ def test_the_first_session_asks_vllm_about_every_quantized_checkpoint_the_host_r
         monkeypatch.setattr(hostcaps, "host_caps", lambda avx512=avx512: cpu_caps(avx512))
         asked.clear()
         session._read_checkpoints(vanilla, demo_config)
-        assert asked == [[grid.model_dir(demo_config, name) for name in expected]]
+        assert asked == [[specs.model_dir(demo_config, name) for name in expected]]
 
 
 def _split_in_turns(demo_config_raw, monkeypatch, repeats, instances, blocks=1):
@@ -692,9 +692,9 @@ def _split_in_turns(demo_config_raw, monkeypatch, repeats, instances, blocks=1):
     demo_config_raw["adaptive"] = {"noise": 0.05, "blocks": blocks}
     config = validate_config(demo_config_raw)
     monkeypatch.setattr(checks, "check_cell_tools", lambda cell, source=None: None)
-    spec = {**grid.dynamic_k_specs(config)[0], "split": True}
+    spec = {**dynamic_k.dynamic_k_specs(config)[0], "split": True}
     return config, [dataclasses.replace(c, repeats=repeats, instances=instances)
-                    for c in grid.dynamic_k_arms(config, spec, [[1, 1, 3], [2, 24, 5]], 5)]
+                    for c in dynamic_k.dynamic_k_arms(config, spec, [[1, 1, 3], [2, 24, 5]], 5)]
 
 
 def test_cells_measured_in_turn_stop_against_their_static_k(served_dir, demo_config_raw,
@@ -777,9 +777,9 @@ def test_cells_whose_turns_give_no_sequence_of_repeats_measure_every_repeat(
         served_dir, demo_config_raw, monkeypatch):
     """Cells measured in turn on 2 server instances with 3 repeats: instance 0 measures
     repeats 0 and 2 before instance 1 measures repeat 1, so a look before repeat 2 could not
-    read repeat 1 (`grid.stops_in_turn`): under the rule they measure every repeat."""
+    read repeat 1 (`dynamic_k.stops_in_turn`): under the rule they measure every repeat."""
     config, arms = _split_in_turns(demo_config_raw, monkeypatch, repeats=3, instances=2)
-    assert not grid.stops_in_turn(arms)
+    assert not dynamic_k.stops_in_turn(arms)
     stand = Stand(throughput={arms[0].speculator: 20.0, arms[1].speculator: 13.0,
                               arms[2].speculator: 26.0})
     use(stand, monkeypatch)
@@ -817,7 +817,7 @@ def test_a_chain_races_its_k_values_in_turn_inside_each_stage(served_dir, demo_c
     records = {c.cell_id: cellmod.assemble(
         c, [layout.session_output(s) for s in sessions.cell_sessions(c, cells)],
         layout.cell_output(c.cell_id)) for c in (base, *pairs)}
-    blocks = grid.point_blocks(base, {"mode": "concurrency", "concurrency": 1})
+    blocks = specs.point_blocks(base, {"mode": "concurrency", "concurrency": 1})
     at1 = {c.cell_id: [r for r in records[c.cell_id] if r["concurrency"] == 1]
            for c in pairs}
     measured = [r["repeat"] for r in at1[three.cell_id] if r["status"] == "ok"]
@@ -844,7 +844,7 @@ def test_cells_measured_in_turn_look_inside_a_repeat_after_the_static_k_s_turn(
         served_dir, demo_config_raw, monkeypatch):
     """Where a repeat at a level is split into blocks of prompts, a cell measured in turn looks
     before each block of a repeat whose turn comes after the static k's on that instance
-    (`grid.after_lead`), and only before the whole repeat where its turn comes first: the
+    (`dynamic_k.after_lead`), and only before the whole repeat where its turn comes first: the
     constant schedule, clearly slower, stops after one block of its first repeat; the report's
     check recomputes every stop."""
     demo_config_raw["loadgen"]["prompts_per_concurrency"] = 16  # (4 blocks of 4 at 1)
@@ -852,10 +852,10 @@ def test_cells_measured_in_turn_look_inside_a_repeat_after_the_static_k_s_turn(
                                    blocks=4)
     static, constant, derived = arms
     at1 = {"mode": "concurrency", "concurrency": 1}
-    blocks = grid.point_blocks(constant, at1)
+    blocks = specs.point_blocks(constant, at1)
     assert blocks > 1
     # instance by instance: S C D, then C D S, then D S C
-    assert [grid.after_lead(arms, c) for c in arms] == [frozenset(), {0, 2}, {0}]
+    assert [dynamic_k.after_lead(arms, c) for c in arms] == [frozenset(), {0, 2}, {0}]
     stand = Stand(throughput={static.speculator: 20.0, constant.speculator: 13.0,
                               derived.speculator: lambda c: 26.0 if c == 24 else 22.4})
     use(stand, monkeypatch)
@@ -871,9 +871,9 @@ def test_cells_measured_in_turn_look_inside_a_repeat_after_the_static_k_s_turn(
         if record["status"] == "stopped" and record["cell_id"] != static.cell_id:
             look = record["loadgen"]["stop"]["before_repeat"]
             cell = next(c for c in arms if c.cell_id == record["cell_id"])
-            step = grid.point_blocks(cell, {"mode": "concurrency",
+            step = specs.point_blocks(cell, {"mode": "concurrency",
                                             "concurrency": record["concurrency"]})
-            assert look % step == 0 or look // step in grid.after_lead(arms, cell)
+            assert look % step == 0 or look // step in dynamic_k.after_lead(arms, cell)
     frame = aggregate.summarize([layout.cell_output(derived.cell_id)])
     checks_ = stops.recheck_frame(frame)
     assert len(checks_) and checks_["holds"].all(), checks_.to_dict("records")

@@ -17,7 +17,7 @@ from sdbench.measure import engines, loadgen, points, run
 from sdbench.measure import server as measured_by
 from sdbench.measure.serving import format_server_args
 from sdbench.models import checkpoints as models
-from sdbench.plan import grid, sessions
+from sdbench.plan import grid, sessions, specs
 from sdbench.plan.config import validate_config
 from sdbench.records import LoadPoint
 
@@ -37,9 +37,9 @@ def parse_loadgen(argv):
 
 def serve_cell(config, method="vanilla", k=None, options=None, baseline=None, target=None):
     target = target or config["round1"]["targets"][0]
-    server = grid.server_config(config, target, method, k, None, options)
-    workload = grid.workload_spec(config, config["round1"]["workloads"][0])
-    return grid.Cell(grid.cell_id_of(server, workload), "round1", method, server, workload,
+    server = specs.server_config(config, target, method, k, None, options)
+    workload = specs.workload_spec(config, config["round1"]["workloads"][0])
+    return specs.Cell(specs.cell_id_of(server, workload), "round1", method, server, workload,
                      baseline, (1, 4), 3)
 
 
@@ -51,14 +51,14 @@ def test_suffix_decoding_cannot_learn_earlier_points_answers(demo_config):
     off = serve_cell(demo_config, "suffix", 8)
     spec = measured_by.speculative_config(off, demo_config)
     assert spec["suffix_decoding_max_cached_requests"] == 0  # global response tree off
-    assert grid.isolation(off.server_config) == grid.SHARED
+    assert specs.isolation(off.server_config) == specs.SHARED
     (shared,) = sessions.standalone(off).values()
     assert not shared.fresh_per_point and sessions.starts(shared, {off.cell_id: off}) == 1
 
     # a cell that studies the global tree measures every point in its own server, without
     # warm-ups (a warm-up sends one of the point's own prompts)
     on = serve_cell(demo_config, "suffix", 8, {"suffix_decoding_max_cached_requests": 1000})
-    assert grid.isolation(on.server_config) == grid.FRESH_PER_POINT
+    assert specs.isolation(on.server_config) == specs.FRESH_PER_POINT
     (fresh,) = sessions.standalone(on).values()
     assert fresh.fresh_per_point
     assert sessions.starts(fresh, {on.cell_id: on}) == len(on.load_points()) * on.repeats
@@ -115,7 +115,7 @@ def test_point_key_follows_the_checkpoint_not_its_name(demo_config, tmp_path, mo
     model = tmp_path / "m"
     model.mkdir()
     (model / "model.safetensors").write_bytes(b"weights v1")
-    monkeypatch.setattr(grid, "model_dir", lambda config, name: str(model))
+    monkeypatch.setattr(specs, "model_dir", lambda config, name: str(model))
     env = {"vllm": {"version": "0.32.0"}, "transformers": "5.0", "torch": "2.13"}
     load = cell.load_points()[0]
 
@@ -133,8 +133,8 @@ def test_point_key_follows_the_checkpoint_not_its_name(demo_config, tmp_path, mo
     (model / models.CARD_NAME).write_text(json.dumps(card))
     assert key() != carded
 
-    hf = grid.Cell("x", "round1", "vanilla", grid.server_config(
-        demo_config, cell.server_config["target"]["name"], engine=grid.TRANSFORMERS),
+    hf = specs.Cell("x", "round1", "vanilla", specs.server_config(
+        demo_config, cell.server_config["target"]["name"], engine=specs.TRANSFORMERS),
         cell.workload, None, (1,), 1)
     facts = points.point_facts(hf, demo_config, "sha", None, env, None)
     newer = points.point_facts(hf, demo_config, "sha", None, {**env, "transformers": "5.1"},
@@ -146,7 +146,7 @@ def test_reporting_only_settings_change_no_id_and_no_key(demo_config_raw):
     def ids_and_key(raw):
         config = validate_config(raw)
         cells = grid.round_cells(config, "round1")
-        cell = next(c for c in cells if c.engine == grid.SERVE and c.is_baseline)
+        cell = next(c for c in cells if c.engine == specs.SERVE and c.is_baseline)
         facts = {"prompts_sha256": "sha", "vllm": {}, "checkpoints": {}}
         return ({c.cell_id for c in cells},
                 points.point_key(cell, cell.load_points()[0], 0, facts))
@@ -237,7 +237,7 @@ def test_every_server_command_states_prefix_caching(config_file):
 
     config = validate_config(yaml.safe_load((REPO / "config" / config_file).read_text()))
     for cell in grid.all_cells(config):
-        if cell.engine == grid.TRANSFORMERS:
+        if cell.engine == specs.TRANSFORMERS:
             continue
         argv = format_server_args(cell.server_config["args"])
         assert ("--no-enable-prefix-caching" in argv) != ("--enable-prefix-caching" in argv), \

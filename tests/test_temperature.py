@@ -128,11 +128,11 @@ def test_a_method_measured_at_some_temperatures_only(demo_sampled_raw):
     """`methods[].temperatures`: the untrained head only at 0, a method limited to 1.0 only
     there, the others at every temperature of the round's workloads; a temperature none of
     them has is refused."""
-    from sdbench.plan import grid
+    from sdbench.plan import grid, specs
     from sdbench.plan.config import ConfigError, validate_config
 
     config = validate_config(copy.deepcopy(demo_sampled_raw))
-    cells = [c for c in grid.round_cells(config, "round1") if c.engine == grid.SERVE]
+    cells = [c for c in grid.round_cells(config, "round1") if c.engine == specs.SERVE]
     temps = {}
     for cell in cells:
         temps.setdefault(cell.speculator, set()).add(cell.workload["loadgen"]["temperature"])
@@ -142,7 +142,7 @@ def test_a_method_measured_at_some_temperatures_only(demo_sampled_raw):
     sampled_only["round1"]["methods"][0]["temperatures"] = [1.0]
     config = validate_config(sampled_only)
     assert {c.workload["loadgen"]["temperature"] for c in grid.round_cells(config, "round1")
-            if c.speculator == "ngram" and c.engine == grid.SERVE} == {1.0}
+            if c.speculator == "ngram" and c.engine == specs.SERVE} == {1.0}
     wrong = copy.deepcopy(demo_sampled_raw)
     wrong["round1"]["methods"][0]["temperatures"] = [0.5]
     with pytest.raises(ConfigError, match=r"round1.methods\[0\].temperatures\[0\] = 0.5"):
@@ -156,7 +156,7 @@ def test_a_sampled_request_carries_its_repeat_seed_where_asked(demo_sampled_raw)
     from test_speedups_right import parse_loadgen
 
     from sdbench.measure import loadgen
-    from sdbench.plan import grid
+    from sdbench.plan import grid, specs
     from sdbench.plan.config import validate_config
 
     common = dict(host="h", port=1, served_name="m", tokenizer="t", dataset_path="p",
@@ -173,7 +173,7 @@ def test_a_sampled_request_carries_its_repeat_seed_where_asked(demo_sampled_raw)
 
     def ids(raw):
         return {c.workload["name"]: c.cell_id for c in grid.all_cells(validate_config(raw))
-                if c.speculator == "ngram" and c.engine == grid.SERVE}
+                if c.speculator == "ngram" and c.engine == specs.SERVE}
 
     unseeded = copy.deepcopy(demo_sampled_raw)
     unseeded["loadgen"].pop("request_seed", None)
@@ -188,12 +188,12 @@ def test_a_sampled_request_carries_its_repeat_seed_where_asked(demo_sampled_raw)
 def test_a_workload_measured_at_some_of_the_rounds_levels(demo_sampled_raw):
     """`workloads.<name>.concurrency`: the demo's sampled variant at concurrency 1 only, its
     baseline too; the greedy workload at every level; a list sharing no level is refused."""
-    from sdbench.plan import grid
+    from sdbench.plan import grid, specs
     from sdbench.plan.config import ConfigError, validate_config
 
     config = validate_config(copy.deepcopy(demo_sampled_raw))
     levels = {(c.speculator, c.workload["name"]): c.concurrency
-              for c in grid.round_cells(config, "round1") if c.engine == grid.SERVE}
+              for c in grid.round_cells(config, "round1") if c.engine == specs.SERVE}
     assert levels[("vanilla", "spec_bench-t1")] == levels[("calibration", "spec_bench-t1")] \
         == (1,)
     assert levels[("calibration", "spec_bench")] == (1, 24)

@@ -212,7 +212,7 @@ def test_duration_bounded_speculative_cells_wait_for_their_baseline(tmp_path):
     import yaml
 
     from sdbench import layout
-    from sdbench.plan import grid
+    from sdbench.plan import grid, specs
     from sdbench.plan.config import validate_config
 
     raw = greedy_only(with_left_out(yaml.safe_load(
@@ -228,7 +228,7 @@ def test_duration_bounded_speculative_cells_wait_for_their_baseline(tmp_path):
     for configfile, cells in ((path, 2), (adaptive, 2), (plain, 1)):
         config = validate_config(yaml.safe_load(configfile.read_text()))
         spec = next(c for c in grid.round_cells(config, "round1")
-                    if not c.is_baseline and c.engine == grid.SERVE)
+                    if not c.is_baseline and c.engine == specs.SERVE)
         result = snakemake("-n", layout.cell_output(spec.cell_id), workdir=tmp_path / "w",
                            configfile=configfile, timeout=300)
         assert result.returncode == 0, result.stderr + result.stdout

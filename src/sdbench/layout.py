@@ -78,7 +78,7 @@ def prompt_sets(workloads) -> list[str]:
 
 def model_folder(name: str) -> str:
     """Where a built or downloaded model lives (a `path` model stays where the user keeps it:
-    `grid.model_dir`)."""
+    `specs.model_dir`)."""
     return f"{MODELS_DIR}/{name}"
 
 

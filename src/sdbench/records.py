@@ -65,7 +65,7 @@ class LoadPoint:
 
     @classmethod
     def of_load(cls, load: dict, repeat: int) -> LoadPoint:
-        """From a cell's load dict (`grid.Cell.load_points`) and a repeat."""
+        """From a cell's load dict (`specs.Cell.load_points`) and a repeat."""
         if load["mode"] == "rate":
             return cls("rate", None, float(load["request_rate"]), int(repeat))
         return cls(load["mode"], int(load["concurrency"]), None, int(repeat))

@@ -63,7 +63,7 @@ rule dynamic_k_schedule:
     params:
         spec=lambda wc: DYNAMIC_K[(wc.target, wc.workload, wc.speculator)],
         # the vanilla cell it pairs with: its server and workload make the derived cell's id
-        baseline=lambda wc: grid.dynamic_k_baseline(
+        baseline=lambda wc: dynamic_k.dynamic_k_baseline(
             config, DYNAMIC_K[(wc.target, wc.workload, wc.speculator)]
         ),
     log:
@@ -94,7 +94,7 @@ rule dynamic_k_cell:
     priority: dynamic_k_priority
     threads: CELL_THREADS
     resources:
-        gpu=lambda wc: grid.cell_gpus(grid.server_config(config, wc.target)),
+        gpu=lambda wc: specs.cell_gpus(specs.server_config(config, wc.target)),
         runtime=dynamic_k_runtime,
         mem_mb=config["cells"]["mem_mb"],
     conda:

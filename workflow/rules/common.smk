@@ -15,7 +15,8 @@ os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PY
 from sdbench.plan import (
     adaptive,
     checks,
-    cost,
+    design_choice,
+    dynamic_k,
     grid,
     hostcaps,
     inputs,
@@ -24,6 +25,7 @@ from sdbench.plan import (
     rates,
     runtimes,
     sessions,
+    specs,
 )
 from sdbench import layout
 from sdbench.measure import provenance
@@ -43,7 +45,7 @@ checks.check_installed(config, source=CONFIG_SOURCE)
 # the local files prompt sets are built from: missing, unreadable or too short stops here
 inputs.check_sources(config, source=CONFIG_SOURCE)
 # `adaptive.chain: auto`: the design the plan projects cheaper, chosen once per config
-cost.resolve_design(config)
+design_choice.resolve_design(config)
 
 CELLS = grid.cells_by_id(config)
 # server sessions: one per configuration instance (with the configurations interleaved with
@@ -52,7 +54,7 @@ SESSIONS = sessions.plan_sessions(CELLS)
 CHAINED_PAIRS = sessions.chained_pairs(CELLS)
 DYNAMIC_K = {
     (spec["target"], spec["workload"], spec["speculator"]): spec
-    for spec in grid.dynamic_k_specs(config)
+    for spec in dynamic_k.dynamic_k_specs(config)
 }
 CELL_THREADS = (
     workflow.cores if config["cells"]["threads"] == "all" else config["cells"]["threads"]
@@ -98,7 +100,7 @@ wildcard_constraints:
 
 def model_input(name):
     """What a job needing model `name` depends on: its built directory, or the user's path."""
-    return grid.model_dir(config, name)
+    return specs.model_dir(config, name)
 
 
 def cell_inputs(wildcards):
@@ -123,12 +125,12 @@ def session_inputs(wildcards):
         prompts[cell.workload["path"]] = None
         if HOST_PLAN[cell.cell_id]["unsupported_here"]:
             continue  # recorded as unsupported here: its models are never loaded (nor built)
-        models.update(dict.fromkeys(model_input(name) for name in grid.cell_models(cell)))
+        models.update(dict.fromkeys(model_input(name) for name in specs.cell_models(cell)))
         if cell.chain:
             for sid in sessions.chain_inputs(cell, session.instance, CELLS,
                                             CHAINED_PAIRS):
                 inputs[f"chain_{sid}"] = layout.session_output(sid)
-        elif grid.sends_baseline_counts(cell) or adaptive.reads_baseline(config, cell):
+        elif specs.sends_baseline_counts(cell) or adaptive.reads_baseline(config, cell):
             inputs[f"baseline_{cell.cell_id}"] = layout.cell_output(cell.baseline_cell_id)
     # each file once (a configuration's cells share its models; Snakemake formats, checks and
     # prints every input of every job)
@@ -143,7 +145,7 @@ def session_gpus(wildcards):
     if all(HOST_PLAN[c.cell_id]["unsupported_here"] for c in session_cells(wildcards)):
         return 0
     first = {c.config_id: c for c in session_cells(wildcards)}
-    counts = [grid.cell_gpus(c.server_config) for c in first.values()]
+    counts = [specs.cell_gpus(c.server_config) for c in first.values()]
     return sum(counts) if session.interleaved else counts[0]
 
 
@@ -197,7 +199,7 @@ def session_retries(wildcards):
 
 def dynamic_k_runtime(wildcards, attempt):
     spec = DYNAMIC_K[(wildcards.target, wildcards.workload, wildcards.speculator)]
-    return runtimes.cell_minutes(config, grid.dynamic_k_placeholders(config, spec), attempt)
+    return runtimes.cell_minutes(config, dynamic_k.dynamic_k_placeholders(config, spec), attempt)
 
 
 def model_build_inputs(wildcards):
@@ -210,7 +212,7 @@ def prompt_inputs(wildcards):
     source = config["datasets"][wildcards.dataset]["source"]
     spec = config["sources"][source]
     inputs = {"raw": raw_path(source, spec), "manifest": manifest_path(source, spec)}
-    tokenizer = grid.tokenizer_spec(config, wildcards.dataset)
+    tokenizer = specs.tokenizer_spec(config, wildcards.dataset)
     if "model" in tokenizer:
         inputs["tokenizer_model"] = model_input(tokenizer["model"])
     return inputs
@@ -224,7 +226,7 @@ def preflight_check():
 def listed_cells():
     """(cell, records file) of every cell, the derived ones included, for the index."""
     return [(cell, layout.cell_output(cell.cell_id)) for cell in CELLS.values()] + [
-        (grid.dynamic_k_placeholder(config, spec), layout.dynamic_k_output(*key))
+        (dynamic_k.dynamic_k_placeholder(config, spec), layout.dynamic_k_output(*key))
         for key, spec in DYNAMIC_K.items()
     ]
 
@@ -258,7 +260,7 @@ def all_models():
     kind `path` as the user's folder, which no rule builds)."""
     return sorted({model_input(name) for cell in CELLS.values()
                    if not HOST_PLAN[cell.cell_id]["unsupported_here"]
-                   for name in grid.cell_models(cell)})
+                   for name in specs.cell_models(cell)})
 
 
 def all_cell_records():
@@ -273,7 +275,7 @@ def dynamic_k_round1(wildcards):
     schedule is derived from)."""
     spec = DYNAMIC_K[(wildcards.target, wildcards.workload, wildcards.speculator)]
     return {
-        "round1": [layout.cell_output(c.cell_id) for c in grid.dynamic_k_sources(spec, CELLS)]
+        "round1": [layout.cell_output(c.cell_id) for c in dynamic_k.dynamic_k_sources(spec, CELLS)]
     }
 
 
@@ -283,10 +285,10 @@ def dynamic_k_inputs(wildcards):
     spec = DYNAMIC_K[key]
     inputs = {
         "schedule": layout.dynamic_k_schedule_path(*key),
-        "prompts": grid.workload_spec(config, wildcards.workload)["path"],
+        "prompts": specs.workload_spec(config, wildcards.workload)["path"],
         "target": model_input(wildcards.target),
     }
-    draft = grid.dynamic_k_method(config, spec).draft
+    draft = dynamic_k.dynamic_k_method(config, spec).draft
     if draft:
         inputs["draft"] = model_input(draft)
     return inputs
@@ -301,7 +303,7 @@ def summary_inputs(wildcards):
     """Everything the summary stage reads: records with their per-request detail, the prompt
     sets and cards sent (per-bucket speedups, data cards), the schedules, the tokenizers."""
     records = all_cell_records()
-    cells = [*CELLS.values(), *(grid.dynamic_k_placeholder(config, s) for s in DYNAMIC_K.values())]
+    cells = [*CELLS.values(), *(dynamic_k.dynamic_k_placeholder(config, s) for s in DYNAMIC_K.values())]
     return {
         "records": records,
         "requests": [str(layout.requests_output(r)) for r in records],

@@ -33,7 +33,7 @@ rule prompts:
         records=layout.processed_path("{dataset}", "{subset}"),
         card=layout.card_path("{dataset}", "{subset}"),
     params:
-        definition=lambda wc: grid.subset_definition(config, wc.dataset, wc.subset),
+        definition=lambda wc: specs.subset_definition(config, wc.dataset, wc.subset),
     log:
         layout.SUBSET_LOG,
     benchmark:

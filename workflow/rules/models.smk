@@ -8,7 +8,7 @@ rule download_model:
     output:
         directory(layout.model_folder("{model}")),
     params:
-        source=lambda wc: grid.model_source(config, wc.model),
+        source=lambda wc: specs.model_source(config, wc.model),
     log:
         layout.MODEL_LOG,
     benchmark:
@@ -28,7 +28,7 @@ rule model:
     output:
         directory(layout.model_folder("{model}")),
     params:
-        source=lambda wc: grid.model_source(config, wc.model),
+        source=lambda wc: specs.model_source(config, wc.model),
     log:
         layout.MODEL_LOG,
     benchmark:

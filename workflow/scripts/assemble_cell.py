@@ -1,7 +1,7 @@
 """Write one cell's records from the manifests of the sessions that measured it."""
 
 from sdbench.measure.cell import assemble
-from sdbench.plan.grid import Cell
+from sdbench.plan.specs import Cell
 from sdbench.script_log import to_log
 
 sm = snakemake  # noqa: F821 - injected by Snakemake

@@ -4,7 +4,7 @@ static k it is measured against (beside that k as a constant schedule)."""
 from sdbench.analyze.aggregate import aggregate_points, summarize
 from sdbench.analyze.analysis import best_static_k, derive_schedule
 from sdbench.files import atomic_write_json
-from sdbench.plan.grid import DERIVED_ARM, dynamic_k_arms
+from sdbench.plan.dynamic_k import DERIVED_ARM, dynamic_k_arms
 from sdbench.script_log import to_log
 
 sm = snakemake  # noqa: F821 - injected by Snakemake

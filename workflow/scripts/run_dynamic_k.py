@@ -2,7 +2,7 @@
 that k as a constant schedule: each on its own servers, taking turns by server instance."""
 
 from sdbench.measure.cell import measure_in_turns
-from sdbench.plan.grid import read_dynamic_k_arms
+from sdbench.plan.dynamic_k import read_dynamic_k_arms
 from sdbench.script_log import to_log
 
 sm = snakemake  # noqa: F821 - injected by Snakemake

@@ -2,8 +2,8 @@
 of its configuration instance (sdbench.measure.session)."""
 
 from sdbench.measure.session import run_session
-from sdbench.plan.grid import Cell
 from sdbench.plan.sessions import Session
+from sdbench.plan.specs import Cell
 from sdbench.script_log import to_log
 
 sm = snakemake  # noqa: F821 - injected by Snakemake

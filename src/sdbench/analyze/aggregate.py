@@ -49,8 +49,8 @@ from sdbench.analyze.slo import frame_slos, point_stats, slos_of, with_slo_colum
 from sdbench.analyze.stats import mean_interval, ratio_interval, verdict
 from sdbench.files import atomic_path
 from sdbench.metrics import SPEEDUPS, Speedup
-from sdbench.plan import adaptive, grid
-from sdbench.plan.grid import config_id, prefix_caching
+from sdbench.plan import adaptive, dynamic_k, grid, specs
+from sdbench.plan.specs import config_id, prefix_caching
 from sdbench.records import STOPPED, read_records, upgrade
 
 # a point: closed-loop concurrency (batch size for offline / Transformers cells) or open-loop
@@ -154,11 +154,11 @@ def _row(record: dict) -> dict:
         "adaptive": json.dumps(loadgen["adaptive"], sort_keys=True)
         if loadgen.get("adaptive") else None,
         "stop": json.dumps(loadgen["stop"], sort_keys=True) if loadgen.get("stop") else None,
-        # the blocks of prompts a repeat was split into (`grid.point_blocks`; 1: whole repeats)
+        # the blocks of prompts a repeat was split into (`specs.point_blocks`; 1: whole repeats)
         "blocks": int(loadgen.get("blocks") or 1),
         "server_args": json.dumps(server.get("args") or {}, sort_keys=True),
         # the GPUs one server uses (tensor parallel): throughput per GPU divides by it
-        "gpus": grid.cell_gpus({"args": server.get("args") or {}}),
+        "gpus": specs.cell_gpus({"args": server.get("args") or {}}),
         # what vLLM resolved and warned about (sdbench.measure.engine_report)
         "engine_settings": engine.settings_of(record),
         "engine_warnings": _engine_warnings(record),
@@ -316,7 +316,7 @@ VALUE_RANGE = {"spec_decode_acceptance_length": (1.0, "k+1"),
 
 def interval_covers(group: pd.DataFrame, blocks: int = 1) -> str:
     """What a point's interval covers, in words: how many repeats (or `blocks` blocks of prompts
-    each, where the adaptive rule split its repeats: `grid.point_blocks`), over how many server
+    each, where the adaptive rule split its repeats: `specs.point_blocks`), over how many server
     instances, with their own seeds or one."""
     n = int((group["status"] == "ok").sum())
     instances = group["server_instance"].dropna().nunique() if "server_instance" in group else 0
@@ -689,9 +689,9 @@ def apply_index(frame: pd.DataFrame, index: dict | None) -> pd.DataFrame:
 DERIVED_SETTING = "derived dynamic K"
 # the cells a derived schedule is measured with, by their report name's suffix (`grid.
 # dynamic_k_arms`): its setting in the summary
-ARM_SETTINGS = {grid.STATIC_ARM: "best static k (beside dynamic K)",
-                grid.CONSTANT_ARM: "constant schedule (dynamic K at the static k)",
-                grid.DERIVED_ARM: DERIVED_SETTING}
+ARM_SETTINGS = {dynamic_k.STATIC_ARM: "best static k (beside dynamic K)",
+                dynamic_k.CONSTANT_ARM: "constant schedule (dynamic K at the static k)",
+                dynamic_k.DERIVED_ARM: DERIVED_SETTING}
 DYNAMIC_K_SETTINGS = tuple(ARM_SETTINGS.values())
 
 

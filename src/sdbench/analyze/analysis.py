@@ -21,7 +21,7 @@ from sdbench.analyze import engine
 from sdbench.analyze.acceptance import break_even, simulated_lengths, sweep_points
 from sdbench.analyze.noise import covariance, dof_text, point_noise
 from sdbench.analyze.stats import CONFIDENCE, level_text, mean_interval, ratio_interval, verdict
-from sdbench.plan import adaptive, grid
+from sdbench.plan import adaptive, dynamic_k
 
 SETTING = ["target", "workload", "speculator", "k"]
 OFF = "off"  # no speculation: a candidate everywhere, its speedup is 1 by definition
@@ -615,8 +615,8 @@ def dynamic_k_comparison(frame: pd.DataFrame,
     split.
 
     schedules: derived cell id -> the schedule it measured. At a level where the schedule runs
-    the static k at every batch size up to the level (`grid.alike_levels`) the constant
-    schedule is not measured (`grid.dynamic_k_arms`): the derived cell serves as it would, so
+    the static k at every batch size up to the level (`dynamic_k.alike_levels`) the constant
+    schedule is not measured (`dynamic_k.dynamic_k_arms`): the derived cell serves as it would, so
     it stands in for it there (the mechanism: derived ÷ static k) and the schedule's value is 1
     by construction (`schedule_alike`). Cells that took turns under the adaptive rule stopped
     their repeats once their ratios to the static k were known: their intervals are the rule's
@@ -625,23 +625,23 @@ def dynamic_k_comparison(frame: pd.DataFrame,
     # its baseline repeat was measured (`paired`) or not
     ok = frame["status"].eq("ok") if "status" in frame else pd.Series(True, index=frame.index)
     measured = frame.get("output_throughput", pd.Series(np.nan, index=frame.index)).notna()
-    arm = frame["speculator"].map(lambda name: name.endswith(grid.ARMS)).astype(bool)
+    arm = frame["speculator"].map(lambda name: name.endswith(dynamic_k.ARMS)).astype(bool)
     paired = frame["paired"] if "paired" in frame else frame["speedup"].notna()
     spec = frame[(frame["method"] != "vanilla") & (paired | (arm & ok & measured))]
     rows = []
     for (target, workload, speculator), cell in spec[
-            spec["speculator"].str.endswith(grid.DERIVED_ARM)].groupby(
+            spec["speculator"].str.endswith(dynamic_k.DERIVED_ARM)].groupby(
             ["target", "workload", "speculator"]):
-        method = speculator.removesuffix(grid.DERIVED_ARM)  # with its runner's tag, if any
+        method = speculator.removesuffix(dynamic_k.DERIVED_ARM)  # with its runner's tag, if any
         base = {"target": target, "workload": workload, "method": method,
-                "model_runner": grid.runner_method(method)[1]}
+                "model_runner": dynamic_k.runner_method(method)[1]}
         here = spec[(spec["target"] == target) & (spec["workload"] == workload)]
-        static = here[here["speculator"] == method + grid.STATIC_ARM]
-        constant = here[here["speculator"] == method + grid.CONSTANT_ARM]
+        static = here[here["speculator"] == method + dynamic_k.STATIC_ARM]
+        constant = here[here["speculator"] == method + dynamic_k.CONSTANT_ARM]
         in_turn = not static.empty
         if not in_turn:  # round 1's best static k
             static = here[(here["round"] == "round1")
-                          & (here["speculator"] == grid.runner_method(method)[0])]
+                          & (here["speculator"] == dynamic_k.runner_method(method)[0])]
         levels = [c for c in sorted(cell["concurrency"].unique())
                   if c in set(static["concurrency"])]
         if not levels:
@@ -653,7 +653,7 @@ def dynamic_k_comparison(frame: pd.DataFrame,
                 ["target", "workload", "speculator", "method", "k", "concurrency"],
                 as_index=False)["speedup"].mean().rename(columns={"speedup": "speedup_mean"})
             static = static[static["k"] == best_static_k(means, target, workload,
-                                                         grid.runner_method(method)[0])]
+                                                         dynamic_k.runner_method(method)[0])]
         # cells that took turns: their own throughputs, repeat by repeat (a baseline repeat
         # the adaptive rule did not measure leaves them a pair); round 1's static k, measured
         # at another time: its speedups, each over the baseline repeat the derived cell has too
@@ -666,7 +666,7 @@ def dynamic_k_comparison(frame: pd.DataFrame,
         schedule = (schedules or {}).get(cell["cell_id"].iloc[0])
         alike = []
         if in_turn and not constant_schedule and schedule:
-            alike = [c for c in grid.alike_levels(schedule, int(static["k"].iloc[0]), levels)
+            alike = [c for c in dynamic_k.alike_levels(schedule, int(static["k"].iloc[0]), levels)
                      if c not in table["constant"].columns]
         if alike:
             table["constant"] = table["constant"].combine_first(table["derived"][alike])

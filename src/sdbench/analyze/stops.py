@@ -158,7 +158,7 @@ def _level_recheck(frame: pd.DataFrame, cell_id: str, stop: dict) -> str | None:
 
 def savings(frame: pd.DataFrame) -> pd.DataFrame:
     """Per round: runs planned (every repeat of every level; a repeat split into b blocks of
-    prompts, `grid.point_blocks`, b runs), measured and stopped, the same in repeats' worth (a
+    prompts, `specs.point_blocks`, b runs), measured and stopped, the same in repeats' worth (a
     block 1/b of a repeat), and the measuring time (the load generator's duration of the
     measured ones)."""
     planned = frame[frame["status"] != "unsupported"]

@@ -35,7 +35,7 @@ from sdbench.measure.points import read_point
 from sdbench.measure.run import CellError, Interrupted, write_error
 from sdbench.measure.serving import ServerError
 from sdbench.measure.session import run_session
-from sdbench.plan import adaptive, checks, cost, grid, sessions
+from sdbench.plan import adaptive, checks, design_choice, dynamic_k, grid, sessions, specs
 from sdbench.plan.config import ConfigError, load_config
 from sdbench.plan.sessions import read_manifest
 from sdbench.records import LoadPoint
@@ -45,14 +45,14 @@ class NotDone(CellError):
     """A session could not finish the cell (its manifest says why)."""
 
 
-def assemble(cell: grid.Cell, manifests: list[str | Path], output: str | Path, *,
+def assemble(cell: specs.Cell, manifests: list[str | Path], output: str | Path, *,
              log: TextIO | None = None) -> list[dict]:
     """Write the cell's records (and request detail) from its sessions' manifests; raise
     CellError naming what is missing when a session did not finish the cell."""
     return assemble_cells([cell], {cell.cell_id: manifests}, output, log=log)
 
 
-def assemble_cells(cells: list[grid.Cell], manifests: dict[str, list[str | Path]],
+def assemble_cells(cells: list[specs.Cell], manifests: dict[str, list[str | Path]],
                    output: str | Path, *, log: TextIO | None = None) -> list[dict]:
     """Write the records (and request detail) of these cells, in order, into one file from
     their sessions' manifests (cell id -> its manifests); raise CellError naming what is
@@ -76,7 +76,7 @@ def assemble_cells(cells: list[grid.Cell], manifests: dict[str, list[str | Path]
     return records
 
 
-def _points(cell: grid.Cell, manifests: list[str | Path]) -> list[dict]:
+def _points(cell: specs.Cell, manifests: list[str | Path]) -> list[dict]:
     """The cell's points ({record, detail}) from its sessions' manifests, in plan order."""
     found: dict[tuple, dict] = {}
     for path in manifests:
@@ -123,8 +123,8 @@ def _write(points: list[dict], output: str | Path) -> list[dict]:
     return records
 
 
-def alone(cell: grid.Cell, cells: dict[str, grid.Cell] | None = None
-          ) -> tuple[list[sessions.Session], dict[str, grid.Cell]]:
+def alone(cell: specs.Cell, cells: dict[str, specs.Cell] | None = None
+          ) -> tuple[list[sessions.Session], dict[str, specs.Cell]]:
     """The sessions that measure `cell` on its own, and the cells they serve: its
     configuration's instances with it alone, or for a cell measured in turn with its baseline,
     the group's instances with the baseline's cells of its workload. A chained cell
@@ -140,8 +140,8 @@ def alone(cell: grid.Cell, cells: dict[str, grid.Cell] | None = None
     return [planned[sid].only(turn) for sid in sessions.cell_sessions(lead, cells)], turn
 
 
-def measure_cell(cell: grid.Cell, config: dict, output: str | Path, *,
-                 cells: dict[str, grid.Cell] | None = None, log: TextIO | None = None,
+def measure_cell(cell: specs.Cell, config: dict, output: str | Path, *,
+                 cells: dict[str, specs.Cell] | None = None, log: TextIO | None = None,
                  baseline_records: str | Path | None = None) -> list[dict]:
     """Measure one cell without Snakemake's sessions (a derived dynamic-K cell's job, the
     command line): its sessions serve it alone, then its records are written."""
@@ -161,11 +161,11 @@ def measure_cell(cell: grid.Cell, config: dict, output: str | Path, *,
     return assemble(cell, manifests, output, log=log)
 
 
-def measure_in_turns(cells: list[grid.Cell], config: dict, output: str | Path, *,
+def measure_in_turns(cells: list[specs.Cell], config: dict, output: str | Path, *,
                      log: TextIO | None = None) -> list[dict]:
     """Measure cells compared with each other (a derived dynamic-K schedule, its static k, that
     k as a constant schedule), each on its own servers, taking turns by server instance
-    (`grid.turn_order`): repeat r of every cell is measured by instance r mod n, minutes
+    (`dynamic_k.turn_order`): repeat r of every cell is measured by instance r mod n, minutes
     apart, so their ratios pair repeats measured close in time (one GPU holds one server at a
     time).
     Under the adaptive rule (the config's `adaptive:`) each runner's cells stop against their
@@ -175,18 +175,18 @@ def measure_in_turns(cells: list[grid.Cell], config: dict, output: str | Path, *
     level is measured (no bisection: a level's neighbours are not decided when its turn
     comes). A derived schedule measured without its static k (`dynamic_k[].split: false`) has
     nothing to stop against here, and cells whose turns do not give their repeats in order
-    (`grid.stops_in_turn`: more than one server instance, fewer than repeats) no sequence to
+    (`dynamic_k.stops_in_turn`: more than one server instance, fewer than repeats) no sequence to
     stop on: every repeat of them is measured. Their records go, in order,
     into `output` with their request detail."""
     manifests: dict[str, list[str]] = {cell.cell_id: [] for cell in cells}
-    inside = {cell.cell_id: grid.after_lead(cells, cell) for cell in cells}
-    for cell, instance in grid.turn_order(cells):
+    inside = {cell.cell_id: dynamic_k.after_lead(cells, cell) for cell in cells}
+    for cell, instance in dynamic_k.turn_order(cells):
         session = sessions.standalone(cell)[sessions.session_id(
             cell.config_id, instance)]
         manifest = layout.standalone_session_output(cell.cell_id, instance)
-        group = grid.turn_group(cells, cell)
-        paired = any(c.speculator.endswith(grid.STATIC_ARM) for c in group) and (
-            grid.stops_in_turn(group))
+        group = dynamic_k.turn_group(cells, cell)
+        paired = any(c.speculator.endswith(dynamic_k.STATIC_ARM) for c in group) and (
+            dynamic_k.stops_in_turn(group))
         run_session(session, {cell.cell_id: cell}, in_turns(config, paired), manifest, log=log,
                     turns=(group, {c.cell_id: list(manifests[c.cell_id]) for c in group},
                            {c.cell_id: inside[c.cell_id] for c in group})
@@ -217,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
-        cost.resolve_design(config)  # the design the workflow runs (`adaptive.chain: auto`)
+        # the design the workflow runs (`adaptive.chain: auto`)
+        design_choice.resolve_design(config)
         cells = grid.cells_by_id(config)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -20,7 +20,7 @@ from sdbench.measure import engine_report, engines, gpumon, points, slots, stopp
 from sdbench.measure.run import CellRun, log_size, now, point_status, run_args
 from sdbench.measure.server import Clock, speculative_config
 from sdbench.measure.serving import VllmServer, job_thread_env, log_tail
-from sdbench.plan import grid, hostcaps
+from sdbench.plan import hostcaps, specs
 from sdbench.plan.sessions import Session
 from sdbench.plan.settings import settings
 from sdbench.records import LoadPoint
@@ -33,8 +33,8 @@ def engine_job(runs: list[CellRun], out_dir: str | Path) -> dict:
     server_cfg, point_loadgen = cell.server_config, cell.workload["loadgen"]
     draft = server_cfg["draft"]
     return {"engine": cell.engine,
-            "target_dir": grid.model_dir(config, server_cfg["target"]["name"]),
-            "draft_dir": None if draft is None else grid.model_dir(config, draft["name"]),
+            "target_dir": specs.model_dir(config, server_cfg["target"]["name"]),
+            "draft_dir": None if draft is None else specs.model_dir(config, draft["name"]),
             "speculative_config": speculative_config(cell, config),
             "args": run_args(cell, config, runs[0].verdict), "method": server_cfg["method"],
             "k": server_cfg["num_speculative_tokens"], "options": server_cfg["method_options"],
@@ -53,14 +53,14 @@ def engine_job(runs: list[CellRun], out_dir: str | Path) -> dict:
             "out_dir": str(out_dir)}
 
 
-def child_env(cell: grid.Cell, held: slots.Slots) -> dict[str, str]:
+def child_env(cell: specs.Cell, held: slots.Slots) -> dict[str, str]:
     """The child's environment beside its own: the server's (vLLM's offline engine; none for
-    the Transformers reference, `grid.server_config`), the host's ISA choice and the held GPUs;
+    the Transformers reference, `specs.server_config`), the host's ISA choice and the held GPUs;
     the Transformers reference also keeps the job's thread count (`serving.job_thread_env`: the
     cell's `threads`), which vLLM's engine sets for itself. Without it torch took every core:
     beside a vLLM server on 2 shared cores its two OpenMP threads measured 0.4-0.9 output tok/s
     against 9.3 in a quiet moment of the same run (2026-12-02, the end-to-end run)."""
-    threads = job_thread_env() if cell.engine == grid.TRANSFORMERS else {}
+    threads = job_thread_env() if cell.engine == specs.TRANSFORMERS else {}
     return {**cell.server_config["env"], **hostcaps.isa_env(), **held.env, **threads}
 
 

@@ -21,7 +21,7 @@ from sdbench.measure import slots, stopping
 from sdbench.measure.run import CellError, CellRun, now, restart_partial
 from sdbench.measure.server import Clock, SessionServer, checked, fail
 from sdbench.measure.serving import ServerError
-from sdbench.plan import adaptive, grid
+from sdbench.plan import adaptive, dynamic_k, specs
 from sdbench.plan.sessions import Session
 from sdbench.records import LoadPoint
 
@@ -37,7 +37,7 @@ def interleaved_order(cell_ids: list[str], points: list[tuple]) -> list[tuple[st
     return order
 
 
-def turns(session: Session, cells: dict[str, grid.Cell], runs: list[CellRun]
+def turns(session: Session, cells: dict[str, specs.Cell], runs: list[CellRun]
           ) -> list[tuple[CellRun, list[CellRun]]]:
     """Per workload of the lead configuration: (the lead's cell, the cells that take turns
     with it), those of them that measure something here. A point any of them misses is
@@ -63,19 +63,19 @@ def turns(session: Session, cells: dict[str, grid.Cell], runs: list[CellRun]
     return out
 
 
-def paired_elsewhere(lead: CellRun, members: list[CellRun], cells: dict[str, grid.Cell],
+def paired_elsewhere(lead: CellRun, members: list[CellRun], cells: dict[str, specs.Cell],
                      config: dict) -> frozenset[tuple]:
     """The baseline's points (point ids) that a cell outside the group measures with it: one
     measured on its own (not interleaved), or a derived dynamic-K cell measured alone (`split:
-    false`; its placeholder, `grid.dynamic_k_placeholder`). Such a cell reads the baseline's
+    false`; its placeholder, `dynamic_k.dynamic_k_placeholder`). Such a cell reads the baseline's
     records later and needs a baseline repeat for each of its own, so these may not stop with
     the group's cells."""
-    outside = grid.paired_outside(config, cells, lead.cell_id, {r.cell_id for r in members})
+    outside = dynamic_k.paired_outside(config, cells, lead.cell_id, {r.cell_id for r in members})
     return frozenset(LoadPoint.of_load(load, r).order for cell in outside
                      for load in cell.load_points() for r in cell.load_repeats(load))
 
 
-def measure_group(session: Session, cells: dict[str, grid.Cell], runs: list[CellRun],
+def measure_group(session: Session, cells: dict[str, specs.Cell], runs: list[CellRun],
                   held: slots.Slots, clock: Clock, failed: dict, config: dict) -> None:
     """Measure every workload's turns, the servers of its cells up side by side: those a
     workload needs are launched together before its first point (the baseline's once), and a
@@ -89,7 +89,7 @@ def measure_group(session: Session, cells: dict[str, grid.Cell], runs: list[Cell
     configs = list(dict.fromkeys(r.cell.config_id for r in measuring))
     first = {cid: next(r for r in measuring if r.cell.config_id == cid)
              for cid in configs}
-    counts = [grid.cell_gpus(first[cid].cell.server_config) for cid in configs]
+    counts = [specs.cell_gpus(first[cid].cell.server_config) for cid in configs]
     views = dict(zip(configs, slots.split(held, counts), strict=True))
     left = {cid: sum(len(r.missing) for r in measuring
                      if r.cell.config_id == cid) for cid in configs}

@@ -14,18 +14,18 @@ from sdbench.files import atomic_path
 from sdbench.ids import short_hash
 from sdbench.layout import point_cache
 from sdbench.models import checkpoints as models
-from sdbench.plan import grid
+from sdbench.plan import specs
 from sdbench.records import LoadPoint
 
 
-def repeat_seed(cell: grid.Cell, repeat: int) -> int:
+def repeat_seed(cell: specs.Cell, repeat: int) -> int:
     """Each repeat its own seed (prompt order, arrival times, sampling), so that the interval
-    over repeats covers them; a block of prompts (`grid.point_blocks`) is a repeat of its own:
+    over repeats covers them; a block of prompts (`specs.point_blocks`) is a repeat of its own:
     its seed draws its prompts, the same on both sides of a pair."""
     return int(cell.workload["loadgen"]["seed"]) + repeat
 
 
-def point_facts(cell: grid.Cell, config: dict, prompts_sha256: str, min_tokens: int | None,
+def point_facts(cell: specs.Cell, config: dict, prompts_sha256: str, min_tokens: int | None,
                 environment: dict, dtype: str | None) -> dict:
     """What, besides the cell's definition, determines its measurements here: the prompt
     file's bytes, the forced output length, the vLLM build, the resolved dtype, every
@@ -33,31 +33,31 @@ def point_facts(cell: grid.Cell, config: dict, prompts_sha256: str, min_tokens: 
     Transformers cells the transformers and torch versions."""
     facts = {"prompts_sha256": prompts_sha256, "min_tokens": min_tokens,
              "vllm": environment["vllm"],
-             "checkpoints": {role: models.checkpoint_fingerprint(grid.model_dir(config, name))
-                             for role, name in zip(("target", "draft"), grid.cell_models(cell),
+             "checkpoints": {role: models.checkpoint_fingerprint(specs.model_dir(config, name))
+                             for role, name in zip(("target", "draft"), specs.cell_models(cell),
                                                    strict=False)}}
     if cell.server_config["args"].get("dtype") == "host":
         facts["dtype"] = dtype
-    if cell.engine == grid.TRANSFORMERS:
+    if cell.engine == specs.TRANSFORMERS:
         facts["libraries"] = {"transformers": environment.get("transformers"),
                               "torch": environment.get("torch")}
     return facts
 
 
-def point_key(cell: grid.Cell, load: dict, repeat: int, facts: dict) -> str:
+def point_key(cell: specs.Cell, load: dict, repeat: int, facts: dict) -> str:
     """Content hash of everything that determines one measurement: the server config, the
-    workload without reporting-only settings (`grid.workload_identity`), the point, its seed,
+    workload without reporting-only settings (`specs.workload_identity`), the point, its seed,
     its server instance and `point_facts`. A cached measurement is reused only under the same
     key; changing how results are reported keeps every key, and so does serving the cell in a
     session with other workloads."""
     fields = {"server_config": cell.server_config,
-              "workload": grid.workload_identity(cell.workload),
+              "workload": specs.workload_identity(cell.workload),
               "concurrency": load.get("concurrency"), "repeat": repeat,
               "seed": repeat_seed(cell, repeat), "instance": cell.instance_of(repeat, load),
               **facts}
     if load["mode"] == "rate":
         fields["load"] = load
-    if (blocks := grid.point_blocks(cell, load)) > 1:  # a block of prompts, not a whole repeat
+    if (blocks := specs.point_blocks(cell, load)) > 1:  # a block of prompts, not a whole repeat
         fields["blocks"] = blocks
     if cell.profile:
         fields["profile"] = cell.profile

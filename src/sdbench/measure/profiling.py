@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sdbench.host import ProfileError, nsys_executable
 from sdbench.layout import profile_dir
-from sdbench.plan.grid import config_id
+from sdbench.plan.specs import config_id
 from sdbench.records import LoadPoint
 
 NSYS_TRACE = "cuda,nvtx,osrt"

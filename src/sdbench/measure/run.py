@@ -33,7 +33,7 @@ from sdbench.files import (
 from sdbench.logcause import error_cause, first_line
 from sdbench.measure import loadgen, points, provenance, stopping
 from sdbench.models import checkpoints as models
-from sdbench.plan import adaptive, checks, grid, hostcaps
+from sdbench.plan import adaptive, checks, hostcaps, specs
 from sdbench.plan.config import REPO_ROOT
 from sdbench.plan.hostcaps import UNSUPPORTED
 from sdbench.records import LoadPoint, Record, read_records
@@ -86,7 +86,7 @@ def signals_raise() -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def write_error(cell: grid.Cell, message: str, **logs) -> None:
+def write_error(cell: specs.Cell, message: str, **logs) -> None:
     """Why a cell did not finish, for the index and the reports (`logs`: the job's `log`, the
     `server_log`, the `session`)."""
     atomic_write_json(layout.error_output(layout.cell_output(cell.cell_id)),
@@ -110,7 +110,7 @@ def point_status(metrics: dict, error: str | None, max_failure_share: float) -> 
     return "ok", ""
 
 
-def check_workload(cell: grid.Cell) -> int | None:
+def check_workload(cell: specs.Cell) -> int | None:
     """Check the prompt file can serve the workload; return its forced output length if any."""
     path = cell.workload["path"]
     if not Path(path).is_file():
@@ -130,17 +130,17 @@ def check_workload(cell: grid.Cell) -> int | None:
     return min_tokens.pop()
 
 
-def model_cards(cell: grid.Cell, config: dict) -> dict:
+def model_cards(cell: specs.Cell, config: dict) -> dict:
     server_cfg = cell.server_config
-    target_dir = grid.model_dir(config, server_cfg["target"]["name"])
+    target_dir = specs.model_dir(config, server_cfg["target"]["name"])
     cards = {"target": {"path": target_dir, "card": models.read_card(target_dir)}}
     if server_cfg["draft"] is not None:
-        draft_dir = grid.model_dir(config, server_cfg["draft"]["name"])
+        draft_dir = specs.model_dir(config, server_cfg["draft"]["name"])
         cards["draft"] = {"path": draft_dir, "card": models.read_card(draft_dir)}
     return cards
 
 
-def run_args(cell: grid.Cell, config: dict, verdict: dict | None) -> dict:
+def run_args(cell: specs.Cell, config: dict, verdict: dict | None) -> dict:
     """The cell's engine arguments as run here (`dtype: host` resolved; by the cell's own
     verdict, or asked now when the caller has none)."""
     args = cell.server_config["args"]
@@ -149,11 +149,11 @@ def run_args(cell: grid.Cell, config: dict, verdict: dict | None) -> dict:
     return args
 
 
-def baseline_counts(cell: grid.Cell, baseline_records: str | Path | None = None
+def baseline_counts(cell: specs.Cell, baseline_records: str | Path | None = None
                     ) -> dict[tuple, int]:
     """point id -> the prompt count the baseline cell sent there (duration-bounded speculative
     cells send the same); empty when the counts are not duration-bounded."""
-    if not grid.sends_baseline_counts(cell):
+    if not specs.sends_baseline_counts(cell):
         return {}
     path = Path(baseline_records or layout.cell_output(cell.baseline_cell_id))
     if not path.is_file():
@@ -176,7 +176,7 @@ class CellRun:
     measuring order), the cache path of each, the points found or measured so far, those still
     to measure, and what every record of the cell carries."""
 
-    cell: grid.Cell
+    cell: specs.Cell
     config: dict
     instance: int
     plan: dict[tuple, tuple[dict, int]]
@@ -219,7 +219,7 @@ class CellRun:
                server: dict, loadgen_info: dict, started: str,
                finished: str | None = None) -> dict:
         cell = self.cell
-        if (blocks := grid.point_blocks(cell, load)) > 1:  # a block of a repeat's prompts
+        if (blocks := specs.point_blocks(cell, load)) > 1:  # a block of a repeat's prompts
             loadgen_info = {**loadgen_info, "blocks": blocks}
         return Record(
             cell_id=cell.cell_id, round=cell.round, speculator=cell.speculator,
@@ -294,7 +294,7 @@ class CellRun:
         loadgen.prompts_per_concurrency a closed-loop point has that many per unit of
         concurrency, at most num_prompts."""
         cell = self.cell
-        available = grid.point_prompts(cell, load)
+        available = specs.point_prompts(cell, load)
         duration = cell.workload["loadgen"].get("duration_s")
         if duration is None:
             return available, {}
@@ -312,13 +312,13 @@ class CellRun:
                                         "duration_capped": wanted > available}
 
 
-def prepare(cell: grid.Cell, config: dict, instance: int, plan: list[tuple[dict, int]], *,
+def prepare(cell: specs.Cell, config: dict, instance: int, plan: list[tuple[dict, int]], *,
             log: TextIO | None = None, baseline_records: str | Path | None = None) -> CellRun:
     """Check the cell can be measured here and read what its points in this session already
     have in the cache; its partial records then hold exactly what is known of it."""
     log = log or sys.stderr
     min_tokens = check_workload(cell)
-    for name in grid.cell_models(cell):
+    for name in specs.cell_models(cell):
         checks.check_quantization(config, name, source=f"cell {cell.cell_id}")
     checks.check_vocab(config, cell, features=checks.vllm_features(),
                        source=f"cell {cell.cell_id}")
@@ -344,13 +344,13 @@ def prepare(cell: grid.Cell, config: dict, instance: int, plan: list[tuple[dict,
             f"cached, measuring {len(missing)}: {missing}; dtype "
             f"{verdict['dtype']['resolved'] or 'auto'} ({verdict['dtype']['why']})")
     if missing and not run.unsupported:
-        for name in grid.cell_models(cell):
-            if not Path(grid.model_dir(config, name)).exists():
+        for name in specs.cell_models(cell):
+            if not Path(specs.model_dir(config, name)).exists():
                 raise CellError(f"cell {cell.cell_id} ({cell.label}): model {name!r} "
-                                f"({grid.model_dir(config, name)}) does not exist; the plan "
+                                f"({specs.model_dir(config, name)}) does not exist; the plan "
                                 "expected this host not to run the cell (its verdict here "
                                 "differs): build the model (snakemake "
-                                f"{grid.model_dir(config, name)}) and run again")
+                                f"{specs.model_dir(config, name)}) and run again")
         run.baseline_counts = baseline_counts(cell, baseline_records)
     if missing:  # (a cell with nothing to measure here keeps its files as they are)
         restart_partial(run)

@@ -26,21 +26,21 @@ from sdbench.measure.run import (
     with_causes,
 )
 from sdbench.measure.serving import VllmServer, log_tail, server_command
-from sdbench.plan import checks, grid, hostcaps
+from sdbench.plan import checks, hostcaps, specs
 from sdbench.plan.config import VANILLA, ConfigError
 from sdbench.plan.sessions import Session
 from sdbench.plan.settings import settings
 from sdbench.script_log import debug_enabled
 
 
-def speculative_config(cell: grid.Cell, config: dict) -> dict | None:
+def speculative_config(cell: specs.Cell, config: dict) -> dict | None:
     server = cell.server_config
     if server["method"] == VANILLA:
         return None
     spec = {"method": server["method"], "num_speculative_tokens": server["num_speculative_tokens"],
             **server["method_options"]}
     if server["draft"] is not None:
-        spec["model"] = grid.model_dir(config, server["draft"]["name"])
+        spec["model"] = specs.model_dir(config, server["draft"]["name"])
     return spec
 
 
@@ -60,13 +60,13 @@ def reporting_args(args: dict, spec: dict | None,
     return {**args, PER_REQUEST_ACCEPTANCE: "detailed"}
 
 
-def cell_server(cell: grid.Cell, config: dict, server_log: str | Path,
+def cell_server(cell: specs.Cell, config: dict, server_log: str | Path,
                 env: dict | None = None, verdict: dict | None = None) -> VllmServer:
     """The server of the cell's configuration (not started: use it as a context manager).
     `verdict` (hostcaps.cell_verdict) resolves `dtype: host`."""
     server_cfg, srv = cell.server_config, settings(config).server
     target = server_cfg["target"]["name"]
-    target_dir = grid.model_dir(config, target)
+    target_dir = specs.model_dir(config, target)
     spec = speculative_config(cell, config)
     args = reporting_args(run_args(cell, config, verdict), spec, checks.vllm_features())
 
@@ -87,21 +87,21 @@ def cell_server(cell: grid.Cell, config: dict, server_log: str | Path,
 LEVEL_WARM_UP_SEED = 100_000
 
 
-def point_settings(cell: grid.Cell, repeat: int, *, warm_up: bool = False,
+def point_settings(cell: specs.Cell, repeat: int, *, warm_up: bool = False,
                    ready_check: bool = True) -> dict:
     """The load generator's settings for one repeat: its own seed; warm-up requests
-    (`grid.warm_up_requests`) before a cell's first point on its server, `warm_up` (later
+    (`specs.warm_up_requests`) before a cell's first point on its server, `warm_up` (later
     points find it warm; each warm-up request costs a whole output, minutes on a slow target);
     the readiness check (one request of the first prompt) only before a server's first point
     (the server answered /health)."""
     chosen = {**cell.workload["loadgen"], "seed": points.repeat_seed(cell, repeat),
-              "num_warmups": grid.warm_up_requests(cell, warm_up)}
+              "num_warmups": specs.warm_up_requests(cell, warm_up)}
     if not ready_check:
         chosen["ready_check_timeout_s"] = 0
     return chosen
 
 
-def point_argv(cell: grid.Cell, config: dict, server: VllmServer, load: dict,
+def point_argv(cell: specs.Cell, config: dict, server: VllmServer, load: dict,
                min_tokens: int | None, num_prompts: int | None = None,
                settings: dict | None = None) -> list[str]:
     """The load generator's arguments for one load point of the cell against a running
@@ -109,7 +109,7 @@ def point_argv(cell: grid.Cell, config: dict, server: VllmServer, load: dict,
     target = cell.server_config["target"]["name"]
     return loadgen.loadgen_argv(
         host=server.connect_host, port=server.port, served_name=target,
-        tokenizer=grid.model_dir(config, target), dataset_path=cell.workload["path"],
+        tokenizer=specs.model_dir(config, target), dataset_path=cell.workload["path"],
         num_prompts=num_prompts or cell.workload["num_prompts"],
         concurrency=load.get("concurrency"), request_rate=load.get("request_rate"),
         burstiness=load.get("burstiness", 1.0),
@@ -184,7 +184,7 @@ class SessionServer:
         self.session, self.view, self.log_path, self.clock = session, view, server_log, clock
         self.config, self.log = run.config, run.log
         self.server = cell_server(run.cell, run.config, server_log, view.env, run.verdict)
-        self.isolation = grid.isolation(run.cell.server_config)
+        self.isolation = specs.isolation(run.cell.server_config)
         self.config_id = run.cell.config_id
         self.target = run.cell.server_config["target"]["name"]
         self.points = 0
@@ -268,7 +268,7 @@ class SessionServer:
         level = load.get("concurrency") if load["mode"] != "rate" else None
         chosen = point_settings(cell, repeat, warm_up=cell.cell_id not in self.cells,
                                 ready_check=self.points == 0)
-        wave = grid.level_warm_up(cell, None if level in self.levels else level)
+        wave = specs.level_warm_up(cell, None if level in self.levels else level)
         if wave:
             self.warm_level(run, load, wave, chosen)
         try:

@@ -35,7 +35,7 @@ from sdbench.measure import engine_cells, groups, loadgen, profiling, slots, sto
 from sdbench.measure.run import CellError, CellRun, now, prepare, signals_raise, write_error
 from sdbench.measure.server import Clock, SessionServer, checked, fail
 from sdbench.measure.serving import ServerError
-from sdbench.plan import adaptive, checks, grid, hostcaps, sessions
+from sdbench.plan import adaptive, checks, hostcaps, sessions, specs
 from sdbench.plan.config import ConfigError
 from sdbench.plan.sessions import Session, read_manifest, session_points
 from sdbench.plan.settings import settings
@@ -116,10 +116,10 @@ def _measure_cell_points(server: SessionServer, run: CellRun, pids: list, failed
         run.missing = [p for p in saved if p not in pids]
 
 
-def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
+def run_session(session: Session, cells: dict[str, specs.Cell], config: dict,
                 manifest: str | Path, *, log: TextIO | None = None,
                 baseline_records: dict[str, str] | None = None,
-                turns: tuple[list[grid.Cell], dict[str, list], dict] | None = None) -> dict:
+                turns: tuple[list[specs.Cell], dict[str, list], dict] | None = None) -> dict:
     """Measure every due point of the session's cells (`cells`: those and every cell paired
     with the same baselines, `sessions.session_family`: a chained stage decides against its
     partners' and rivals' stages, a baseline keeps the repeats a cell outside its group reads;
@@ -182,7 +182,7 @@ def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
                 # on in the background of whatever the process does next
                 importer = loadgen.preload()
                 try:
-                    gpus = [grid.cell_gpus(cells[c].server_config) for c in
+                    gpus = [specs.cell_gpus(cells[c].server_config) for c in
                             _first_cells(session, cells)]
                     with slots.held(sum(gpus) if session.interleaved else gpus[0],
                                     label=f"session {session.session_id}",
@@ -190,7 +190,7 @@ def run_session(session: Session, cells: dict[str, grid.Cell], config: dict,
                         print(f"[sdbench] session {session.session_id}: {held.reason}", file=log,
                               flush=True)
                         _check_leftovers(held)
-                        if session.engine != grid.SERVE:
+                        if session.engine != specs.SERVE:
                             engine_cells.measure_engine(session, due, held, clock, failed)
                         elif session.interleaved:
                             # every run of the session: a group measures again, for all its
@@ -259,8 +259,8 @@ def _alone_under_rule(run: CellRun, config: dict,
     run.stops = stopping.GroupStops(rule, stopping.RecordedBaseline(path), [run])
 
 
-def _chained(run: CellRun, config: dict, cells: dict[str, grid.Cell], stage: int) -> None:
-    """A chained cell's stage (`grid.Cell.chain`) under the rule: a speculative cell stops
+def _chained(run: CellRun, config: dict, cells: dict[str, specs.Cell], stage: int) -> None:
+    """A chained cell's stage (`specs.Cell.chain`) under the rule: a speculative cell stops
     against its baseline's stages up to this one, with its own earlier stages' points as its
     looks so far, in the group of the chained cells paired with that baseline (σ pooled with
     theirs and the race among its speculator's settings as they stood at the whole repeat's
@@ -330,7 +330,7 @@ def _read_checkpoints(session: Session, config: dict) -> None:
         print(f"[sdbench] session {session.session_id}: {exc}", file=sys.stderr, flush=True)
 
 
-def _first_cells(session: Session, cells: dict[str, grid.Cell]) -> list[str]:
+def _first_cells(session: Session, cells: dict[str, specs.Cell]) -> list[str]:
     """One cell of each of the session's configurations, in the session's order."""
     seen, out = set(), []
     for cell_id in session.cells:

@@ -5,7 +5,7 @@ stops: its later repeats there are recorded as "stopped" (with why, and the numb
 decided on) instead of being measured. The baseline's repeat at a level is measured while any
 cell paired with it there still needs it, and always at the points a cell outside the group
 measures with it (`keep`: a cell measured on its own, a derived dynamic-K cell measured alone,
-`split: false`: `grid.paired_outside`), which reads its records later and needs a baseline
+`split: false`: `dynamic_k.paired_outside`), which reads its records later and needs a baseline
 repeat for every repeat it measures.
 
 At a closed-loop level (concurrency) the rule reads the output-token throughput's paired ratio;
@@ -18,7 +18,7 @@ the decision differs) as the concurrency levels are, in a tree of their own.
 A speculative cell measured on its own (not interleaved) follows the same rule against its
 baseline cell's finished records (`RecordedBaseline`: with the rule on, its session waits for
 them, `adaptive.reads_baseline`); its baseline is measured in full. Under `adaptive.chain` such
-cells and their baseline run in stages instead (`grid.Cell.chain`: one session each, depth by
+cells and their baseline run in stages instead (`specs.Cell.chain`: one session each, depth by
 depth of the level tree, repeat by repeat, the baseline's stage first): a cell's looks are its
 stages' points so far (`ChainRun`), its group the chained cells of its baseline as of their
 stages before, the group's σ and race as they stood at the whole repeat's first block, but
@@ -46,7 +46,7 @@ from pathlib import Path
 from sdbench import layout
 from sdbench.measure import points as point_cache
 from sdbench.metrics import THROUGHPUT, TPOT
-from sdbench.plan import adaptive, grid, sessions
+from sdbench.plan import adaptive, dynamic_k, sessions, specs
 from sdbench.plan.hostcaps import UNSUPPORTED
 from sdbench.records import STOPPED, LoadPoint, read_records
 
@@ -86,13 +86,13 @@ class RecordedBaseline:
                        for r in read_records(path)}
 
 
-def full_plan(cell: grid.Cell) -> dict[tuple, tuple[dict, int]]:
+def full_plan(cell: specs.Cell) -> dict[tuple, tuple[dict, int]]:
     """Every point of a cell, all its repeats (point id -> (load, repeat))."""
     return {LoadPoint.of_load(load, r).order: (load, r) for load in cell.load_points()
             for r in cell.load_repeats(load)}
 
 
-def stage_points(cell: grid.Cell, stages: range) -> tuple[dict[tuple, dict], list[int]]:
+def stage_points(cell: specs.Cell, stages: range) -> tuple[dict[tuple, dict], list[int]]:
     """What a chained cell's sessions of `stages` kept (their manifests: a measured point's
     cache file, a stopped or unsupported point's record), by point id; and the stages whose
     session has not finished the cell."""
@@ -104,7 +104,7 @@ def stage_points(cell: grid.Cell, stages: range) -> tuple[dict[tuple, dict], lis
     return found, not_done
 
 
-def manifest_points(cell: grid.Cell, manifest: str | Path, found: dict[tuple, dict]) -> bool:
+def manifest_points(cell: specs.Cell, manifest: str | Path, found: dict[tuple, dict]) -> bool:
     """Add to `found` what one session's manifest kept of `cell` (a measured point's cache
     file, a stopped or unsupported point's record), by point id; False where the manifest does
     not have the cell finished."""
@@ -120,11 +120,11 @@ def manifest_points(cell: grid.Cell, manifest: str | Path, found: dict[tuple, di
 
 
 class ChainRun:
-    """A chained cell as its stage's rule sees it (`grid.Cell.chain`): every point of the
+    """A chained cell as its stage's rule sees it (`specs.Cell.chain`): every point of the
     cell planned (its looks are the whole point's), the points of its earlier stages (their
     sessions' manifests) with, for the cell measured in this session, those measured so far."""
 
-    def __init__(self, cell: grid.Cell, earlier: dict[tuple, dict], run=None):
+    def __init__(self, cell: specs.Cell, earlier: dict[tuple, dict], run=None):
         self.cell, self.cell_id, self.run = cell, cell.cell_id, run
         # a cell this host could not run (its records say so) needs no baseline points
         self.unsupported = run.unsupported if run is not None else next(
@@ -143,7 +143,7 @@ class GroupStops:
         # `turns`: cells measured in turn, whole repeat by whole repeat, each on its own
         # servers (`turn_stops`): a look before a whole repeat, as a chain's group, and inside
         # one only on the server instances where the cell's turn comes after the lead's
-        # (`inside`: cell id -> those instances, `grid.after_lead`)
+        # (`inside`: cell id -> those instances, `dynamic_k.after_lead`)
         self.rule, self.lead, self.keep, self.turns = rule, lead, keep, turns
         self.inside = inside or {}
         self.chained = chained or turns
@@ -162,8 +162,8 @@ class GroupStops:
                                           None if b is None else levels[b])
                               for i, (depth, a, b) in tree.items()})
         self.gates: dict[tuple, dict] = {}
-        # level -> the blocks of prompts its repeats are split into (`grid.point_blocks`)
-        self.blocks = {_level(pid): grid.point_blocks(p.cell, p.plan[pid][0])
+        # level -> the blocks of prompts its repeats are split into (`specs.point_blocks`)
+        self.blocks = {_level(pid): specs.point_blocks(p.cell, p.plan[pid][0])
                        for p in self.partners for pid in p.plan}
 
     def rule_at(self, level: tuple) -> adaptive.Rule:
@@ -347,18 +347,18 @@ class GroupStops:
         return (*_level(pid), pid[-1] - pid[-1] % blocks)
 
 
-def turn_stops(rule: adaptive.Rule, run, group: list[grid.Cell],
+def turn_stops(rule: adaptive.Rule, run, group: list[specs.Cell],
                manifests: dict[str, list[str | Path]],
                inside: dict[str, frozenset[int]] | None = None) -> GroupStops:
     """The rule over cells measured in turn (`sdbench.measure.cell.measure_in_turns`: a
     derived dynamic-K schedule, its static k and that k as a constant schedule), for `run`'s
-    session: the static k leads (`grid.STATIC_ARM`), and each other cell's looks are its output
+    session: the static k leads (`dynamic_k.STATIC_ARM`), and each other cell's looks are its output
     throughput ÷ the static k's, repeat by repeat (the net and the mechanism's cost), from
     their sessions so far (`manifests`: cell id -> the manifests of its turns before). Turns
     go instance by instance, so before repeat r every cell's repeats before r are measured: a
     look is made there (`GroupStops.turns`), and inside repeat r (before each of its blocks
     of prompts) on the server instances where the cell's turn comes after the static k's
-    (`inside`: cell id -> those instances, `grid.after_lead`), and the static k measures a
+    (`inside`: cell id -> those instances, `dynamic_k.after_lead`), and the static k measures a
     repeat while one of the others goes on at its first block."""
     views = []
     for cell in group:
@@ -366,7 +366,7 @@ def turn_stops(rule: adaptive.Rule, run, group: list[grid.Cell],
         for manifest in manifests.get(cell.cell_id, []):
             manifest_points(cell, manifest, found)
         views.append(ChainRun(cell, found, run if cell.cell_id == run.cell_id else None))
-    lead = next(v for v in views if v.cell.speculator.endswith(grid.STATIC_ARM))
+    lead = next(v for v in views if v.cell.speculator.endswith(dynamic_k.STATIC_ARM))
     return GroupStops(rule, lead, [v for v in views if v is not lead], turns=True,
                       inside=inside)
 

@@ -33,7 +33,7 @@ from sdbench import layout
 from sdbench.files import atomic_write_json
 from sdbench.measure import cell as cellmod
 from sdbench.measure import loadgen, provenance, run, server, slots
-from sdbench.plan import grid
+from sdbench.plan import grid, specs
 from sdbench.plan.config import REPO_ROOT, load_config
 
 
@@ -62,7 +62,7 @@ def extrapolate_share(split: dict, prompts: int, to_prompts: int) -> float:
     return measuring / (measuring + split["other_s"])
 
 
-def _cell(config_path: str, cell_id: str) -> tuple[dict, grid.Cell]:
+def _cell(config_path: str, cell_id: str) -> tuple[dict, specs.Cell]:
     config = load_config(config_path)
     cells = grid.cells_by_id(config)
     if cell_id not in cells:
@@ -95,7 +95,7 @@ def fidelity(args) -> dict:
     min_tokens = run.check_workload(cell)
     workdir = Path(args.workdir)
     rows = []
-    with slots.held(grid.cell_gpus(cell.server_config)) as held, server.cell_server(
+    with slots.held(specs.cell_gpus(cell.server_config)) as held, server.cell_server(
             cell, config, workdir / f"{cell.cell_id}.fidelity.server.log", held.env) as srv:
         argv = server.point_argv(cell, config, srv, {"mode": "concurrency",
                                                       "concurrency": args.concurrency},
@@ -135,7 +135,7 @@ def startup(args) -> dict:
     times = {}
     for name in ("cold", "warm"):
         log = Path(args.workdir) / f"{cell.cell_id}.startup-{name}.server.log"
-        with slots.held(grid.cell_gpus(cell.server_config)) as held, server.cell_server(
+        with slots.held(specs.cell_gpus(cell.server_config)) as held, server.cell_server(
                 cell, config, log, {**env, **held.env}) as started:
             times[f"{name}_startup_s"] = started.startup_s
     shutil.rmtree(root, ignore_errors=True)

@@ -30,7 +30,7 @@ it, `separable`), when its chance of a verdict by the cap falls below
 decided on, so that the report recomputes it (`recheck`).
 
 **Blocks of prompts.** With `blocks` > 1, a repeat at a low closed-loop concurrency is split
-into blocks of its prompts (`grid.point_blocks`: as many as keep 4 waves of the concurrency in
+into blocks of its prompts (`specs.point_blocks`: as many as keep 4 waves of the concurrency in
 a block, at most `blocks`), each a repeat of its own with its own seed: both sides of a pair
 send the same prompts in it, and a point can stop after a block instead of a whole repeat. The
 looks are then the blocks (repeats × blocks), and the prior σ is a block's (`Rule.at`).
@@ -56,7 +56,7 @@ from functools import cache, lru_cache
 
 import numpy as np
 
-from sdbench.plan import grid, settings
+from sdbench.plan import grid, settings, specs
 
 CONTINUE, SETTLED, PRECISE, BEATEN, FUTILE, CAP = (
     "continue", "settled", "precise", "beaten", "futile", "cap")
@@ -140,7 +140,7 @@ class Rule:
 
     def at(self, blocks: int = 1, concurrency: int | None = None) -> Rule:
         """The rule at one level: its prior σ the level's own (`noise_at`) and, where its
-        repeats are split into `blocks` blocks of prompts (`grid.point_blocks`), one block's,
+        repeats are split into `blocks` blocks of prompts (`specs.point_blocks`), one block's,
         √blocks times a whole repeat's (its noise within a server start is its prompts' own);
         a level's own prior scales the starts' share alike (an H100's instances differed less
         at concurrency 1 than under load), which blocks leave as it is (a start's offset is
@@ -538,7 +538,7 @@ def recheck(stop: dict, ys) -> str | None:
 SAMPLED_MIN_REPEATS = 2
 
 
-def cell_rule(config: dict, cell: grid.Cell) -> Rule | None:
+def cell_rule(config: dict, cell: specs.Cell) -> Rule | None:
     """The config's rule as it applies to `cell` (None where the rule is off, and for the
     instance probe's cells, measured in full: `grid.probe_cells`): above temperature 0, never
     stopping before SAMPLED_MIN_REPEATS repeats."""
@@ -555,7 +555,7 @@ def cell_rule(config: dict, cell: grid.Cell) -> Rule | None:
 SWEEP_MIN_REPEATS = 2
 
 
-def for_cell(rule: Rule, cell: grid.Cell) -> Rule:
+def for_cell(rule: Rule, cell: specs.Cell) -> Rule:
     """The rule as it stops `cell`'s points: an acceptance sweep's cell (drafts accepted at a
     set rate), and the method's real cell that anchors its line (`Cell.sweep_anchor`), never
     before SWEEP_MIN_REPEATS repeats."""
@@ -564,7 +564,7 @@ def for_cell(rule: Rule, cell: grid.Cell) -> Rule:
     return replace(rule, min_repeats=max(rule.min_repeats, SWEEP_MIN_REPEATS))
 
 
-def reads_baseline(config: dict, cell: grid.Cell) -> bool:
+def reads_baseline(config: dict, cell: specs.Cell) -> bool:
     """Whether a cell's session needs its baseline cell's records before it measures: a
     speculative cell measured on its own under the adaptive rule (a server cell not
     interleaved, an offline or Transformers cell: its engine's points stop between batches,

@@ -2,7 +2,7 @@
 fewer k values, fewer load levels, fewer methods, and only then the later rounds, never a
 workload or a temperature and never the study's only (or first) round.
 
-The steps, each taken only while what the study needs (`cost.adaptive_needs`: the adaptive
+The steps, each taken only while what the study needs (`estimate.adaptive_needs`: the adaptive
 projection where the config has the rule on, else the full design; start-up and the rest
 included) is above the budget:
 
@@ -115,7 +115,7 @@ def _drop_method(config: dict, round_name: str, label: str) -> list[str]:
 
 def trim(config: dict, needs: Callable[[dict], dict[str, float]], budget: float) -> Trimmed:
     """`config` trimmed to `budget` GPU-hours; `needs(config)`: each part's GPU-hours
-    (`cost.adaptive_needs`: adaptive where the config has the rule on, else in full)."""
+    (`estimate.adaptive_needs`: adaptive where the config has the rule on, else in full)."""
     parts = needs(config)
     out = Trimmed(budget, sum(parts.values()), sum(parts.values()))
     if out.fits:

@@ -28,7 +28,7 @@ from sdbench.data.builders import messages_of, request_bound
 from sdbench.files import atomic_write_json, read_jsonl
 from sdbench.host import cache_dir, nsys_executable, nvml_session, vllm_distribution
 from sdbench.models.checkpoints import with_text_config
-from sdbench.plan import grid
+from sdbench.plan import grid, specs
 from sdbench.plan.config import ConfigError
 from sdbench.plan.settings import Setting, Speculator, settings
 from sdbench.plan.work import workload_card
@@ -169,7 +169,7 @@ def check_quantization(config: dict, name: str, root: str | Path = ".",
                        source: str = "config") -> None:
     """The quantization a model declares must be the one its checkpoint carries."""
     declared = config["models"][name].get("quantization")
-    folder = Path(root) / grid.model_dir(config, name)
+    folder = Path(root) / specs.model_dir(config, name)
     checkpoint = checkpoint_config(folder)
     if checkpoint is None:
         return  # not built or downloaded yet: the cell checks again before its server starts
@@ -221,9 +221,9 @@ def method_reason(method: str, features: VllmFeatures | None) -> str | None:
             f"longer include {method!r} (vLLM {first} removed it; {last} still names it)")
 
 
-def cell_method_reason(cell: grid.Cell, features: VllmFeatures | None) -> str | None:
+def cell_method_reason(cell: specs.Cell, features: VllmFeatures | None) -> str | None:
     """`method_reason` of a cell that vLLM serves (a Transformers cell does not need vLLM)."""
-    if cell.engine == grid.TRANSFORMERS:
+    if cell.engine == specs.TRANSFORMERS:
         return None
     return method_reason(cell.server_config["method"], features)
 
@@ -295,7 +295,7 @@ def check_model_runners(config: dict, features: VllmFeatures | None,
                 f"(it runs: {sorted(features.v2_methods)}); remove v2 for {entry.speculator!r}")
 
 
-def check_cell_tools(cell: grid.Cell, source: str = "cell") -> None:
+def check_cell_tools(cell: specs.Cell, source: str = "cell") -> None:
     """What a cell needs beyond vLLM, before it takes a GPU: the method's extra package, and
     nsys when the method is profiled."""
     needed = METHOD_PACKAGES.get(cell.server_config["method"])
@@ -308,7 +308,7 @@ def check_cell_tools(cell: grid.Cell, source: str = "cell") -> None:
         nsys_executable()
 
 
-def check_vocab(config: dict, cell: grid.Cell, root: str | Path = ".",
+def check_vocab(config: dict, cell: specs.Cell, root: str | Path = ".",
                 features: VllmFeatures | None = None, source: str = "config") -> None:
     """A draft whose vocabulary size differs from its target's is refused (vLLM would refuse
     it at start-up, after the models were loaded), unless the cell opts into
@@ -317,7 +317,7 @@ def check_vocab(config: dict, cell: grid.Cell, root: str | Path = ".",
     if server["draft"] is None or server["method"] != "draft_model":
         return
     target, draft = server["target"]["name"], server["draft"]["name"]
-    sizes = [vocab_size(Path(root) / grid.model_dir(config, name)) for name in (target, draft)]
+    sizes = [vocab_size(Path(root) / specs.model_dir(config, name)) for name in (target, draft)]
     if None in sizes or sizes[0] == sizes[1]:
         return
     if server["method_options"].get("use_heterogeneous_vocab"):
@@ -380,21 +380,21 @@ def _context_key(config: dict, target: str) -> str:
 
 
 def check_context(config: dict, root: str | Path = ".", source: str = "config",
-                  cells: list[grid.Cell] | None = None) -> None:
+                  cells: list[specs.Cell] | None = None) -> None:
     """Every vLLM cell's context length against its target checkpoint's own (where its
     config.json is there) and against the longest prompt + output its workload can send: a
     request that cannot fit is refused before any job, not failed at run time."""
     seen = set()
     for cell in grid.all_cells(config) if cells is None else cells:
-        if cell.engine == grid.TRANSFORMERS:
+        if cell.engine == specs.TRANSFORMERS:
             continue
         target = cell.server_config["target"]["name"]
-        limit = grid.server_arg(cell.server_config["args"], "max_model_len")
+        limit = specs.server_arg(cell.server_config["args"], "max_model_len")
         if (target, cell.workload["name"], limit) in seen:
             continue
         seen.add((target, cell.workload["name"], limit))
         where = _context_key(config, target)
-        own = checkpoint_context(Path(root) / grid.model_dir(config, target))
+        own = checkpoint_context(Path(root) / specs.model_dir(config, target))
         if limit is not None and own is not None and limit > own[0]:
             raise ConfigError(
                 f"{source}: {where} = {limit} is more than target {target!r} takes ({own[1]} = "
@@ -411,17 +411,17 @@ def check_context(config: dict, root: str | Path = ".", source: str = "config",
                 "(spec_bench max_prompt_tokens, sharegpt filters.max_total_tokens, the buckets).")
 
 
-def check_cell_context(config: dict, cell: grid.Cell, root: str | Path = ".") -> None:
+def check_cell_context(config: dict, cell: specs.Cell, root: str | Path = ".") -> None:
     """Before a cell's server starts: every prompt of its workload, as the target's own
     tokenizer and chat template see it, plus its output, fits the server's context length."""
-    if cell.engine == grid.TRANSFORMERS:
+    if cell.engine == specs.TRANSFORMERS:
         return
     from transformers import AutoTokenizer
 
     target = cell.server_config["target"]["name"]
-    folder = Path(root) / grid.model_dir(config, target)
+    folder = Path(root) / specs.model_dir(config, target)
     own = checkpoint_context(folder)
-    limit = grid.server_arg(cell.server_config["args"], "max_model_len") or \
+    limit = specs.server_arg(cell.server_config["args"], "max_model_len") or \
         (own[0] if own else None)
     if limit is None or not folder.is_dir():  # no checkpoint: the server start says so
         return
@@ -461,7 +461,7 @@ def check_installed(config: dict, root: str | Path = ".", source: str = "config"
             check_setting(setting, f"{round_name}.settings[{i}]", features, source)
     check_model_runners(config, features, source)
     cells = grid.all_cells(config)
-    for name in sorted({name for cell in cells for name in grid.cell_models(cell)}):
+    for name in sorted({name for cell in cells for name in specs.cell_models(cell)}):
         check_quantization(config, name, root, source)
     for cell in cells:
         check_vocab(config, cell, root, features, source)

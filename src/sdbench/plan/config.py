@@ -67,7 +67,7 @@ class ConfigError(ValueError):
 # vLLM's suffix decoding caches past responses in a global tree (10,000 requests by default):
 # every point sends the same prompts, so from the second point on it would have seen every
 # answer. It is off unless the method's options set it; a cell that turns it on measures each
-# point in a fresh server (`grid.isolation`).
+# point in a fresh server (`specs.isolation`).
 CROSS_REQUEST_STATE = {"suffix": ("suffix_decoding_max_cached_requests", 0)}
 
 

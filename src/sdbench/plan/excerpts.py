@@ -20,7 +20,8 @@ from functools import cache
 from pathlib import Path
 
 from sdbench.plan.config import load_config
-from sdbench.plan.cost import format_plan, plan_cost
+from sdbench.plan.cost import format_plan
+from sdbench.plan.estimate import plan_cost
 
 REPO = Path(__file__).resolve().parents[3]
 MARKER = re.compile(r"^<!-- make plan CONFIG=(\S+) \(python -m sdbench\.plan\.excerpts writes "

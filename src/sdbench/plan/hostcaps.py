@@ -56,8 +56,8 @@ from sdbench.host import (
 from sdbench.models.quantize import planned_config
 from sdbench.plan.checks import cell_method_reason, checkpoint_config, vllm_features
 from sdbench.plan.config import ConfigError
-from sdbench.plan.grid import TRANSFORMERS, cell_models, model_dir
 from sdbench.plan.settings import synthetic_setting
+from sdbench.plan.specs import TRANSFORMERS, cell_models, model_dir
 
 # a record's status when the host cannot run its cell: nothing was measured, `error` says why
 UNSUPPORTED = "unsupported"

@@ -14,7 +14,7 @@ import socket
 from pathlib import Path
 
 from sdbench.data.sources import describe_location, offline_advice, raw_path, remote_host
-from sdbench.plan import grid
+from sdbench.plan import grid, specs
 from sdbench.plan.config import DERIVED_KINDS
 
 PROBE_TIMEOUT_S = 5.0
@@ -43,7 +43,7 @@ def _needed(config: dict) -> tuple[set[str], set[str]]:
     """(sources, models) the configured grid reads."""
     cells = grid.all_cells(config)
     sources = {config["datasets"][c.workload["dataset"]]["source"] for c in cells}
-    models = {name for c in cells for name in grid.cell_models(c)}
+    models = {name for c in cells for name in specs.cell_models(c)}
     models |= {config["models"][m]["source"]["model"] for m in models
                if config["models"][m]["source"]["kind"] in DERIVED_KINDS}
     models |= {spec["model"] for spec in [config["tokenizer"]] + [
@@ -56,7 +56,7 @@ def hub_downloads(config: dict, workdir: str | Path = ".") -> list[str]:
     """The hub models the grid needs that are not downloaded yet."""
     _, models = _needed(config)
     return sorted(name for name in models if config["models"][name]["source"]["kind"] == "hf"
-                  and not (Path(workdir) / grid.model_dir(config, name)).exists())
+                  and not (Path(workdir) / specs.model_dir(config, name)).exists())
 
 
 def unreachable_downloads(config: dict, workdir: str | Path = ".",
@@ -77,7 +77,7 @@ def unreachable_downloads(config: dict, workdir: str | Path = ".",
                         f"cannot be reached ({where[0]}:{where[1]}). {offline_advice(name, spec)}")
     for name in sorted(models):
         where = _model_host(config, name)
-        folder = workdir / grid.model_dir(config, name)
+        folder = workdir / specs.model_dir(config, name)
         if where is None or folder.exists():
             continue
         if probed.setdefault(where, probe(*where)):

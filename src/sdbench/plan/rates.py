@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sdbench.plan import grid, settings
+from sdbench.plan import settings, specs
 from sdbench.plan.config import DERIVED_KINDS, VANILLA
 from sdbench.plan.sessions import Session
 
@@ -148,7 +148,7 @@ def model_shape(config: dict, name: str, root: str | Path = ".") -> tuple[float,
     """(billions of parameters in the decoder layers, in the embeddings and head) of model
     `name`: its checkpoint's config.json where it exists, else what its source says (a derived
     model's base, a random_init config, a size in its name or repository)."""
-    folder = Path(root) / grid.model_dir(config, name)
+    folder = Path(root) / specs.model_dir(config, name)
     with_config = folder / "config.json"
     if with_config.is_file():
         try:
@@ -194,7 +194,7 @@ def model_params(config: dict, name: str, root: str | Path = ".") -> float | Non
 def _base_layers(config: dict, name: str, root: str | Path) -> int | None:
     """Decoder layers of model `name`: its checkpoint's config.json, else a random_init
     source's config; None where neither says."""
-    path = Path(root) / grid.model_dir(config, name) / "config.json"
+    path = Path(root) / specs.model_dir(config, name) / "config.json"
     try:
         return int(json.loads(path.read_text())["num_hidden_layers"])
     except (OSError, ValueError, KeyError):
@@ -211,7 +211,7 @@ def _source_kind(config: dict, name: str) -> str:
     return config["models"][name]["source"]["kind"]
 
 
-def acceptance(config: dict, cell: grid.Cell, gpu: bool) -> float:
+def acceptance(config: dict, cell: specs.Cell, gpu: bool) -> float:
     """The per-token acceptance the projection assumes for a speculative cell."""
     server = cell.server_config
     draft = (server["draft"] or {}).get("name")
@@ -245,10 +245,10 @@ class CalibratedRates:
             self._params[name] = found
         return self._params[name]
 
-    def _sizes(self, cell: grid.Cell) -> tuple[float, float]:
+    def _sizes(self, cell: specs.Cell) -> tuple[float, float]:
         """(target, draft) billions of parameters per GPU of the server."""
         server = cell.server_config
-        gpus = grid.cell_gpus(server)
+        gpus = specs.cell_gpus(server)
         target = self.params(server["target"]["name"]) / gpus * (1.15 if gpus > 1 else 1.0)
         draft = self.params((server["draft"] or {}).get("name")) if server["draft"] else 0.0
         if server["method"] == "mtp":
@@ -260,7 +260,7 @@ class CalibratedRates:
         return (d.fixed_ms + d.per_b_ms * params_b
                 + (concurrency - 1) * (d.per_seq_ms + d.per_seq_per_b_ms * params_b))
 
-    def tpot_ms(self, cell: grid.Cell, concurrency: int) -> float:
+    def tpot_ms(self, cell: specs.Cell, concurrency: int) -> float:
         """Time per output token of one stream among `concurrency`."""
         target, draft = self._sizes(cell)
         server = cell.server_config
@@ -277,7 +277,7 @@ class CalibratedRates:
                     if draft else 0.1 * k)
         return (verify + proposer) / tau
 
-    def request_s(self, cell: grid.Cell, prompt: float, output: float,
+    def request_s(self, cell: specs.Cell, prompt: float, output: float,
                   concurrency: int) -> float:
         target, _ = self._sizes(cell)
         tpot = self.tpot_ms(cell, concurrency)
@@ -285,12 +285,12 @@ class CalibratedRates:
                 + prompt * self.device.prefill_ms_per_token_per_b * target)
         return (ttft + max(output - 1, 0) * tpot) / 1000.0
 
-    def startup_s(self, cell: grid.Cell, first: bool) -> float:
+    def startup_s(self, cell: specs.Cell, first: bool) -> float:
         target, draft = self._sizes(cell)
         d = self.device
         return d.startup_s + d.startup_s_per_b * (target + draft) + (d.cold_s if first else 0)
 
-    def point_overhead_s(self, cell: grid.Cell) -> float:
+    def point_overhead_s(self, cell: specs.Cell) -> float:
         return self.device.point_overhead_s
 
     def rest_s(self, session: Session) -> float:

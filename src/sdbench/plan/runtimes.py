@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from sdbench.plan import grid, rates
+from sdbench.plan import dynamic_k, rates, specs
 from sdbench.plan.sessions import Session, session_waits, standalone
 from sdbench.plan.settings import settings
 from sdbench.plan.work import session_work
@@ -37,15 +37,15 @@ class ConservativeRates:
         self.rates = typed.cells.work_rates
         self.startup_limit_s = float(typed.server.startup_timeout_s)
 
-    def request_s(self, cell: grid.Cell, prompt: float, output: float,
+    def request_s(self, cell: specs.Cell, prompt: float, output: float,
                   concurrency: int) -> float:
         return MARGIN * (prompt / self.rates["prefill_tokens_per_s"]
                          + output / self.rates["decode_tokens_per_s"])
 
-    def startup_s(self, cell: grid.Cell, first: bool) -> float:
+    def startup_s(self, cell: specs.Cell, first: bool) -> float:
         return self.startup_limit_s
 
-    def point_overhead_s(self, cell: grid.Cell) -> float:
+    def point_overhead_s(self, cell: specs.Cell) -> float:
         return 0.0
 
     def rest_s(self, session: Session) -> float:
@@ -55,7 +55,7 @@ class ConservativeRates:
         return sum(spans)
 
 
-def session_minutes(config: dict, session: Session, cells: dict[str, grid.Cell],
+def session_minutes(config: dict, session: Session, cells: dict[str, specs.Cell],
                     attempt: int = 1, cards: dict[str, dict | None] | None = None) -> int:
     """The `runtime` (minutes) of one session job on its `attempt`-th try; the prompt sets'
     data cards are read where they are built (`cards`: cell id -> its card, read once for
@@ -68,7 +68,7 @@ def session_minutes(config: dict, session: Session, cells: dict[str, grid.Cell],
     return min(minutes, limits.max_runtime)
 
 
-def cell_minutes(config: dict, cells: list[grid.Cell], attempt: int = 1) -> int:
+def cell_minutes(config: dict, cells: list[specs.Cell], attempt: int = 1) -> int:
     """The `runtime` of a job that measures cells alone (a derived dynamic-K schedule's): their
     sessions one after another."""
     limits = settings(config).cells
@@ -80,7 +80,7 @@ def cell_minutes(config: dict, cells: list[grid.Cell], attempt: int = 1) -> int:
     return min(minutes, limits.max_runtime)
 
 
-def job_priorities(config: dict, planned: dict[str, Session], cells: dict[str, grid.Cell],
+def job_priorities(config: dict, planned: dict[str, Session], cells: dict[str, specs.Cell],
                   device: str, root: str | Path = ".") -> tuple[dict[str, int], dict[tuple, int]]:
     """Snakemake's `priority` of the measuring jobs: (session id -> the estimated seconds, at
     `device`'s calibrated rates (`sdbench.plan.rates`), of the longest chain of work that waits
@@ -95,12 +95,12 @@ def job_priorities(config: dict, planned: dict[str, Session], cells: dict[str, g
            for sid, s in planned.items()}
     after: dict[str, float] = {}
     derived: dict[tuple, int] = {}
-    for spec in grid.dynamic_k_specs(config):
+    for spec in dynamic_k.dynamic_k_specs(config):
         seconds = sum(session_work(s, {cell.cell_id: cell}, model, root=root).total_s
-                      for cell in grid.dynamic_k_placeholders(config, spec)
+                      for cell in dynamic_k.dynamic_k_placeholders(config, spec)
                       for s in standalone(cell).values())
         derived[(spec["target"], spec["workload"], spec["speculator"])] = round(seconds)
-        feeding = {c.cell_id for c in grid.dynamic_k_sources(spec, cells)}
+        feeding = {c.cell_id for c in dynamic_k.dynamic_k_sources(spec, cells)}
         for sid, session in planned.items():
             if feeding & set(session.cells):
                 after[sid] = max(after.get(sid, 0.0), seconds)

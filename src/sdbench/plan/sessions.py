@@ -13,9 +13,9 @@ Two exceptions, both planned here:
   instance also runs the servers of every configuration interleaved with it, side by side, and
   at each point of each workload they take turns (`sdbench.measure.groups`). Their cells run on
   the baseline's instances (`grid.all_cells`).
-- **Fresh server per point** (`grid.isolation`: a proposer that keeps state across requests):
+- **Fresh server per point** (`specs.isolation`: a proposer that keeps state across requests):
   the session starts a server for each of its points; `starts` counts each.
-- **Chained cells** (`adaptive.chain`, `grid.Cell.chain`): a configuration's chained cells are
+- **Chained cells** (`adaptive.chain`, `specs.Cell.chain`): a configuration's chained cells are
   measured in stages, one session each (`<config id>-c<stage>`: depth by depth of the rule's
   level tree, repeat by repeat), a speculative cell's stage after its baseline's same stage,
   its own stage before and its rivals' same stage before it (k ascending: `race_order`), a
@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from sdbench.plan import grid
+from sdbench.plan import specs
 
 
 def session_id(lead: str, instance: int, chained: bool = False) -> str:
@@ -79,7 +79,7 @@ class Session:
                        self.fresh_per_point)
 
 
-def lead_configs(cells: dict[str, grid.Cell]) -> dict[str, str]:
+def lead_configs(cells: dict[str, specs.Cell]) -> dict[str, str]:
     """config id -> the config id of the session lead it runs under: its own, or for a
     configuration with interleaved cells its baseline's."""
     lead: dict[str, str] = {}
@@ -91,10 +91,10 @@ def lead_configs(cells: dict[str, grid.Cell]) -> dict[str, str]:
     return lead
 
 
-def plan_sessions(cells: dict[str, grid.Cell]) -> dict[str, Session]:
+def plan_sessions(cells: dict[str, specs.Cell]) -> dict[str, Session]:
     """session id -> Session, for every configuration instance that measures something."""
     leads = lead_configs(cells)
-    members: dict[tuple[str, int, bool], list[grid.Cell]] = {}
+    members: dict[tuple[str, int, bool], list[specs.Cell]] = {}
     for cell in cells.values():
         own = cell.config_id
         for instance in cell.used_instances:
@@ -109,18 +109,18 @@ def plan_sessions(cells: dict[str, grid.Cell]) -> dict[str, Session]:
         sid = session_id(lead, instance, chained)
         sessions[sid] = Session(
             sid, lead, instance, tuple(configs), tuple(c.cell_id for c in ordered),
-            first.engine, grid.isolation(first.server_config) == grid.FRESH_PER_POINT)
+            first.engine, specs.isolation(first.server_config) == specs.FRESH_PER_POINT)
     return sessions
 
 
-def cell_sessions(cell: grid.Cell, cells: dict[str, grid.Cell]) -> list[str]:
+def cell_sessions(cell: specs.Cell, cells: dict[str, specs.Cell]) -> list[str]:
     """The session ids that measure `cell` (one per instance it uses)."""
     own = cell.config_id
     lead = cells[cell.group[0]].config_id if cell.group else own
     return [session_id(lead, i, bool(cell.chain)) for i in cell.used_instances]
 
 
-def race_order(cell: grid.Cell) -> tuple:
+def race_order(cell: specs.Cell) -> tuple:
     """Where a chained speculative cell measures each stage among its rivals (`chain_rivals`):
     k ascending, then its setting, then its server configuration's id (one order for every
     workload, so that no session waits on one that waits on it)."""
@@ -128,24 +128,24 @@ def race_order(cell: grid.Cell) -> tuple:
             cell.config_id)
 
 
-def races_before(other: grid.Cell, cell: grid.Cell) -> bool:
+def races_before(other: specs.Cell, cell: specs.Cell) -> bool:
     """Whether chained `other` measures each stage before `cell` and is its rival there: of
     the same speculator (its other k values or settings), before it in `race_order`."""
     return other.speculator == cell.speculator and race_order(other) < race_order(cell)
 
 
-def chained_pairs(cells: dict[str, grid.Cell]) -> dict[str, list[grid.Cell]]:
+def chained_pairs(cells: dict[str, specs.Cell]) -> dict[str, list[specs.Cell]]:
     """baseline cell id -> the chained speculative cells paired with it (one pass over the
     grid: `chain_rivals` and `chain_inputs` look them up instead of scanning every cell)."""
-    out: dict[str, list[grid.Cell]] = {}
+    out: dict[str, list[specs.Cell]] = {}
     for c in cells.values():
         if c.chain and not c.is_baseline:
             out.setdefault(c.baseline_cell_id, []).append(c)
     return out
 
 
-def chain_rivals(cell: grid.Cell, cells: dict[str, grid.Cell],
-                 pairs: dict[str, list[grid.Cell]] | None = None) -> list[grid.Cell]:
+def chain_rivals(cell: specs.Cell, cells: dict[str, specs.Cell],
+                 pairs: dict[str, list[specs.Cell]] | None = None) -> list[specs.Cell]:
     """The chained cells a speculative cell races in each stage and that measure that stage
     before it: its baseline's chained cells of its speculator (its other k values or
     settings) before it in `race_order`. Its looks inside a stage see theirs
@@ -157,8 +157,8 @@ def chain_rivals(cell: grid.Cell, cells: dict[str, grid.Cell],
                   key=race_order)
 
 
-def chain_inputs(cell: grid.Cell, stage: int, cells: dict[str, grid.Cell],
-                 pairs: dict[str, list[grid.Cell]] | None = None) -> list[str]:
+def chain_inputs(cell: specs.Cell, stage: int, cells: dict[str, specs.Cell],
+                 pairs: dict[str, list[specs.Cell]] | None = None) -> list[str]:
     """The sessions a chained cell's stage waits for: a speculative cell's, its baseline's
     same stage, its own stage before and the same stage of the rivals that measure it before
     it (`chain_rivals`); a baseline's, the stage before of every chained cell paired with it
@@ -175,7 +175,8 @@ def chain_inputs(cell: grid.Cell, stage: int, cells: dict[str, grid.Cell],
                     for c in chain_rivals(cell, cells, pairs))]
 
 
-def session_waits(planned: dict[str, Session], cells: dict[str, grid.Cell]) -> dict[str, list[str]]:
+def session_waits(planned: dict[str, Session],
+                  cells: dict[str, specs.Cell]) -> dict[str, list[str]]:
     """session id -> the sessions its chained cells' stages wait for (`chain_inputs`), for
     every planned session at once."""
     pairs = chained_pairs(cells)
@@ -185,7 +186,7 @@ def session_waits(planned: dict[str, Session], cells: dict[str, grid.Cell]) -> d
             for sid, session in planned.items()}
 
 
-def session_family(session: Session, cells: dict[str, grid.Cell]) -> dict[str, grid.Cell]:
+def session_family(session: Session, cells: dict[str, specs.Cell]) -> dict[str, specs.Cell]:
     """The cells a session's job reads: its own and every cell paired with the same baselines
     (its chained cells' partners and rivals, the cells outside a baseline's group that read
     its records: `measure.session.run_session`), so that the job need not build the grid."""
@@ -194,7 +195,7 @@ def session_family(session: Session, cells: dict[str, grid.Cell]) -> dict[str, g
             if cid in session.cells or cid in bases or c.baseline_cell_id in bases}
 
 
-def chain_partners(cell: grid.Cell, cells: dict[str, grid.Cell]) -> list[grid.Cell]:
+def chain_partners(cell: specs.Cell, cells: dict[str, specs.Cell]) -> list[specs.Cell]:
     """A chained cell's other side: a speculative cell's baseline, a baseline's chained cells."""
     if not cell.chain:
         return []
@@ -203,17 +204,17 @@ def chain_partners(cell: grid.Cell, cells: dict[str, grid.Cell]) -> list[grid.Ce
     return [cells[cell.baseline_cell_id]]
 
 
-def session_points(session: Session, cell: grid.Cell) -> list[tuple[dict, int]]:
+def session_points(session: Session, cell: specs.Cell) -> list[tuple[dict, int]]:
     """(load, repeat) of `cell` that `session` measures, in measuring order: every load point
     once, then again (repeats interleaved; a point split into blocks of prompts takes a
-    repeat's blocks in turn, `grid.point_blocks`)."""
+    repeat's blocks in turn, `specs.point_blocks`)."""
     points = cell.instance_points(session.instance)
-    blocks = [grid.point_blocks(cell, load) for load in cell.load_points()]
+    blocks = [specs.point_blocks(cell, load) for load in cell.load_points()]
     points.sort(key=lambda p: (p[2] // blocks[p[0]], p[0], p[2]))
     return [(load, r) for _, load, r in points]
 
 
-def starts(session: Session, cells: dict[str, grid.Cell]) -> int:
+def starts(session: Session, cells: dict[str, specs.Cell]) -> int:
     """Server (or engine) starts of the session: one per server, or one per point where each
     point gets a fresh server."""
     if session.fresh_per_point:
@@ -221,7 +222,7 @@ def starts(session: Session, cells: dict[str, grid.Cell]) -> int:
     return len(session.configs)
 
 
-def standalone(cell: grid.Cell) -> dict[str, Session]:
+def standalone(cell: specs.Cell) -> dict[str, Session]:
     """The sessions of one cell measured on its own (a derived dynamic-K cell, or a cell run
     from the command line): one per instance, with this cell only."""
     alone = replace(cell, group=())

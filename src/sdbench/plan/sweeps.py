@@ -96,7 +96,7 @@ class Sweep:
     surface: tuple[tuple[float, ...], ...] = ()
     # chained: per repeat, whether a look is made inside it (before each block past its
     # first; empty: in every repeat), as a cell measured in turn looks only where its turn
-    # comes after its static k's (`grid.after_lead`)
+    # comes after its static k's (`dynamic_k.after_lead`)
     inside: tuple[bool, ...] = ()
 
     def looks_inside(self, r: int) -> bool:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, replace
 
-from sdbench.plan import adaptive, grid, sessions
+from sdbench.plan import adaptive, sessions, specs
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def session_jobs(config: dict, planned: dict, cells: dict, works: dict,
         after = set(waits[sid])
         for cid in session.cells:
             cell = cells[cid]
-            if not cell.chain and (grid.sends_baseline_counts(cell)
+            if not cell.chain and (specs.sends_baseline_counts(cell)
                                    or adaptive.reads_baseline(config, cell)):
                 after.update(sessions.cell_sessions(cells[cell.baseline_cell_id], cells))
         work = works[sid]

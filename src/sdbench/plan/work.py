@@ -1,6 +1,6 @@
 """The work of a session, in seconds, by one request model with two sets of rates.
 
-Every point sends its prompts (`grid.point_prompts`) at the prompt set's mean prompt and output
+Every point sends its prompts (`specs.point_prompts`) at the prompt set's mean prompt and output
 lengths (its data card; before the set is built, estimated from its local source file where
 its builder reads one request per row, `estimated_card`; else its longest request): a
 closed-loop point in waves of its concurrency, an open-loop point at its request rate plus one
@@ -28,7 +28,7 @@ from sdbench import layout
 from sdbench.data.builders import BUILDERS, CHAT, output_bound, request_bound
 from sdbench.data.sources import local_files, read_source
 from sdbench.data.tokens import Tokenizer, load_tokenizer
-from sdbench.plan import grid
+from sdbench.plan import grid, specs
 from sdbench.plan.sessions import Session, session_points
 
 # the first item of an open-loop rate's key in `SessionWork.levels`, of a speculative offline
@@ -41,7 +41,7 @@ RATE, BATCH, BASELINE = "rate", "batch", "baseline"
 UNBOUNDED_REQUEST_TOKENS = 32768
 
 
-def request_tokens(cell: grid.Cell, card: dict | None = None) -> tuple[float, float]:
+def request_tokens(cell: specs.Cell, card: dict | None = None) -> tuple[float, float]:
     """(prompt, output) tokens of a typical request of the cell's prompt set: the means of its
     data card, or without one the longest request its definition allows."""
     if card and card.get("prompt_tokens") and card.get("output_tokens"):
@@ -55,7 +55,7 @@ def request_tokens(cell: grid.Cell, card: dict | None = None) -> tuple[float, fl
 
 
 def stored_card(workload: dict, root: str | Path = ".") -> dict | None:
-    """The data card at the path of a workload's prompt set (`grid.workload_spec`, a cell's),
+    """The data card at the path of a workload's prompt set (`specs.workload_spec`, a cell's),
     whatever built it (None where there is none, or it is not whole)."""
     path = Path(root) / layout.card_path(workload["dataset"], workload["subset"])
     try:
@@ -66,9 +66,9 @@ def stored_card(workload: dict, root: str | Path = ".") -> dict | None:
 
 
 def built_for(card: dict, workload: dict) -> bool:
-    """Whether a data card is of the prompt set a workload (`grid.workload_spec`, a cell's)
+    """Whether a data card is of the prompt set a workload (`specs.workload_spec`, a cell's)
     defines: built from the same definition (source, selection, filters, tokenizer:
-    `grid.subset_definition`). The path is the same for every config, so another config's set
+    `specs.subset_definition`). The path is the same for every config, so another config's set
     (the demo's, built from fixtures) can be the one on disk."""
     return card.get("definition") == json.loads(json.dumps(workload["definition"]))
 
@@ -80,7 +80,7 @@ def workload_card(workload: dict, root: str | Path = ".") -> dict | None:
     return card if card is not None and built_for(card, workload) else None
 
 
-def read_card(cell: grid.Cell, root: str | Path = ".") -> dict | None:
+def read_card(cell: specs.Cell, root: str | Path = ".") -> dict | None:
     """The data card of the cell's prompt set (`workload_card`), before it is built the one
     estimated from its source file (`estimated_card`)."""
     return workload_card(cell.workload, root) or estimated_card(cell.workload, root)
@@ -154,15 +154,15 @@ def _estimate(definition_json: str, path: str, size: int, mtime: int, root: str)
 class Rates(Protocol):
     """Seconds of the parts of a session's work."""
 
-    def request_s(self, cell: grid.Cell, prompt: float, output: float,
+    def request_s(self, cell: specs.Cell, prompt: float, output: float,
                   concurrency: int) -> float:
         """One request of `cell` among `concurrency` in flight (its wall time)."""
 
-    def startup_s(self, cell: grid.Cell, first: bool) -> float:
+    def startup_s(self, cell: specs.Cell, first: bool) -> float:
         """One start of the cell's server (`first`: the first of its configuration on the
         host: compile caches are cold)."""
 
-    def point_overhead_s(self, cell: grid.Cell) -> float:
+    def point_overhead_s(self, cell: specs.Cell) -> float:
         """The load generator's own time around a point (its start, reading the prompts)."""
 
     def rest_s(self, session: Session) -> float:
@@ -190,20 +190,20 @@ class SessionWork:
         return self.startup_s + self.measuring_s + self.rest_s
 
 
-def in_flight(cell: grid.Cell, load: dict, rates: Rates, card: dict | None) -> int:
+def in_flight(cell: specs.Cell, load: dict, rates: Rates, card: dict | None) -> int:
     """The requests a cell has in flight at an open-loop rate: about the rate × one request's
     time (at least 1, at most the point's prompts)."""
     prompt, output = request_tokens(cell, card)
     single = rates.request_s(cell, prompt, output, 1)
-    return max(1, min(grid.point_prompts(cell, load), math.ceil(load["request_rate"] * single)))
+    return max(1, min(specs.point_prompts(cell, load), math.ceil(load["request_rate"] * single)))
 
 
-def point_seconds(cell: grid.Cell, load: dict, rates: Rates, card: dict | None,
+def point_seconds(cell: specs.Cell, load: dict, rates: Rates, card: dict | None,
                   warm_ups: int = 0, ready_check: bool = False) -> float:
     """One point of the cell: its prompts in waves of its concurrency (or at its rate), the
     warm-up requests and readiness check before it, the load generator's own time."""
     prompt, output = request_tokens(cell, card)
-    prompts = grid.point_prompts(cell, load)
+    prompts = specs.point_prompts(cell, load)
     if load["mode"] == "rate":
         level = in_flight(cell, load, rates, card)
         seconds = prompts / load["request_rate"] + rates.request_s(cell, prompt, output, level)
@@ -218,7 +218,7 @@ def point_seconds(cell: grid.Cell, load: dict, rates: Rates, card: dict | None,
     return seconds + rates.point_overhead_s(cell)
 
 
-def level_key(session: Session, cell: grid.Cell, load: dict,
+def level_key(session: Session, cell: specs.Cell, load: dict,
               kept: dict[str, set] | None = None) -> tuple:
     """Where a point's measuring counts in `SessionWork.levels` (see there). `kept`: chained
     baselines' levels measured in full (`grid.chain_kept`)."""
@@ -226,13 +226,13 @@ def level_key(session: Session, cell: grid.Cell, load: dict,
             not cell.chain or grid.load_level(load) in (kept or {}).get(cell.cell_id, ())):
         return BASELINE, grid.level_value(load)
     if load["mode"] == "concurrency":
-        return load["concurrency"], grid.point_blocks(cell, load)
+        return load["concurrency"], specs.point_blocks(cell, load)
     if load["mode"] == "rate":
         return RATE, float(load["request_rate"])
     return BATCH, int(load["concurrency"])  # (an engine cell's baseline: never interleaved)
 
 
-def session_work(session: Session, cells: dict[str, grid.Cell], rates: Rates,
+def session_work(session: Session, cells: dict[str, specs.Cell], rates: Rates,
                  cards: dict[str, dict | None] | None = None,
                  cold: set[str] | None = None, root: str | Path = ".",
                  kept: dict[str, set] | None = None) -> SessionWork:
@@ -242,7 +242,7 @@ def session_work(session: Session, cells: dict[str, grid.Cell], rates: Rates,
     cards = {} if cards is None else cards
     cold = set() if cold is None else cold
     measuring, startup, served = 0.0, 0.0, set()
-    firsts: dict[str, grid.Cell] = {}
+    firsts: dict[str, specs.Cell] = {}
     points_per_config: dict[str, int] = {}
     levels: dict[str, set] = {}  # concurrencies each configuration's server has measured
     by_level: dict[tuple, float] = {}
@@ -259,9 +259,9 @@ def session_work(session: Session, cells: dict[str, grid.Cell], rates: Rates,
                 cell.workload["loadgen"].get("ready_check_timeout_s"))
             level = load.get("concurrency") if load["mode"] != "rate" else None
             seen = set() if fresh else levels.setdefault(cid, set())
-            wave = grid.level_warm_up(cell, None if level in seen else level)
+            wave = specs.level_warm_up(cell, None if level in seen else level)
             seconds = point_seconds(cell, load, rates, cards[cell_id],
-                                    grid.warm_up_requests(cell, first_of_cell) + wave,
+                                    specs.warm_up_requests(cell, first_of_cell) + wave,
                                     first_of_server)
             measuring += seconds
             key = level_key(session, cell, load, kept)
@@ -279,6 +279,6 @@ def session_work(session: Session, cells: dict[str, grid.Cell], rates: Rates,
         spans = [rates.startup_s(cell, cid in cold) for cid, cell in firsts.items()]
         startup = rates.side_by_side_s(spans) if session.interleaved else sum(spans)
         cold.difference_update(firsts)
-    gpus = sum(grid.cell_gpus(cell.server_config) for cell in firsts.values()) \
-        if session.interleaved else grid.cell_gpus(next(iter(firsts.values())).server_config)
+    gpus = sum(specs.cell_gpus(cell.server_config) for cell in firsts.values()) \
+        if session.interleaved else specs.cell_gpus(next(iter(firsts.values())).server_config)
     return SessionWork(startup, measuring, rates.rest_s(session), starts, gpus, by_level)

@@ -20,11 +20,11 @@ from sdbench.data.sources import raw_path
 from sdbench.files import atomic_path, atomic_write_text
 from sdbench.layout import SummaryTables, cell_log, error_output, partial_output
 from sdbench.logcause import first_line, job_cause
-from sdbench.plan import grid, lock
+from sdbench.plan import dynamic_k, lock, specs
 from sdbench.plan.config import REPO_ROOT
-from sdbench.plan.grid import Cell
 from sdbench.plan.hostcaps import UNSUPPORTED
 from sdbench.plan.settings import settings
+from sdbench.plan.specs import Cell
 from sdbench.records import STOPPED, LoadPoint, RecordError, read_records
 from sdbench.report.decision import bottom_lines
 from sdbench.report.show import EMPTY_MARK
@@ -232,7 +232,7 @@ def failed_jobs(config: dict, root: str | Path = ".") -> list[dict]:
                                layout.SUBSET_LOG.format(dataset=dataset, subset=subset)))
     for name, model in config["models"].items():
         if model["source"]["kind"] != "path":
-            candidates.append((f"model {name!r}", grid.model_dir(config, name),
+            candidates.append((f"model {name!r}", specs.model_dir(config, name),
                                layout.MODEL_LOG.format(model=name)))
     failed = []
     for job, output, log in candidates:
@@ -279,7 +279,7 @@ def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str
         server = cell.server_config
         method = cell.speculator + ("" if cell.engine == "serve" else f" ({cell.engine})")
         # the dynamic-K cells are recorded under round 3 but read in round 1's report
-        shown_round = ("round1 (dynamic K)" if cell.cell_id == grid.DERIVED_ID
+        shown_round = ("round1 (dynamic K)" if cell.cell_id == dynamic_k.DERIVED_ID
                        else cell.round)
         fields = (shown_round, server["target"]["name"], cell.workload["name"], method,
                   server["num_speculative_tokens"] or "",

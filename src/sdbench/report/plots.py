@@ -32,7 +32,7 @@ from sdbench.analyze.decisions import (
     read_decisions,
 )
 from sdbench.analyze.noise import CLASS, point_noise
-from sdbench.plan import grid
+from sdbench.plan import dynamic_k
 from sdbench.report.point_tables import (
     data_cards,
     measurement_counts,
@@ -376,7 +376,7 @@ def dynamic_k_table(frame: pd.DataFrame, schedules: dict[str, list]) -> pd.DataF
         return table
     derived = frame[frame["setting"] == DERIVED_SETTING]
     keys = zip(derived["target"], derived["workload"],
-               derived["speculator"].str.removesuffix(grid.DERIVED_ARM), strict=True)
+               derived["speculator"].str.removesuffix(dynamic_k.DERIVED_ARM), strict=True)
     cells = dict(zip(keys, derived["cell_id"], strict=True))
 
     def schedule_of(row) -> list:
@@ -407,7 +407,7 @@ def dynamic_k_table(frame: pd.DataFrame, schedules: dict[str, list]) -> pd.DataF
                     strict=True)]
 
     def method_name(name: str) -> str:
-        method, runner = grid.runner_method(name)
+        method, runner = dynamic_k.runner_method(name)
         return method if runner is None else f"{method} ({runner.upper()} model runner)"
 
     out = pd.DataFrame({
