@@ -18,8 +18,9 @@ from sdbench.analyze.acceptance import (
     synthetic_setting,
 )
 from sdbench.analyze.aggregate import apply_index
-from sdbench.analyze.analysis import best_settings, predicted_break_even
+from sdbench.analyze.analysis import best_settings
 from sdbench.analyze.stats import mean_interval, ratio_interval
+from sdbench.analyze.step_model import predicted_break_even
 from sdbench.plan import adaptive, grid, specs
 from sdbench.plan.config import ConfigError, validate_config
 from sdbench.plan.settings import settings

@@ -194,13 +194,13 @@ def test_a_quieter_lowest_level_with_its_own_prior_costs_less_and_still_covers()
 
 def test_a_rate_points_tpot_speedup_interval_covers_where_the_rule_stopped_it():
     """At an open-loop rate the rule stops on the TPOT speedup, and the report's interval on it
-    is the rule's (`aggregate.rule_interval`): simulated points (true log speedups across ±0.15,
-    noise at the prior, 5 planned repeats, Δ 0.25) stopped by `adaptive.decide` are covered at
-    the look each stopped at least 95 % of the time, and a point stopped after one repeat has
-    an interval (a Student-t one over its repeats would not)."""
+    is the rule's (`point_intervals.rule_interval`): simulated points (true log speedups across
+    ±0.15, noise at the prior, 5 planned repeats, Δ 0.25) stopped by `adaptive.decide` are
+    covered at the look each stopped at least 95 % of the time, and a point stopped after one
+    repeat has an interval (a Student-t one over its repeats would not)."""
     import json
 
-    from sdbench.analyze.aggregate import rule_interval
+    from sdbench.analyze.point_intervals import rule_interval
 
     rng = np.random.default_rng(7)
     rule = adaptive.Rule(noise=0.05, shape=0.25, futility=0.03)

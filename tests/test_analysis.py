@@ -8,19 +8,15 @@ import pytest
 from scipy import stats
 
 from sdbench.analyze.aggregate import ARM_SETTINGS
-from sdbench.analyze.analysis import (
-    ALIKE,
-    OFF,
-    best_settings,
-    best_static_k,
-    crossover,
-    derive_schedule,
-    dynamic_k_comparison,
-    switch_gain,
-    verdict,
-)
+from sdbench.analyze.analysis import OFF, best_settings, crossover, switch_gain, verdict
 from sdbench.analyze.decision import recommendations
 from sdbench.analyze.decisions import BEST_SETTING, CROSSOVER
+from sdbench.analyze.schedule_analysis import (
+    ALIKE,
+    best_static_k,
+    derive_schedule,
+    dynamic_k_comparison,
+)
 from sdbench.analyze.stats import ratio_interval
 from sdbench.report.decision import deployable_sentences
 from sdbench.report.plots import best_settings_table, crossover_table, dynamic_k_table
@@ -426,7 +422,7 @@ def test_the_split_s_intervals_cover_the_true_ratio_at_their_stated_rate(repeats
     noise (4 % each per repeat) — a drift both servers of a repeat share cancels in the pair;
     the 95 % interval over repeats, per level and over all levels, covers the truth in
     93-97 % of 3000 simulated studies."""
-    from sdbench.analyze.analysis import _ratio_row
+    from sdbench.analyze.schedule_analysis import _ratio_row
 
     rng = np.random.default_rng(7)
     truth = np.log([0.7, 0.75])  # two levels

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sdbench.analyze.analysis import _step_time, predicted_speedups
+from sdbench.analyze.step_model import _step_time, predicted_speedups
 from sdbench.models import checkpoints as models
 from sdbench.report.plots import calibration_table
 

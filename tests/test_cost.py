@@ -246,7 +246,7 @@ def test_a_built_head_is_costed_by_its_decoder_layers(tmp_path):
     """A head the workflow builds (`kind: random_head`) before it is built: its decoder layers
     of its target's (DFlash's five, the others' one: the builder's defaults) and the target's
     embeddings and head."""
-    from sdbench.models.checkpoints import HEAD_DEFAULTS
+    from sdbench.models.heads import HEAD_DEFAULTS
 
     for method, defaults in HEAD_DEFAULTS.items():
         assert rates.head_layers({"method": method}) == defaults.get("num_hidden_layers", 1)

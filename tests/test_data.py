@@ -10,9 +10,9 @@ import zipfile
 import pytest
 
 from sdbench.data import fixtures
-from sdbench.data.builders import SPEC_BENCH_GROUPS
 from sdbench.data.raw import RawError, read_rows
 from sdbench.data.sources import (
+    SPEC_BENCH_GROUPS,
     SourceError,
     fetch_source,
     fingerprint,

@@ -12,15 +12,8 @@ import yaml
 
 from sdbench import layout
 from sdbench.data import fixtures
-from sdbench.data.builders import (
-    SPEC_BENCH_GROUPS,
-    BuildError,
-    bucket_bounds,
-    build_subset,
-    request_bound,
-    subsets_of,
-)
-from sdbench.data.sources import fetch_source, raw_path
+from sdbench.data.builders import BuildError, bucket_bounds, build_subset, request_bound, subsets_of
+from sdbench.data.sources import SPEC_BENCH_GROUPS, fetch_source, raw_path
 from sdbench.data.tokens import load_tokenizer
 from sdbench.files import read_jsonl
 from sdbench.plan import specs

@@ -2,7 +2,8 @@
 and pairs whose servers resolved other settings than speculation flagged in one sentence."""
 
 from sdbench.analyze import engine
-from sdbench.analyze.aggregate import add_speedups, aggregate_points, records_frame
+from sdbench.analyze.aggregate import add_speedups, records_frame
+from sdbench.analyze.point_intervals import aggregate_points
 from sdbench.measure import engine_report
 from sdbench.report.point_tables import effective_engine_table, points_table
 from sdbench.report.show import ENGINE_MARK, speedup_text

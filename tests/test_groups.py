@@ -224,7 +224,7 @@ def test_adaptive_stopping_ends_a_settled_pair_and_its_baseline(group, demo_conf
     its baseline's, paired with nothing else) are recorded as stopped, with why; a rerun
     measures nothing; the summary widens the interval to the sequential one and the report's
     check recomputes every stop."""
-    from sdbench.analyze import aggregate, stops
+    from sdbench.analyze import aggregate, point_intervals, stops
 
     (base, pair), cells, planned = group
     demo_config["adaptive"] = dict(ADAPTIVE)
@@ -263,7 +263,7 @@ def test_adaptive_stopping_ends_a_settled_pair_and_its_baseline(group, demo_conf
             for r in read_jsonl(layout.cell_output(pair.cell_id))
             if r["status"] == "stopped"} == {0.01}
     frame = aggregate.summarize([layout.cell_output(c.cell_id) for c in (base, pair)])
-    points = aggregate.aggregate_points(frame)
+    points = point_intervals.aggregate_points(frame)
     row = points[points["cell_id"] == pair.cell_id].iloc[0]
     assert row["repeats_stopped"] == pair.repeats - 1 and row["status"] == "ok"
     assert row["stop_reason"] == f"settled after 1 of {pair.repeats} repeats"
@@ -349,7 +349,7 @@ def test_a_repeat_split_into_blocks_of_prompts_stops_after_a_block(
     calibration pair's 5 repeats is 4 blocks of 6 prompts, each with its own seed that both
     sides send; a clear 2x gain settles after the first block (the rule's prior σ a block's),
     not the first repeat. At 24 (one wave) repeats stay whole. The check recomputes both."""
-    from sdbench.analyze import aggregate, stops
+    from sdbench.analyze import aggregate, point_intervals, stops
 
     raw = demo_config_raw
     raw["round1"]["request_rates"] = []
@@ -399,7 +399,7 @@ def test_a_repeat_split_into_blocks_of_prompts_stops_after_a_block(
     checks = stops.recheck_frame(frame)
     assert len(checks) == 2 and checks["holds"].all()
     # the summary's point: its blocks, why it stopped, and its interval on a block's prior
-    summary = aggregate.aggregate_points(frame)
+    summary = point_intervals.aggregate_points(frame)
     row = summary[(summary["cell_id"] == pair.cell_id) & (summary["concurrency"] == 1)].iloc[0]
     assert row["blocks"] == 4 and row["repeats"] == 20
     assert row["stop_reason"] == "settled after 1 of 20 blocks of prompts"
@@ -507,7 +507,7 @@ def test_an_open_loop_rate_stops_on_the_tpot_speedup(demo_config_raw, served_dir
     which speedup it read, and the report's check recomputes it from the per-record TPOT
     speedups (and catches it read as the throughput's). Where the servers report no TPOT, the
     rate's repeats are all measured."""
-    from sdbench.analyze import aggregate, stops
+    from sdbench.analyze import aggregate, point_intervals, stops
 
     config, cells, members, base, pair, sid = _rated_group(demo_config_raw, [2.0], ADAPTIVE)
 
@@ -535,12 +535,12 @@ def test_an_open_loop_rate_stops_on_the_tpot_speedup(demo_config_raw, served_dir
     checks = stops.recheck_frame(frame)
     assert checks["holds"].all() and (checks["request_rate"] == 2.0).sum() == 1
     # the summary's TPOT speedup there: the rule's interval, with a width after one repeat
-    point = aggregate.aggregate_points(frame).set_index(["cell_id", "request_rate"]).loc[
+    point = point_intervals.aggregate_points(frame).set_index(["cell_id", "request_rate"]).loc[
         (pair.cell_id, 2.0)]
     assert point["tpot_speedup_mean"] == pytest.approx(2.0)
     assert 1.0 < point["tpot_speedup_ci_low"] < 2.0 < point["tpot_speedup_ci_high"]
     assert point["tpot_speedup_ci_low"] == pytest.approx(stop["low"])
-    baseline = aggregate.aggregate_points(frame).set_index(["cell_id", "request_rate"]).loc[
+    baseline = point_intervals.aggregate_points(frame).set_index(["cell_id", "request_rate"]).loc[
         (base.cell_id, 2.0)]  # no speculation: against itself, 1 and no rule's interval
     assert baseline["tpot_speedup_mean"] == 1.0 and not baseline["tpot_speedup_ci_low"] < 1.0
     frame["stop"] = frame["stop"].str.replace('"metric": "tpot_speedup", ', "", regex=False)
@@ -641,7 +641,7 @@ def test_levels_are_bisected_where_the_verdict_changes_and_measured_by_the_best_
     (the coarse grid), then 2 (the verdict changes between 1 and 4) with the best k there only,
     and not 8 (no gain at 4 nor at 16); every point it leaves out is a stopped record saying
     why, and the report's check recomputes those decisions from the records."""
-    from sdbench.analyze import aggregate, stops
+    from sdbench.analyze import aggregate, point_intervals, stops
 
     raw = demo_config_raw
     raw["round1"].update(request_rates=[], concurrency=[1, 2, 4, 8, 16])
@@ -686,7 +686,7 @@ def test_levels_are_bisected_where_the_verdict_changes_and_measured_by_the_best_
     checks = stops.recheck_frame(frame)
     assert len(checks) and checks["holds"].all()
     # the GPU check's comparison (scripts/gpu_run.sh adaptive), here of the run with itself
-    points = aggregate.aggregate_points(frame)
+    points = point_intervals.aggregate_points(frame)
     lines = stops.compare_designs(points, points, frame)
     assert "- concurrency 8: full best k = " not in "\n".join(lines)
     assert any(line.startswith("- same verdict at 7 of the 7 points") for line in lines)

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from sdbench import layout
-from sdbench.analyze.aggregate import aggregate_points, apply_index, summarize
+from sdbench.analyze.aggregate import apply_index, summarize
+from sdbench.analyze.point_intervals import aggregate_points
 from sdbench.analyze.summary import write_frames
 from sdbench.files import write_jsonl
 from sdbench.layout import SummaryTables

@@ -378,7 +378,7 @@ def test_a_random_head_has_the_layout_and_config_vllm_reads(tmp_path, method):
     from transformers import PreTrainedTokenizerFast
     from vllm.transformers_utils.config import get_config
 
-    from sdbench.models import checkpoints
+    from sdbench.models import checkpoints, heads
 
     base = tmp_path / "base"
     base.mkdir()
@@ -391,11 +391,11 @@ def test_a_random_head_has_the_layout_and_config_vllm_reads(tmp_path, method):
     # the MLP speculator's published inner size (3,072) at this vocabulary is 600M random
     # numbers: a small one, through the `config` overrides
     overrides = {"inner_dim": 48} if method == "mlp_speculator" else None
-    card = checkpoints.build_random_head(
+    card = heads.build_random_head(
         "head", {"kind": "random_head", "model": "base", "method": method,
                  "config": overrides}, base, tmp_path / "head")
     weights = load_file(tmp_path / "head" / "model.safetensors")
-    _, shapes = checkpoints.head_layout(method, target, overrides)
+    _, shapes = heads.head_layout(method, target, overrides)
     assert {k: tuple(v.shape) for k, v in weights.items()} == shapes
     assert card["parameters"] == sum(v.numel() for v in weights.values())
     read = get_config(str(tmp_path / "head"), trust_remote_code=False)
@@ -405,7 +405,7 @@ def test_a_random_head_has_the_layout_and_config_vllm_reads(tmp_path, method):
     elif method == "mlp_speculator":
         assert type(read).__name__ == "MLPSpeculatorConfig" and read.n_predict == 4
         assert read.tie_weights and read.inner_dim == 48 and shapes["proj.1.weight"] == (48, 48)
-        assert checkpoints.head_layout(method, target)[1]["proj.1.weight"] == (3072, 3072)
+        assert heads.head_layout(method, target)[1]["proj.1.weight"] == (3072, 3072)
         assert "proj.2.weight" not in shapes  # tied stages share one projection
     else:
         assert read.architectures == ["LlamaForCausalLMEagle3"]
@@ -413,7 +413,7 @@ def test_a_random_head_has_the_layout_and_config_vllm_reads(tmp_path, method):
         assert shapes["midlayer.self_attn.q_proj.weight"] == (32, 64)  # [embedding, fc(h)]
         assert shapes["fc.weight"] == (32, 96)  # three target hidden states
     with pytest.raises(checkpoints.ModelError, match="known are"):
-        checkpoints.head_layout("hydra", target)
+        heads.head_layout("hydra", target)
 
 
 def test_a_random_dflash_draft_reads_the_target_layers_z_labs_drafts_read(tmp_path):
@@ -428,9 +428,9 @@ def test_a_random_dflash_draft_reads_the_target_layers_z_labs_drafts_read(tmp_pa
     from transformers import PreTrainedTokenizerFast
     from vllm.transformers_utils.config import get_config
 
-    from sdbench.models import checkpoints
+    from sdbench.models import checkpoints, heads
 
-    assert checkpoints.dflash_target_layers(36, 5) == [1, 9, 17, 25, 33]
+    assert heads.dflash_target_layers(36, 5) == [1, 9, 17, 25, 33]
     base = tmp_path / "base"
     base.mkdir()
     target = {"model_type": "qwen3", "hidden_size": 32, "intermediate_size": 64,
@@ -439,10 +439,10 @@ def test_a_random_dflash_draft_reads_the_target_layers_z_labs_drafts_read(tmp_pa
     (base / "config.json").write_text(json.dumps(target))
     PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(
         {"a": 0, "[UNK]": 1}, unk_token="[UNK]"))).save_pretrained(base)
-    checkpoints.build_random_head("draft", {"kind": "random_head", "model": "base",
+    heads.build_random_head("draft", {"kind": "random_head", "model": "base",
                                             "method": "dflash"}, base, tmp_path / "draft")
     weights = load_file(tmp_path / "draft" / "model.safetensors")
-    config, shapes = checkpoints.head_layout("dflash", target, tokens=2)
+    config, shapes = heads.head_layout("dflash", target, tokens=2)
     assert {k: tuple(v.shape) for k, v in weights.items()} == shapes
     assert shapes["fc.weight"] == (32, 5 * 32) and shapes["layers.4.self_attn.q_proj.weight"] == (
         64, 32) and shapes["layers.0.self_attn.k_norm.weight"] == (16,)
@@ -452,4 +452,4 @@ def test_a_random_dflash_draft_reads_the_target_layers_z_labs_drafts_read(tmp_pa
     assert read.dflash_config == {"mask_token_id": 2, "target_layer_ids": [1, 3, 5, 7, 9]}
     assert config["block_size"] == 16
     with pytest.raises(checkpoints.ModelError, match="Qwen3 target"):
-        checkpoints.head_layout("dflash", {**target, "model_type": "llama"})
+        heads.head_layout("dflash", {**target, "model_type": "llama"})

@@ -14,7 +14,7 @@ from stand_ins import Stand, use
 from test_hostcaps import cpu_caps
 
 from sdbench import layout
-from sdbench.analyze import aggregate, stops
+from sdbench.analyze import aggregate, point_intervals, stops
 from sdbench.files import read_jsonl
 from sdbench.measure import cell as cellmod
 from sdbench.measure import groups, points, server, session
@@ -490,7 +490,7 @@ def test_an_offline_cell_stops_between_its_engine_s_batches(
     assert all(r["metrics"]["output_throughput"] == pytest.approx(25.0) for r in ok)
     # the summary pairs them with the baseline, and the report's check recomputes every stop
     frame = aggregate.summarize([layout.cell_output(c.cell_id) for c in (base, offline)])
-    row = aggregate.aggregate_points(frame).query("cell_id == @offline.cell_id").iloc[0]
+    row = point_intervals.aggregate_points(frame).query("cell_id == @offline.cell_id").iloc[0]
     assert row["repeats_stopped"] == offline.repeats - 1 and row["verdict"] == "speculate"
     checks = stops.recheck_frame(frame)
     assert len(checks) == len(batches) and checks["holds"].all()
@@ -753,7 +753,7 @@ def test_cells_measured_in_turn_stop_against_their_static_k(served_dir, demo_con
     again = stops.recheck_frame(tampered)
     assert not again.set_index(["cell_id", "concurrency"]).loc[
         (constant.cell_id, 24), "holds"]
-    from sdbench.analyze.analysis import dynamic_k_comparison
+    from sdbench.analyze.schedule_analysis import dynamic_k_comparison
     split = dynamic_k_comparison(frame, {derived.cell_id: [[1, 1, 3], [2, 24, 5]]})
     at24 = split[split["concurrency"] == 24].iloc[0]
     assert at24["mechanism_repeats"] == 1 and at24["mechanism_ci_high"] < 1 < at24[

@@ -4,7 +4,8 @@ and to vLLM's own goodput (`vllm.benchmarks.serve.calculate_metrics`)."""
 import numpy as np
 import pytest
 
-from sdbench.analyze.aggregate import add_speedups, aggregate_points, records_frame
+from sdbench.analyze.aggregate import add_speedups, records_frame
+from sdbench.analyze.point_intervals import aggregate_points
 from sdbench.analyze.slo import SLO, good_requests, goodput, slos_of, with_slo_columns
 from tests.helpers import record
 

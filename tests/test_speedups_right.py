@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from sdbench.analyze.aggregate import add_speedups, aggregate_points, records_frame
+from sdbench.analyze.aggregate import add_speedups, records_frame
+from sdbench.analyze.point_intervals import aggregate_points
 from sdbench.files import write_jsonl
 from sdbench.measure import engines, loadgen, points, run
 from sdbench.measure import server as measured_by

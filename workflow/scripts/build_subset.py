@@ -3,7 +3,8 @@
 import json
 from pathlib import Path
 
-from sdbench.data.builders import build_subset, card_summary
+from sdbench.data.builders import build_subset
+from sdbench.data.cards import card_summary
 from sdbench.data.tokens import load_tokenizer
 from sdbench.script_log import to_log
 

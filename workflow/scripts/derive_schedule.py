@@ -1,8 +1,9 @@
 """Derive a num_speculative_tokens_per_batch_size schedule from round 1's records, and the best
 static k it is measured against (beside that k as a constant schedule)."""
 
-from sdbench.analyze.aggregate import aggregate_points, summarize
-from sdbench.analyze.analysis import best_static_k, derive_schedule
+from sdbench.analyze.aggregate import summarize
+from sdbench.analyze.point_intervals import aggregate_points
+from sdbench.analyze.schedule_analysis import best_static_k, derive_schedule
 from sdbench.files import atomic_write_json
 from sdbench.plan.dynamic_k import DERIVED_ARM, dynamic_k_arms
 from sdbench.script_log import to_log

@@ -25,7 +25,7 @@ Where it does not, the component comes from the nearest class that does (the sam
 target at other levels, then the same target, then the engine), and the interval says from
 where; where no class does, the interval covers the noise within one start only and says so.
 
-`point_noise` gives one row per point; `aggregate.aggregate_points` puts its interval and
+`point_noise` gives one row per point; `point_intervals.aggregate_points` puts its interval and
 verdict on the points table (the interval over the point's own repeats stays there, as
 `speedup_unpooled_ci_low/high`); `covariance` gives the covariance of several points'
 estimates (the crossover, the switch gain).

@@ -1,5 +1,5 @@
 """Studies with known true speedups, simulated through the code the reports use
-(`noise.point_noise`, `aggregate.with_pooled_intervals`): how often each design's interval
+(`noise.point_noise`, `point_intervals.with_pooled_intervals`): how often each design's interval
 covers the truth, how often it calls a true gain "speculate", whether the minimum detectable
 effect it states has its power, and whether the crossover and the switch gain cover theirs.
 
@@ -43,9 +43,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sdbench.analyze.aggregate import with_pooled_intervals
 from sdbench.analyze.analysis import best_settings, crossing, crossover, switch_gain
 from sdbench.analyze.noise import minimum_detectable, point_noise
+from sdbench.analyze.point_intervals import with_pooled_intervals
 from sdbench.plan.grid import level_tree
 
 REPO = Path(__file__).resolve().parents[3]
@@ -216,7 +216,7 @@ def run_derived(design: Design, scenario: str, studies: int, seed: int = 0) -> d
 def points_of(frame: pd.DataFrame) -> pd.DataFrame:
     """The point table of a simulated study (`levels_frame`) as the summary stage writes it for
     points measured without the adaptive rule: each point's speedup and intervals from the
-    pooled noise model (`aggregate.with_pooled_intervals`, the reports' own code)."""
+    pooled noise model (`point_intervals.with_pooled_intervals`, the reports' own code)."""
     keys = ["cell_id", "concurrency", "request_rate", "target", "workload", "speculator", "k",
             "method", "engine", "load"]
     points = frame.groupby(keys, dropna=False, sort=False)["speedup"].apply(

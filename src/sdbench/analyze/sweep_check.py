@@ -1,6 +1,6 @@
 """The adaptive design judged by the summary's own intervals: simulated round 1 classes measured
 in full and adaptively on the same draws (`sdbench.plan.sweeps`, the rule the sessions apply),
-each design's runs put through `aggregate.with_pooled_intervals` as the summary stage puts a
+each design's runs put through `point_intervals.with_pooled_intervals` as the summary stage puts a
 study's records, so that what a verdict reads is what the reports would read.
 
 A study is one method's `ks` values of k on `workloads` workloads (each its own sweep: the
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from sdbench.analyze.aggregate import INTERVAL_STOPS, with_pooled_intervals
+from sdbench.analyze.point_intervals import INTERVAL_STOPS, with_pooled_intervals
 from sdbench.analyze.stats import verdict
 from sdbench.plan import adaptive, sweeps
 
@@ -110,7 +110,7 @@ def _points(frame: pd.DataFrame, factors: dict, rule: adaptive.Rule | None,
     """The points table of `frame` as the summary stage writes it (`with_pooled_intervals`):
     each point measured under `rule` with its repeated confidence interval's factor, and where
     it stopped before the cap the interval it stopped on (`stops`: point -> the rule's look
-    there, `aggregate._stop_interval`)."""
+    there, `point_intervals._stop_interval`)."""
     keys = ["cell_id", "concurrency", "request_rate", "target", "workload", "speculator", "k",
             "method", "engine", "load"]
     points = frame.groupby(keys, dropna=False, sort=False)["speedup"].apply(
@@ -131,7 +131,7 @@ def _points(frame: pd.DataFrame, factors: dict, rule: adaptive.Rule | None,
 
 def _stopped(look: adaptive.Look | None) -> str | None:
     """A look the rule stopped at before the cap, as the summary reads it from the stop
-    (`aggregate._stop_interval`)."""
+    (`point_intervals._stop_interval`)."""
     if look is None or look.reason not in INTERVAL_STOPS or look.n >= look.looks:
         return None
     return json.dumps({"mean_log": look.mean, "half_log": look.half, "sigma": look.sigma,
@@ -222,7 +222,7 @@ def markdown(frame: pd.DataFrame, studies: int, rule: adaptive.Rule, source: str
              "workloads (35 points a level, a round 1 class) at 10 levels, 3 repeats, "
              "measured as config/config.yaml's served cells are (chained, blocks of prompts at "
              "the low levels, concurrency 1 quieter); each design's runs put through the "
-             "summary stage's intervals (`aggregate.with_pooled_intervals`). "
+             "summary stage's intervals (`point_intervals.with_pooled_intervals`). "
              f"Rule ({source}'s `adaptive:`): its priors (σ within a start, `noise`, and "
              "between starts, `instance_noise`) × the true σ as the row says, counted as "
              f"{rule.prior_df:g} degrees of freedom.", "",

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sdbench.analyze.analysis import PAIR_AGREEMENT
+from sdbench.analyze.step_model import PAIR_AGREEMENT
 from sdbench.plan.config import temperature_name
 
 GREEDY, PROBABILISTIC = "greedy", "probabilistic"  # vLLM's draft_sample_method values

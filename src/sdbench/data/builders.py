@@ -18,19 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
+from sdbench.data.cards import composition, histogram, quantiles
+from sdbench.data.conversations import SEPARATOR, flatten, sharegpt_messages
 from sdbench.data.raw import ASSISTANT_ROLES, HUMAN_ROLES, read_rows
+from sdbench.data.sources import SPEC_BENCH_GROUPS, SPEC_BENCH_SUBSETS
 from sdbench.data.tokens import Tokenizer
 from sdbench.files import atomic_write_json, sha256_file, write_jsonl
 
-SPEC_BENCH_GROUPS = {
-    "writing": "conversation", "roleplay": "conversation", "reasoning": "conversation",
-    "math": "conversation", "coding": "conversation", "extraction": "conversation",
-    "stem": "conversation", "humanities": "conversation",
-    "translation": "translation", "summarization": "summarization", "qa": "qa",
-    "math_reasoning": "math_reasoning", "rag": "rag",
-}
-SPEC_BENCH_SUBSETS = ("conversation", "translation", "summarization", "qa", "math_reasoning",
-                      "rag", "all")
 # builders whose subsets are the configured buckets (one file per bucket)
 BUCKETED = ("cnn_dm_news_summary", "cnn_dm_highlights_news", "thucnews_polish")
 BUILDER_SOURCE = {"spec_bench": "spec_bench", "sharegpt": "sharegpt",
@@ -49,7 +43,8 @@ def sent_in_order(definition: dict) -> bool:
     `per_task`, whose file takes the task groups in turn) rather than shuffled by the load
     generator; the reports then map each request to its bucket or task group by position."""
     return definition["builder"] in ORDERED or bool(definition.get("per_task"))
-SEPARATOR = "\n\n"  # between the texts of one prompt
+
+
 _SENTENCE_END = re.compile(r"[.!?。！？]+[\"'”’)）]*\s*")
 
 
@@ -407,36 +402,6 @@ def _thucnews_polish(rows, definition, tok, skipped) -> list:
     return [{**r, "output_tokens": max(1, round(ratio * r["text_tokens"]))} for r in records]
 
 
-def flatten(messages: list[dict]) -> str:
-    """A conversation as one text (what the completions endpoint is sent, and what a set's
-    prompt tokens count): a lone user message as it is, else each message under its role."""
-    if len(messages) == 1 and messages[0]["role"] == "user":
-        return messages[0]["content"]
-    return SEPARATOR.join(f"{m['role']}: {m['content']}" for m in messages)
-
-
-def messages_of(record: dict) -> list[dict]:
-    """The chat messages a prompt-set record is sent as on the chat endpoint: its own
-    conversation (`chat` sets), else its prompt as one user message."""
-    return record.get("messages") or [{"role": "user", "content": record["prompt"]}]
-
-
-def sharegpt_messages(row: dict) -> tuple[list[dict], str | None] | None:
-    """A ShareGPT conversation as the request a service would get: every turn up to its last
-    human turn (a system turn kept), and the reply after it as the reference; None without a
-    human turn."""
-    roles = {**dict.fromkeys(HUMAN_ROLES, "user"), **dict.fromkeys(ASSISTANT_ROLES, "assistant"),
-             "system": "system"}
-    turns = [{"role": roles.get(t["from"]), "content": t["value"]}
-             for t in row["conversations"]]
-    last = max((i for i, t in enumerate(turns) if t["role"] == "user"), default=None)
-    if last is None or any(t["role"] is None for t in turns[:last + 1]):
-        return None
-    reply = turns[last + 1]["content"] if last + 1 < len(turns) and \
-        turns[last + 1]["role"] == "assistant" else None
-    return turns[:last + 1], reply
-
-
 def _chat(rows: list[dict], definition: dict, tok: Tokenizer, skipped: Counter) -> list:
     """A user's own requests as their service sends them (system prompt and earlier turns
     kept), each with its output length by the set's policy (`output_tokens`): the request's
@@ -534,18 +499,6 @@ def output_bound(definition: dict) -> int:
 
 # ---------------------------------------------------------------------------------- data cards
 
-def _quantiles(values: list[int]) -> dict:
-    if not values:
-        return {}
-    arr = np.asarray(values)
-    out = {f"p{q}": float(np.percentile(arr, q)) for q in (10, 25, 50, 75, 90)}
-    return {"min": int(arr.min()), **out, "max": int(arr.max()), "mean": float(arr.mean())}
-
-
-def _histogram(values: list[int], bins: int = 12) -> dict:
-    counts, edges = np.histogram(np.asarray(values), bins=bins)
-    return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
-
 
 def _output_rule(definition: dict) -> str:
     builder = definition["builder"]
@@ -570,21 +523,6 @@ def _output_rule(definition: dict) -> str:
         return "max_tokens per bucket: " + ", ".join(
             f"{b['name']}: {b['output_tokens']}" for b in definition["buckets"])
     return f"max_tokens = {definition['bucket']['output_tokens']}"
-
-
-def composition(records: list[dict]) -> dict:
-    """How the prompts were made: share of records cut, share joined from several texts, mean
-    texts per record, and the share of prompt tokens that is source text (the rest is
-    instruction, labels and task prefixes)."""
-    if not records:
-        return {}
-    n = len(records)
-    prompt_tokens = sum(r["prompt_tokens"] for r in records)
-    return {"share_cut": sum(1 for r in records if r.get("truncated")) / n,
-            "share_joined": sum(1 for r in records if r.get("n_sources", 1) > 1) / n,
-            "mean_texts_per_record": sum(r.get("n_sources", 1) for r in records) / n,
-            "source_text_share": (sum(r["text_tokens"] for r in records) / prompt_tokens
-                                  if prompt_tokens else 0.0)}
 
 
 def _selection(definition: dict, records: list[dict]) -> dict:
@@ -636,10 +574,10 @@ def build_subset(definition: dict, raw_path: str | Path, raw_manifest: dict, tok
         "selection": {**_selection(definition, records),
                       **({"format": schema} if definition["builder"] == CHAT else {})},
         "composition": composition(records),
-        "prompt_tokens": _quantiles(prompt_tokens),
-        "prompt_token_histogram": _histogram(prompt_tokens) if prompt_tokens else {},
-        "output_tokens": _quantiles([r["output_tokens"] for r in records]),
-        "joined_sources": _quantiles([r["n_sources"] for r in records if "n_sources" in r]),
+        "prompt_tokens": quantiles(prompt_tokens),
+        "prompt_token_histogram": histogram(prompt_tokens) if prompt_tokens else {},
+        "output_tokens": quantiles([r["output_tokens"] for r in records]),
+        "joined_sources": quantiles([r["n_sources"] for r in records if "n_sources" in r]),
         "truncated_records": sum(1 for r in records if r.get("truncated")),
         "skipped": dict(sorted(skipped.items())),
         "raw_rows_usable": len(rows),
@@ -656,15 +594,3 @@ def build_subset(definition: dict, raw_path: str | Path, raw_manifest: dict, tok
     return card
 
 
-def card_summary(card: dict) -> str:
-    """One line for the console: records, prompt lengths and how they were made."""
-    tokens, made = card["prompt_tokens"], card["composition"]
-    line = (f"{card['dataset']}/{card['subset']}: {card['records']} records, prompt tokens "
-            f"p50 {tokens.get('p50', 0):.0f} [{tokens.get('min')}, {tokens.get('max')}]")
-    if made:
-        line += (f", {made['share_cut']:.0%} cut, {made['share_joined']:.0%} joined, "
-                 f"{made['mean_texts_per_record']:.2f} texts per record, "
-                 f"{made['source_text_share']:.0%} of prompt tokens source text")
-    if card["skipped"]:
-        line += f"; passed over: {card['skipped']}"
-    return line

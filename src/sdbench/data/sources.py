@@ -25,7 +25,6 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from sdbench.data import fixtures
-from sdbench.data.builders import SPEC_BENCH_GROUPS
 from sdbench.data.raw import (
     FORMAT_FIELDS,
     REQUIRED_FIELDS,
@@ -40,6 +39,18 @@ from sdbench.data.raw import (
 )
 from sdbench.files import atomic_path, atomic_write_json, sha256_file
 from sdbench.layout import manifest_of, raw_file
+
+# Spec-Bench's question categories -> its six task groups (a subset each, and `all`)
+SPEC_BENCH_GROUPS = {
+    "writing": "conversation", "roleplay": "conversation", "reasoning": "conversation",
+    "math": "conversation", "coding": "conversation", "extraction": "conversation",
+    "stem": "conversation", "humanities": "conversation",
+    "translation": "translation", "summarization": "summarization", "qa": "qa",
+    "math_reasoning": "math_reasoning", "rag": "rag",
+}
+SPEC_BENCH_SUBSETS = ("conversation", "translation", "summarization", "qa", "math_reasoning",
+                      "rag", "all")
+
 
 SOURCES = ("spec_bench", "cnn_dailymail", "sharegpt", "thucnews")
 # the raw copy's name: this stem, and the suffix of the file it is made from (default below)

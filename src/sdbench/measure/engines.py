@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from sdbench.data.builders import messages_of
+from sdbench.data.conversations import messages_of
 from sdbench.files import read_jsonl
 
 

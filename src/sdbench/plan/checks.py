@@ -24,7 +24,8 @@ from pathlib import Path
 import psutil
 
 from sdbench import layout
-from sdbench.data.builders import messages_of, request_bound
+from sdbench.data.builders import request_bound
+from sdbench.data.conversations import messages_of
 from sdbench.files import atomic_write_json, read_jsonl
 from sdbench.host import cache_dir, nsys_executable, nvml_session, vllm_distribution
 from sdbench.models.checkpoints import with_text_config

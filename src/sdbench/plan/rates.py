@@ -133,7 +133,7 @@ EMBEDDING_SHARE = 0.15
 
 
 # decoder layers of the heads the workflow builds (`kind: random_head`), by method, where
-# their `config` does not say: the published heads' (sdbench.models.checkpoints.HEAD_DEFAULTS;
+# their `config` does not say: the published heads' (sdbench.models.heads.HEAD_DEFAULTS;
 # DFlash's five, the others one)
 HEAD_LAYERS = {"dflash": 5}
 

@@ -15,10 +15,8 @@ from sdbench.analyze.acceptance import (
     simulated_label,
     sweep_points,
 )
-from sdbench.analyze.analysis import (
-    predicted_break_even,
-    speculative,
-)
+from sdbench.analyze.analysis import speculative
+from sdbench.analyze.step_model import predicted_break_even
 from sdbench.plan import grid
 from sdbench.report.show import (
     METRIC_LABELS,
@@ -75,7 +73,7 @@ def break_even_prediction_table(points: pd.DataFrame) -> pd.DataFrame:
     """Per draft-model sweep and concurrency: the break-even acceptance length the step-time
     model predicts from the draft's and target's step times and the verification cost, beside
     the one the sweep measured on the same quantity, the TPOT speedup
-    (`analysis.predicted_break_even`)."""
+    (`step_model.predicted_break_even`)."""
     table = predicted_break_even(points)
     if table.empty:
         return table

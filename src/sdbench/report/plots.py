@@ -15,13 +15,7 @@ import pandas as pd
 import seaborn as sns
 
 from sdbench.analyze.aggregate import DERIVED_SETTING
-from sdbench.analyze.analysis import (
-    ALIKE,
-    SPLIT,
-    dynamic_k_comparison,
-    predicted_speedups,
-    speculative,
-)
+from sdbench.analyze.analysis import speculative
 from sdbench.analyze.decisions import (
     BEST_SETTING,
     CROSSOVER,
@@ -32,6 +26,8 @@ from sdbench.analyze.decisions import (
     read_decisions,
 )
 from sdbench.analyze.noise import CLASS, point_noise
+from sdbench.analyze.schedule_analysis import ALIKE, SPLIT, dynamic_k_comparison
+from sdbench.analyze.step_model import predicted_speedups
 from sdbench.plan import dynamic_k
 from sdbench.report.point_tables import (
     data_cards,
@@ -299,7 +295,7 @@ def crossover_table(decided: pd.DataFrame) -> pd.DataFrame:
 
 def calibration_table(points: pd.DataFrame) -> pd.DataFrame:
     """Predicted against measured speedups of draft-model points whose draft was also measured
-    as a target (analysis.predicted_speedups), one row per concurrency."""
+    as a target (step_model.predicted_speedups), one row per concurrency."""
     table = predicted_speedups(points)
     if table.empty:
         return table
@@ -365,7 +361,7 @@ def switch_gain_table(decided: pd.DataFrame) -> pd.DataFrame:
 
 
 def dynamic_k_table(frame: pd.DataFrame, schedules: dict[str, list]) -> pd.DataFrame:
-    """Each measured dynamic-K schedule split three ways (`analysis.dynamic_k_comparison`):
+    """Each measured dynamic-K schedule split three ways (`schedule_analysis.dynamic_k_comparison`):
     the mechanism's cost, the schedule's value and the net against the best static k, each a
     throughput ratio with a 95 % interval, per level and over all levels.
 
