@@ -12,8 +12,8 @@ rule session:
     params:
         session=lambda wc: SESSIONS[wc.session_id].to_dict(),
         # its cells and those paired with the same baselines (`sessions.session_family`)
-        cells=lambda wc: [c.to_dict() for c in
-                          sessions.session_family(SESSIONS[wc.session_id], CELLS).values()],
+        cells=lambda wc: [cell_dict(c) for c in sessions.session_family(
+            SESSIONS[wc.session_id], CELLS, FAMILIES)],
         vllm=VLLM_BUILD,
         host=lambda wc: [HOST_PLAN[c.cell_id] for c in session_cells(wc)],
         # sessions that left a cell unfinished: the next run measures it again
@@ -41,7 +41,7 @@ rule cell:
         records=layout.cell_output("{cell_id}"),
         requests=str(layout.requests_output(layout.cell_output("{cell_id}"))),
     params:
-        cell=lambda wc: CELLS[wc.cell_id].to_dict(),
+        cell=lambda wc: cell_dict(wc.cell_id),
     log:
         layout.CELL_LOG,
     benchmark:

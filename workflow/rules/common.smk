@@ -52,6 +52,8 @@ CELLS = grid.cells_by_id(config)
 # it), each measuring every cell of its configuration (sdbench.plan.sessions)
 SESSIONS = sessions.plan_sessions(CELLS)
 CHAINED_PAIRS = sessions.chained_pairs(CELLS)
+# baseline -> the cells paired with it: a session job's cells are its own and their families
+FAMILIES = sessions.families(CELLS)
 DYNAMIC_K = {
     (spec["target"], spec["workload"], spec["speculator"]): spec
     for spec in dynamic_k.dynamic_k_specs(config)
@@ -107,6 +109,17 @@ def cell_inputs(wildcards):
     """A cell's own job reads the manifests of its sessions (one per server instance)."""
     return {"sessions": [layout.session_output(s)
                          for s in sessions.cell_sessions(CELLS[wildcards.cell_id], CELLS)]}
+
+
+_CELL_DICTS = {}
+
+
+def cell_dict(cell_id):
+    """A cell as a job's params carry it (`Cell.to_dict`), made once a parse: a session's
+    family shares its cells with the other sessions of its baselines."""
+    if cell_id not in _CELL_DICTS:
+        _CELL_DICTS[cell_id] = CELLS[cell_id].to_dict()
+    return _CELL_DICTS[cell_id]
 
 
 def session_cells(wildcards):

@@ -186,13 +186,24 @@ def session_waits(planned: dict[str, Session],
             for sid, session in planned.items()}
 
 
-def session_family(session: Session, cells: dict[str, specs.Cell]) -> dict[str, specs.Cell]:
+def families(cells: dict[str, specs.Cell]) -> dict[str, list[str]]:
+    """baseline cell id -> it and the cells paired with it (one pass over the grid)."""
+    out: dict[str, list[str]] = {}
+    for cid, c in cells.items():
+        out.setdefault(c.baseline_cell_id or cid, []).append(cid)
+    return out
+
+
+def session_family(session: Session, cells: dict[str, specs.Cell],
+                   by_baseline: dict[str, list[str]] | None = None) -> dict[str, specs.Cell]:
     """The cells a session's job reads: its own and every cell paired with the same baselines
     (its chained cells' partners and rivals, the cells outside a baseline's group that read
-    its records: `measure.session.run_session`), so that the job need not build the grid."""
-    bases = {cells[c].baseline_cell_id or c for c in session.cells}
-    return {cid: c for cid, c in cells.items()
-            if cid in session.cells or cid in bases or c.baseline_cell_id in bases}
+    its records: `measure.session.run_session`), so that the job need not build the grid.
+    `by_baseline`: `families(cells)`, where given."""
+    by_baseline = families(cells) if by_baseline is None else by_baseline
+    bases = dict.fromkeys(cells[c].baseline_cell_id or c for c in session.cells)
+    ids = dict.fromkeys([*session.cells, *(m for b in bases for m in by_baseline.get(b, ()))])
+    return {cid: cells[cid] for cid in ids}
 
 
 def chain_partners(cell: specs.Cell, cells: dict[str, specs.Cell]) -> list[specs.Cell]:
