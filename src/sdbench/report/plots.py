@@ -25,7 +25,7 @@ from sdbench.analyze.decisions import (
     of_kind,
     read_decisions,
 )
-from sdbench.analyze.noise import CLASS, point_noise
+from sdbench.analyze.noise import CLASS
 from sdbench.analyze.schedule_analysis import ALIKE, SPLIT, dynamic_k_comparison
 from sdbench.analyze.step_model import predicted_speedups
 from sdbench.plan import dynamic_k
@@ -77,9 +77,6 @@ class RoundData:
     cards: dict[str, dict | None]
     # per-request acceptance of `frame`'s speculative servers (`analyze.request_acceptance`)
     acceptance: pd.DataFrame = field(default_factory=pd.DataFrame)
-    # the noise model of every point of the study (`noise.point_noise` over `summary`: a
-    # round's classes may borrow the server starts' share from another's, the instance probe)
-    noise: pd.DataFrame = field(default_factory=pd.DataFrame)
     # the study's decisions, computed by the summary stage (`analyze.decisions`)
     decisions: pd.DataFrame = field(default_factory=pd.DataFrame)
 
@@ -106,7 +103,6 @@ def load_round(round_name: str, summary: str, points: str, buckets: str, schedul
                      cards=data_cards(all_frame, sets),
                      acceptance=(pd.DataFrame() if acceptance is None else in_round(
                          pd.read_parquet(acceptance), round_name)),
-                     noise=point_noise(measurements),
                      decisions=(pd.DataFrame(columns=["decision", "round"]) if decisions is None
                                 else read_decisions(decisions)))
 
