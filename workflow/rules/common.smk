@@ -162,14 +162,9 @@ def session_gpus(wildcards):
     return sum(counts) if session.interleaved else counts[0]
 
 
-# cell id -> its prompt set's data card, read once a parse (by the sessions' runtimes)
-CARDS = {}
-
-
 def session_runtime(wildcards, attempt):
     """Minutes a session may run (cells.runtime; `auto`: from its work, more on a retry)."""
-    return runtimes.session_minutes(config, SESSIONS[wildcards.session_id], CELLS, attempt,
-                                    CARDS)
+    return runtimes.session_minutes(config, SESSIONS[wildcards.session_id], CELLS, attempt)
 
 
 _PRIORITIES = []

@@ -56,14 +56,14 @@ class ConservativeRates:
 
 
 def session_minutes(config: dict, session: Session, cells: dict[str, specs.Cell],
-                    attempt: int = 1, cards: dict[str, dict | None] | None = None) -> int:
+                    attempt: int = 1) -> int:
     """The `runtime` (minutes) of one session job on its `attempt`-th try; the prompt sets'
-    data cards are read where they are built (`cards`: cell id -> its card, read once for
-    every session of a parse)."""
+    data cards are read where they are built (Snakemake asks again once a job's inputs
+    exist: a card built since counts then)."""
     limits = settings(config).cells
     if limits.runtime != AUTO:
         return int(limits.runtime)
-    work = session_work(session, cells, ConservativeRates(config), cards)
+    work = session_work(session, cells, ConservativeRates(config))
     minutes = max(ASSEMBLE_MINUTES, math.ceil(work.total_s / 60)) * attempt
     return min(minutes, limits.max_runtime)
 

@@ -59,7 +59,18 @@ def stored_card(workload: dict, root: str | Path = ".") -> dict | None:
     whatever built it (None where there is none, or it is not whole)."""
     path = Path(root) / layout.card_path(workload["dataset"], workload["subset"])
     try:
-        card = json.loads(path.read_text())
+        stat = path.stat()
+    except OSError:
+        return None
+    return _read_card(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@lru_cache(maxsize=256)
+def _read_card(path: str, size: int, mtime: int) -> dict | None:
+    """A card file's content, read once per version of the file (a parse asks for each
+    prompt set's card once per session)."""
+    try:
+        card = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
     return card if isinstance(card, dict) else None
