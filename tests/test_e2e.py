@@ -675,8 +675,6 @@ def test_the_decisions_are_a_table_and_the_terminal_prints_the_index_bottom_line
     """The summary stage writes the decisions (CSV and Parquet) that the reports display, and
     `python -m sdbench.report.decision` (what `make demo` ends with) prints the same bottom
     line as the index: the same verdicts, in the same order."""
-    from html import unescape
-
     from sdbench.analyze.decisions import KINDS, RECOMMENDATION, of_kind, read_decisions
 
     workdir = e2e_run["workdir"]
@@ -686,6 +684,14 @@ def test_the_decisions_are_a_table_and_the_terminal_prints_the_index_bottom_line
     assert len(csv) == len(decided) and list(csv.columns) == list(decided.columns)
     picks = of_kind(decided, RECOMMENDATION, "round1")
     assert len(picks) and picks["concurrency"].dtype == "int64"
+    assert bottom_line_printed_as_the_index(workdir)
+
+
+def bottom_line_printed_as_the_index(workdir) -> list[str]:
+    """What `python -m sdbench.report.decision` prints in `workdir` against the index: each
+    round's verdicts the index's, in order, and its asides there too. Returns the headings."""
+    from html import unescape
+
     printed = subprocess.run([sys.executable, "-m", "sdbench.report.decision"], cwd=workdir,
                              capture_output=True, text=True, check=True).stdout
     index = unescape((workdir / "reports" / "index.html").read_text())
@@ -699,6 +705,7 @@ def test_the_decisions_are_a_table_and_the_terminal_prints_the_index_bottom_line
         assert verdicts == shown, (heading, verdicts, shown)
         for aside in (line[4:] for line in body.splitlines() if line.startswith("  - ")):
             assert f"<li>{aside}</li>" in page, aside
+    return sections[::2]
 
 
 def test_snakemakes_own_report_bundles_the_reports_and_tables(e2e_run, tmp_path):
@@ -920,4 +927,12 @@ def test_avx2_host_runs_all_but_int4(avx2_run):
     # end-to-end run's round 3 (32 requests)
     rerun = "env" in avx2_run
     assert conversations_sent_whole(workdir, avx2_run["configfile"]) == (12 if rerun else 32)
+    # the decisions on the AVX2 extension, and the terminal's bottom line as the index's
+    from sdbench.analyze.decisions import RECOMMENDATION, of_kind, read_decisions
+
+    decided = read_decisions(workdir / "results" / "decisions.parquet")
+    assert (workdir / "results" / "decisions.csv").is_file()
+    assert len(of_kind(decided, RECOMMENDATION, "round1"))
+    headings = bottom_line_printed_as_the_index(workdir)
+    assert any("Round 1" in h for h in headings) and any("Round 2" in h for h in headings)
     assert server_processes(workdir) == []
