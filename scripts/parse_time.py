@@ -58,9 +58,9 @@ def cells_of(config: Path) -> int:
     return len(grid.cells_by_id(loaded))
 
 
-def report(name: str, cells: int, runs: list[float], out: str) -> None:
+def report(name: str, cells: int, runs: list[float], out: str = "") -> None:
     jobs = re.search(r"^total\s+(\d+)", out, re.M)
-    print(f"{name}: {cells} cells, {jobs.group(1) if jobs else '?'} jobs: best "
+    print(f"{name}: {cells} cells{f', {jobs.group(1)} jobs' if jobs else ''}: best "
           f"{min(runs):.2f} s, median {statistics.median(runs):.2f} s ({len(runs)} runs)")
 
 
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                    "--target-jobs", f"session:session_id={session}", "--allowed-rules",
                    "session"]
             runs = [timed(job)[0] for _ in range(args.runs)]
-            report(f"a session job's own parse, {name}", cells_of(config), runs, "")
+            report(f"a session job's own parse, {name}", cells_of(config), runs)
     return 0
 
 
