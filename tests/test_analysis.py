@@ -10,7 +10,7 @@ from scipy import stats
 from sdbench.analyze.aggregate import ARM_SETTINGS
 from sdbench.analyze.analysis import OFF, best_settings, crossover, switch_gain, verdict
 from sdbench.analyze.decision import recommendations
-from sdbench.analyze.decisions import BEST_SETTING, CROSSOVER
+from sdbench.analyze.decisions import CROSSOVER
 from sdbench.analyze.schedule_analysis import (
     ALIKE,
     best_static_k,
@@ -19,7 +19,8 @@ from sdbench.analyze.schedule_analysis import (
 )
 from sdbench.analyze.stats import ratio_interval
 from sdbench.report.decision import deployable_sentences
-from sdbench.report.plots import best_settings_table, crossover_table, dynamic_k_table
+from sdbench.report.plots import crossover_table, dynamic_k_table
+from sdbench.report.show import held_out_basis
 
 from helpers import decided
 
@@ -183,12 +184,12 @@ def test_a_repeat_the_pick_was_stopped_before_holds_out_nothing():
         assert row["heldout_ci_low"] > 1 and row["verdict"] == "speculate", row
         # the tables say the estimate rests on 2 of the level's 4 repeats
         assert (row["repeats"], row["heldout_repeats"]) == (4, 2)
-        shown = best_settings_table(decided(BEST_SETTING, best_settings(frame, table))).set_index(
-            "concurrency")["held-out interval from"]
-        assert shown.loc[1].endswith("; 2 of the 4 held out (a pick had stopped before the "
-                                     "rest)") and "held out (" not in shown.loc[16], shown
-        said = deployable_sentences(recommendations(frame.assign(num_prompts=6), table),
-                                    table)[0]
+        recommended = recommendations(frame.assign(num_prompts=6), table)
+        shown = dict(zip(recommended["concurrency"], held_out_basis(recommended, "gain_from"),
+                         strict=True))
+        assert shown[1].endswith("; 2 of the 4 held out (a pick had stopped before the "
+                                 "rest)") and "held out (" not in shown[16], shown
+        said = deployable_sentences(recommended, table)[0]
         assert said.startswith("w at concurrency 1, m k=1") and "2 of the 4 held out" in said
 
 
@@ -471,3 +472,24 @@ def test_no_crossover_is_claimed_where_no_level_is_clearly_below_1():
     assert shown["speedup < 1 from concurrency"] == "not established"
     clear = crossover(measurements(rows[:2] + [("ngram", 2, 16, 0.5)], spread=0.1)).iloc[0]
     assert clear["established"] and clear["reading"].startswith("falls below 1 near")
+
+
+def test_a_switch_that_keeps_the_static_setting_gains_nothing_and_says_so():
+    """The issue's demo printed "0.00 % [0.00, 0.00]" beside the same setting both ways, and a
+    post-selection estimate of −36.7 % on fewer than 2 degrees of freedom beside 1.17× → 1.18×:
+    no number where there is no comparison, no interval where there are too few df."""
+    data = measurements([("ngram", 2, 1, 1.5), ("ngram", 2, 8, 1.2),
+                         ("draft", 2, 1, 1.1), ("draft", 2, 8, 0.8)])
+    row = switch_gain(data).iloc[0]
+    assert row["switch_choice"] == "c=1: ngram k=2, c=8: ngram k=2"
+    assert np.isnan(row["gain"]) and np.isnan(row["gain_ci_low"])
+    assert row["evaluation"].startswith("the switch keeps the static setting")
+    from sdbench.analyze.noise import point_noise
+
+    two = measurements([("ngram", 2, 1, 1.5), ("ngram", 2, 8, 0.7),
+                        ("draft", 2, 1, 1.1), ("draft", 2, 8, 0.8)], repeats=2)
+    noise = point_noise(two)
+    assert switch_gain(two, noise).iloc[0]["gain_ci_low"] > 0  # 2 df: an interval
+    thin = switch_gain(two, noise.assign(df=1.5)).iloc[0]
+    assert np.isnan(thin["gain_ci_low"]) and thin["gain"] > 0
+    assert thin["evaluation"].startswith("in-sample, ") and "too few" in thin["evaluation"]

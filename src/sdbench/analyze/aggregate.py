@@ -16,11 +16,12 @@ records its output tokens relative to its baseline's (`output_drift`), flagged a
 `summarize` gives one row per measurement (cell, concurrency, repeat); `aggregate_points` one
 row per point (cell, concurrency) with the mean, the standard deviation and a 95 % Student-t
 interval over the repeats of every throughput, latency and speedup: for a speedup, over the
-per-repeat ratios (each repeat divided by the baseline's same repeat). The headline speedup's
+per-repeat ratios (each repeat divided by the baseline's same repeat), a geometric mean with
+its interval on the log scale (a ratio's bounds are never below 0). The headline speedup's
 estimate (a geometric mean), interval and verdict come from the pooled noise model
 (`sdbench.analyze.noise`: server instances as units, variance pooled over the points of the
 same engine, target, method and level), with the smallest speedup the design could have told
-from 1 (`speedup_mde`); the mean and interval over the point's own repeats are kept as
+from 1 (`speedup_mde`); the estimate and interval over the point's own repeats are kept as
 `speedup_unpooled_*`.
 """
 

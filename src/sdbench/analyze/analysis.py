@@ -18,7 +18,13 @@ from scipy import optimize, special, stats
 
 from sdbench.analyze.acceptance import simulated_lengths
 from sdbench.analyze.noise import covariance, dof_text, point_noise
-from sdbench.analyze.stats import CONFIDENCE, level_text, ratio_interval, verdict
+from sdbench.analyze.stats import (
+    CONFIDENCE,
+    MIN_INTERVAL_DF,
+    level_text,
+    ratio_interval,
+    verdict,
+)
 
 SETTING = ["target", "workload", "speculator", "k"]
 OFF = "off"  # no speculation: a candidate everywhere, its speedup is 1 by definition
@@ -483,16 +489,24 @@ def switch_gain(frame: pd.DataFrame, noise: pd.DataFrame | None = None) -> pd.Da
         static, switch = (c[0] for c in _choices(center[None]))
         df = float(points["df"].median())
         gain, low, high = _picked_gain(center, static, switch, covariance(points), df)
+        evaluation = ("all repeats, given the picks (post-selection interval from the pooled "
+                      f"noise model, {dof_text(df)})" if np.isfinite(low) else
+                      "in-sample (no spread measured): biased upward")
+        if all(i == static for i in switch):  # the same setting both ways: no comparison
+            gain = low = high = np.nan
+            evaluation = "the switch keeps the static setting at every level: nothing to gain"
+        elif np.isfinite(low) and not df >= MIN_INTERVAL_DF:
+            # too few degrees of freedom: the post-selection estimate and its interval run wild
+            gain = float(center[switch, range(shape[1])].mean() - center[static].mean())
+            low = high = np.nan
+            evaluation = f"in-sample, {dof_text(df)}: too few for an interval (biased upward)"
         rows.append({"target": target, "workload": workload,
                      "static_best": settings[static],
                      "static_speedup": float(np.exp(center[static].mean())),
                      "switch_speedup": float(np.exp(center[switch, range(shape[1])].mean())),
                      "gain": float(np.expm1(gain)), "gain_ci_low": float(np.expm1(low)),
                      "gain_ci_high": float(np.expm1(high)),
-                     "evaluation": ("all repeats, given the picks (post-selection interval "
-                                    f"from the pooled noise model, {dof_text(df)})"
-                                    if np.isfinite(low) else
-                                    "in-sample (no spread measured): biased upward"),
+                     "evaluation": evaluation,
                      "switch_choice": ", ".join(f"c={c}: {settings[i]}"
                                                 for c, i in zip(complete, switch, strict=True)),
                      "levels": len(complete),

@@ -86,6 +86,7 @@ class Claim:
                              f"interval [{interval_number(self.low)}, "
                              f"{interval_number(self.high)}]")
         interval = ("no interval" if pd.isna(self.low) or pd.isna(self.high)
+                    or self.low == self.high  # (no width: every repeat gave one value)
                     else f"95 % interval [{interval_number(self.low)}, "
                     f"{interval_number(self.high)}]")
         measured = f"{self.mean:.2f}× ({interval}; {self.sample})"
@@ -119,16 +120,33 @@ def point_interval(points: pd.DataFrame | None, target: str, workload: str, leve
             float(row["speedup_ci_high"]), point_basis(row))
 
 
+def _verdict(choice: str, held: tuple[float, float], own: tuple[float, float],
+             lows: list[float]) -> str:
+    """A recommendation's verdict that no point's own verdict contradicts: "speculate" where the
+    held-out interval and the chosen setting's own interval (the point table's) both lie above
+    1; "speculation off" where off is chosen, or both lie below 1, and no setting's own
+    interval (`lows`: their lower bounds) lies above 1; else "no clear winner"."""
+    above = [pd.notna(b) and b > 1 for b in (held[0], own[0])]
+    below = [pd.notna(b) and b < 1 for b in (held[1], own[1])]
+    if choice != OFF and all(above):
+        return "speculate"
+    if (choice == OFF or all(below)) and not any(pd.notna(b) and b > 1 for b in lows):
+        return "speculation off"
+    return NO_WINNER
+
+
 def recommendations(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per target, workload and concurrency: the deployable setting to run, speculation off a
     candidate. The choice is judged on repeats it did not see (chosen on all repeats but one,
     measured on the one left out, each in turn): `gain_mean`/`gain_ci_low`/`gain_ci_high` (the
     geometric mean and interval of those held-out speedups, `analysis.held_out_interval`: σ
-    from the pooled noise model where `points`, the point table, has it). `verdict`:
-    "speculate" where that interval lies above 1, "speculation off" where the choice is off or
-    its interval lies below 1, else "no clear winner". `rivals`: the candidates whose interval
-    (the point table's where `points` has it, `analysis.own_interval`; else over their own
-    repeats) overlaps the chosen one's (speculation off: 1), as good as far as the data tell.
+    from the pooled noise model where `points`, the point table, has it). `verdict`
+    (`_verdict`): "speculate" where that interval and the chosen point's own lie above 1,
+    "speculation off" where the choice is off or both lie below 1 (and no setting's own interval
+    lies above 1), else "no clear winner": a point's own verdict is never contradicted.
+    `rivals`: the candidates whose interval (the point table's where `points` has it,
+    `analysis.own_interval`; else over their own repeats) overlaps the chosen one's
+    (speculation off: 1), as good as far as the data tell.
     `repeats`, `prompts`: what the choice rests on; `gain_from`: what the gain's interval is;
     `heldout_repeats`: the repeats it was judged on (fewer than `repeats` where a pick had
     stopped before the repeat it would hold out, `analysis._held_out`).
@@ -157,12 +175,9 @@ def recommendations(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> 
                 _, o_low, o_high = own_interval(at, found, label)
                 if pd.notna(c_low) and pd.notna(o_low) and o_low <= c_high and c_low <= o_high:
                     rivals.append("speculation off" if label == OFF else label)
-            if choice == OFF or (pd.notna(high) and high < 1):
-                decided = "speculation off"
-            elif pd.notna(low) and low > 1:
-                decided = "speculate"
-            else:
-                decided = NO_WINNER
+            decided = _verdict(choice, (low, high), (c_low, c_high),
+                               [own_interval(at, found, label)[1] for label in at.index
+                                if label != OFF])
             rows.append({"target": target, "workload": workload, "concurrency": int(level),
                          "run": "speculation off" if choice == OFF else choice,
                          "speculator": None if choice == OFF else speculator,

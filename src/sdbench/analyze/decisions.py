@@ -9,10 +9,9 @@ A row is one decision of one kind (`decision`):
   (`decision.recommendations`); where speculation off is chosen, `best_*` name the best
   deployable setting it was judged against and its interval (the point table's, else over its
   repeats), which the bottom line cites.
-- `best_setting`: round 1's best setting per load with its held-out estimate
-  (`analysis.best_settings`, a bootstrap of the pick).
 - `crossover`: round 1's concurrency where a setting's speedup falls below 1, with its
-  confidence set (`analysis.crossover`).
+  confidence set (`analysis.crossover`), ending where a point's own interval lies below 1
+  (`with_point_verdicts`).
 - `switch_gain`: round 1's gain of switching settings with load (`analysis.switch_gain`).
 - `precision`: the noise measured per class of points, the minimum detectable speedup and the
   starts that would resolve ±5 % and ±10 % (`noise.precision`, over the whole study; `round`
@@ -28,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from sdbench.analyze.aggregate import DYNAMIC_K_SETTINGS
-from sdbench.analyze.analysis import best_settings, crossover, switch_gain
+from sdbench.analyze.analysis import crossover, switch_gain
 from sdbench.analyze.decision import by_role, point_interval, recommendations
 from sdbench.analyze.noise import point_noise, precision
 from sdbench.analyze.stats import ratio_interval
@@ -36,9 +35,9 @@ from sdbench.files import atomic_path
 from sdbench.plan.config import ROUNDS
 from sdbench.plan.grid import DEPLOYABLE
 
-RECOMMENDATION, BEST_SETTING, CROSSOVER, SWITCH_GAIN, PRECISION = (
-    "recommendation", "best_setting", "crossover", "switch_gain", "precision")
-KINDS = (RECOMMENDATION, BEST_SETTING, CROSSOVER, SWITCH_GAIN, PRECISION)
+RECOMMENDATION, CROSSOVER, SWITCH_GAIN, PRECISION = (
+    "recommendation", "crossover", "switch_gain", "precision")
+KINDS = (RECOMMENDATION, CROSSOVER, SWITCH_GAIN, PRECISION)
 
 
 def in_round(table: pd.DataFrame, round_name: str) -> pd.DataFrame:
@@ -93,6 +92,38 @@ def round_recommendations(summary: pd.DataFrame, points: pd.DataFrame,
     return pd.concat([table.reset_index(drop=True), pd.DataFrame(against)], axis=1)
 
 
+def _clearly_below(points: pd.DataFrame, row) -> list[int]:
+    """The levels at which a crossover row's setting has a point whose own interval (the one
+    the point table, the recommendations and the bottom line show) lies below 1."""
+    at = closed_loop(points) if "engine" in points else points
+    at = at[(at["target"] == row["target"]) & (at["workload"] == row["workload"])
+            & (at["speculator"] == row["speculator"]) & (at["k"] == row["k"])
+            & (at["verdict"] == "no speculation")]
+    return sorted(int(c) for c in at["concurrency"].dropna())
+
+
+def with_point_verdicts(table: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """Crossovers that agree with the points' own verdicts: where a level's point interval lies
+    below 1 (an adaptive point reports the interval it stopped on, or a wider sequential one,
+    so it can differ from the noise model's at that level) the crossover's confidence set ends
+    there, and its reading says so; one verdict per point everywhere."""
+    if table.empty or "verdict" not in points:
+        return table
+    table = table.copy()
+    for i, row in table.iterrows():
+        below = _clearly_below(points, row)
+        if not below or (pd.notna(row["crossover_high"]) and row["crossover_high"] <= below[0]):
+            continue
+        first = below[0]
+        cross = row["crossover"] if pd.notna(row["crossover"]) else float(first)
+        low = row["crossover_low"] if pd.notna(row["crossover_low"]) else cross
+        table.loc[i, ["crossover", "crossover_low", "crossover_high", "established"]] = [
+            min(cross, first), min(low, first), float(first), True]
+        table.loc[i, "reading"] = (f"below 1 from concurrency {first} (its point's own "
+                                   "interval lies below 1)")
+    return table
+
+
 def decisions(summary: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     """Every decision of the study (see the module), one table."""
     parts = []
@@ -106,9 +137,8 @@ def decisions(summary: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
             # round 1's own closed-loop server rows (without the derived dynamic-K cells)
             frame = closed_loop(summary[summary["round"] == round_name])
             round_points = in_round(points, round_name)
-            parts += [best_settings(frame, round_points).assign(decision=BEST_SETTING,
-                                                                 round=round_name),
-                      crossover(frame, noise).assign(decision=CROSSOVER, round=round_name),
+            parts += [with_point_verdicts(crossover(frame, noise), round_points).assign(
+                          decision=CROSSOVER, round=round_name),
                       switch_gain(frame, noise).assign(decision=SWITCH_GAIN, round=round_name)]
     parts.append(precision(summary).assign(decision=PRECISION))
     return combine(parts)

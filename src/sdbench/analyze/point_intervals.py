@@ -20,7 +20,7 @@ from sdbench.analyze.noise import (
     point_noise,
 )
 from sdbench.analyze.slo import frame_slos, point_stats
-from sdbench.analyze.stats import mean_interval, ratio_interval, verdict
+from sdbench.analyze.stats import MIN_INTERVAL_DF, mean_interval, ratio_interval, verdict
 from sdbench.plan import adaptive
 from sdbench.records import STOPPED
 
@@ -58,10 +58,10 @@ COUNTS = {"completed": "requests", "total_output_tokens": "output_tokens",
 # ratios among STAT_COLUMNS (their interval on the log scale: a bound never at or below 0;
 # the headline speedup's comes from the pooled noise model, `with_pooled_intervals`), and the
 # columns that may be negative (the others' Student t intervals are cut at 0)
-RATIO_COLUMNS = ("total_speedup", "tpot_speedup", "energy_gain")
+RATIO_COLUMNS = ("speedup", "total_speedup", "tpot_speedup", "energy_gain")
 
 
-SIGNED_COLUMNS = ("speedup", "output_drift")
+SIGNED_COLUMNS = ("output_drift",)
 
 
 # the values a per-point mean can take, where they are not [0, ∞): its interval is kept inside
@@ -184,14 +184,21 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
             row.update(point_stats(group, slos), slos=group["slos"].iloc[0])
         rows.append(row)
     points = pd.DataFrame(rows)
+    # no speculation against itself is 1 by construction, not a finding: no interval
+    bounds = [f"{c}_ci_{side}" for c in RATIO_COLUMNS for side in ("low", "high")
+              if f"{c}_ci_{side}" in points]
+    if bounds and "method" in points:
+        points.loc[points["method"] == "vanilla", bounds] = np.nan
     if "speedup_ci_low" in points:
         points = with_pooled_intervals(points, frame)
         # what each point's interval says ("no clear gain" when it spans 1); none for vanilla
         points["verdict"] = [
-            verdict(low, high) if method != "vanilla" and pd.notna(mean) else None
-            for method, mean, low, high in zip(points["method"], points["speedup_mean"],
-                                               points["speedup_ci_low"],
-                                               points["speedup_ci_high"], strict=True)]
+            (verdict(low, high, "one repeat" if pd.isna(df) or df >= MIN_INTERVAL_DF
+                     else f"{df:.1f} degrees of freedom")
+             if method != "vanilla" and pd.notna(mean) else None)
+            for method, mean, low, high, df in zip(
+                points["method"], points["speedup_mean"], points["speedup_ci_low"],
+                points["speedup_ci_high"], points["speedup_df"], strict=True)]
     if "spec_decode_acceptance_length_mean" in points:
         # the physical bound: a speedup cannot exceed the tokens each target step yields
         points["efficiency"] = (points["speedup_mean"]
@@ -345,8 +352,8 @@ def _with_prior(row: dict, rule: adaptive.Rule) -> dict:
 
 def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     """The speedup of every speculative point from the noise model (`noise.point_noise`): its
-    estimate (the geometric mean of its runs), its interval (the Student-t interval around the
-    arithmetic mean of its own repeats kept as `speedup_unpooled_mean`,
+    estimate (the geometric mean of its runs), its interval (the Student-t interval over its
+    own repeats alone, on the log scale, kept as `speedup_unpooled_mean`,
     `speedup_unpooled_ci_low/high`), their degrees of freedom, the standard error of the log
     speedup (`speedup_se`), the minimum detectable speedup, the server starts' share of its
     variance and where it was measured (`speedup_instance_sd`, `speedup_instance_from`), what
@@ -397,6 +404,8 @@ def with_pooled_intervals(points: pd.DataFrame, frame: pd.DataFrame) -> pd.DataF
                    "covers": f"{row['covers']}; the interval the adaptive rule stopped on "
                              f"({stop['reason']}: σ {stop['sigma']:.3g} a look, from its "
                              "priors and the looks it saw)"}
+        if not row["df"] >= MIN_INTERVAL_DF:  # a t interval on 1 df spans 1/50 to 50 times
+            low = high = np.nan
         # the estimate the interval is around: the geometric mean of its runs
         points.loc[at, ["speedup_mean", "speedup_ci_low", "speedup_ci_high", "speedup_df",
                         "speedup_se", "speedup_mde", "speedup_repeat_sd", "speedup_shared_sd",

@@ -51,14 +51,17 @@ def level_text(value: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
-NO_INTERVAL = "no clear gain (no interval: one repeat)"
+# an interval on fewer degrees of freedom says nothing (its t quantile runs to 12.7 at 1):
+# the point gets none, and its verdict says why
+MIN_INTERVAL_DF = 2.0
 
 
-def verdict(low: float, high: float) -> str:
+def verdict(low: float, high: float, why: str = "one repeat") -> str:
     """What an interval on a speedup says: "speculate" when it lies above 1, "no speculation"
-    below 1, "no clear gain" when it spans 1 (an answer, not a failure)."""
+    below 1, "no clear gain" when it spans 1 (an answer, not a failure); without an interval,
+    "no clear gain (no interval: <why>)"."""
     if pd.isna(low) or pd.isna(high):
-        return NO_INTERVAL
+        return f"no clear gain (no interval: {why})"
     if low > 1:
         return "speculate"
     if high < 1:
