@@ -65,7 +65,8 @@ def _point(method, speculator, k, workload, level, role, tps, tpot, speedup=None
 
 def test_a_calibration_run_shows_its_checks_in_the_front_labelled_never_mixed_with_deployable():
     from sdbench.analyze.decision import front_points
-    from sdbench.report.decision import checks_note, front_table
+    from sdbench.report.decision import checks_note
+    from sdbench.report.front import front_table
 
     checks = pd.DataFrame([
         _point("vanilla", None, None, "w", 1, CHECK, 100, 6.0),
@@ -158,7 +159,8 @@ def test_one_repeat_judged_on_the_point_interval_the_point_table_shows():
     assert pd.isna(table["gain_ci_low"]) and table["gain_from"] is None
     shown = decision.recommendation_table(recommended(frame, points), points, "round1").iloc[0]
     assert shown["gain judged on"] == "one repeat: none to hold out"
-    assert "no interval; 1 repeat × 24 prompts: none to hold out" in bottom_line_html(
+    assert "no clear winner; ngram k=3 measured best, 1.25× on the repeat it was chosen on, no " \
+        "interval (1 repeat × 24 prompts: none to hold out" in bottom_line_html(
         frame, points, "round1")
     # without the point table (or a point without an interval): as before
     assert recommendations(frame.iloc[:1]).iloc[0]["gain_from"] is None
@@ -197,3 +199,69 @@ def test_round_3_settings_are_lines_of_their_own_in_the_front():
     assert list(role_label(rows)) == ["draft k=2 [default] (pipeline check)",
                                       "draft k=2 [draft-len-512] (pipeline check)"]
     assert list(role_label(rows.iloc[:1])) == ["draft k=2 (pipeline check)"]
+
+
+def test_the_recommendation_says_what_speculation_does_to_latency_and_the_slo():
+    """The issue's demo: n-gram's TPOT worse than without speculation while the throughput
+    verdict spoke alone, and "misses" in every SLO cell, speculation off included, unsaid."""
+    import json
+
+    from sdbench.analyze.decisions import RECOMMENDATION, combine
+    from sdbench.report import decision
+    from sdbench.report.show import cell_text
+
+    slos = json.dumps({"chat": {"limits": {"tpot_ms": 30.0}, "percentile": 90.0}})
+    points = pd.DataFrame([
+        {"target": "t", "workload": "w", "concurrency": 1, "method": method,
+         "speculator": speculator, "k": k, "engine": "serve", "load": "concurrency",
+         "median_tpot_ms_mean": tpot, "p90_tpot_ms_mean": tpot * 1.2,
+         "mean_ttft_ms_mean": 40.0, "p90_ttft_ms_mean": 46.0, "slo_meets_chat": False,
+         "slos": slos}
+        for method, speculator, k, tpot in (("vanilla", "vanilla", None, 88.0),
+                                            ("ngram", "ngram", 3, 109.0))])
+    decided = combine([pd.DataFrame([{
+        "target": "t", "workload": "w", "concurrency": 1, "run": "ngram k=3",
+        "speculator": "ngram", "k": 3, "mean": 1.35, "gain_mean": 1.35, "gain_ci_low": 1.07,
+        "gain_ci_high": 1.7, "gain_from": "held out", "verdict": "speculate", "rivals": None,
+        "candidates": 2, "repeats": 3, "heldout_repeats": 3, "prompts": 8,
+        "decision": RECOMMENDATION, "round": "round1"}])])
+    row = decision.recommendation_table(decided, points, "round1").iloc[0]
+    assert (row["latency of"], row["TPOT p50 (ms)"], row["TPOT p90 (ms)"]) == (
+        "ngram k=3", "88.0 → 109", "106 → 131")
+    assert row["SLO chat"] == "misses → misses"
+    # the verdict is marked with its decision and the point it claims (one verdict per point)
+    assert cell_text(row["verdict"]) == "speculate"
+    assert 'data-point="t | w | c=1 | ngram k=3" data-verdict="gain"' in str(row["verdict"])
+    assert decision.slo_summary(decided, points, "round1") == [
+        "No setting meets the latency target chat (TPOT ≤ 30 ms for 90 % of requests) at "
+        "any load measured, speculation off included."]
+    assert decision.slo_summary(decided, points.assign(slo_meets_chat=True), "round1") == []
+
+
+def test_a_recommendation_never_contradicts_a_point_s_own_verdict():
+    """The issue's demo: "speculation pays" in the bottom line (a held-out interval above 1)
+    where the point table read "no clear gain"; and a crossover table with "no level clearly
+    below 1" where a point's own interval lay below 1."""
+    from sdbench.analyze.analysis import OFF
+    from sdbench.analyze.decision import NO_WINNER, _verdict
+    from sdbench.analyze.decisions import with_point_verdicts
+
+    nan = float("nan")
+    assert _verdict("ngram k=3", (1.07, 1.7), (1.05, 1.3), [1.05]) == "speculate"
+    assert _verdict("ngram k=3", (1.07, 1.7), (0.95, 1.3), [0.95]) == NO_WINNER
+    assert _verdict("ngram k=3", (0.5, 0.9), (0.6, 0.95), [0.6]) == "speculation off"
+    assert _verdict("ngram k=3", (0.5, 0.9), (0.6, 1.05), [0.6]) == NO_WINNER
+    assert _verdict(OFF, (nan, nan), (nan, nan), [0.8, 0.9]) == "speculation off"
+    assert _verdict(OFF, (nan, nan), (nan, nan), [0.8, 1.02]) == NO_WINNER
+    crossover = pd.DataFrame([{"target": "t", "workload": "w", "speculator": "ngram", "k": 3,
+                               "crossover": 24.0, "crossover_low": 1.0,
+                               "crossover_high": None, "established": False,
+                               "reading": "no clear crossover"}])
+    points = pd.DataFrame({"target": "t", "workload": "w", "speculator": "ngram", "k": 3,
+                           "concurrency": [1, 24], "engine": "serve", "load": "concurrency",
+                           "verdict": ["no clear gain", "no speculation"]})
+    row = with_point_verdicts(crossover, points).iloc[0]
+    assert (row["crossover_high"], row["established"]) == (24.0, True)
+    assert row["reading"].startswith("below 1 from concurrency 24")
+    agreeing = points.assign(verdict="no clear gain")
+    assert with_point_verdicts(crossover, agreeing).equals(crossover)

@@ -57,7 +57,8 @@ def render_round1(tmp_path, repo) -> str:
 def test_max_speedup_table_names_k_concurrency_and_interval(tmp_path):
     _, points = synthetic_summary(tmp_path)
     cell = plots.max_speedup_table(points).loc["ngram", "w"]
-    assert cell.startswith("1.40× [") and cell.endswith("(k=2, c=1)")
+    # (every repeat of the synthetic summary gives 1.40: an interval without width is none)
+    assert cell.startswith("1.40× (") and cell.endswith("(k=2, c=1)")
     # a method that is no setting to deploy says so where its best number stands
     checked = plots.max_speedup_table(points.assign(role="pipeline check"))
     assert list(checked.index) == ["ngram (pipeline check)"]
@@ -66,10 +67,20 @@ def test_max_speedup_table_names_k_concurrency_and_interval(tmp_path):
 def test_round1_report_is_offline_html_without_code(tmp_path, repo):
     synthetic_summary(tmp_path)
     page = render_round1(tmp_path, repo)
-    assert "Best speedup per method and workload" in page
-    assert "1.40× [" in page and "pooled noise model" in page
+    assert "Best speedup per method and workload" in page and "1.40×" in page
     assert "Precision: what this design can resolve" in page and "detects ≥" in page
-    assert "crossover" in page.lower() and "Best setting per workload and load" in page
+    assert "crossover" in page.lower()
+    # the decision first: the bottom line, what to run and the front open, in that order;
+    # then the contents list, then every other section collapsed, its method a link away
+    lead = [page.index(f'id="{i}"') for i in ("bottom-line", "what-to-run",
+                                               "throughput-against-latency", "contents")]
+    assert lead == sorted(lead)
+    assert re.search(r'<section[^>]* id="what-to-run"', page)
+    assert re.search(r'<details[^>]* id="best-speedup-per-method-and-workload"', page)
+    assert page.index('id="contents"') < page.index("<details ")
+    assert 'href="methods.html#best-speedup-per-method-and-workload"' in page
+    # the section's method is on the methods page, not here
+    assert "the highest mean speedup over the k × concurrency sweep" not in page
     assert "unit test" in page
     assert "<title>Round 1 — unit test</title>" in page
     assert len(re.findall(r'<img[^>]+src="data:image/png;base64', page)) >= 3
@@ -195,7 +206,7 @@ def test_index_lists_cells_with_status_and_problems(tmp_path, demo_config):
                 [(c, tmp_path / f"{c.cell_id}.jsonl") for c in cells], out, [invalid])
     page = out.read_text()
     assert '<a href="round1.html">Round 1</a>' in page
-    cells_table = page.split("<h2>Cells")[1]
+    cells_table = page.split(">Cells (")[1]
     assert cells_table.count("<tr>") == len(cells) + 1
     assert f"1 done, 2 failed, 1 interrupted, {len(cells) - 4} not run" in page
     problems = page.split("<h2>Problems</h2>")[1].split("<h2>")[0]
@@ -267,7 +278,7 @@ def test_energy_per_token_is_paired_with_its_baseline_and_shown_next_to_speedup(
     row = table[table["method"] == "ngram"].iloc[0]
     assert row["speedup"].startswith("1.50×")
     assert row["energy / output token"].startswith("210.00 mJ [")
-    assert row["energy gain"] == "1.50× [1.50, 1.50]"
+    assert row["energy gain"] == "1.50×"  # every repeat 1.50: an interval without width
     # CPU records carry no readings: no table, and no zero anywhere
     for r in rows:
         for key in ("energy_per_output_token_j", "gpu_avg_power_w", "gpu_util_pct"):
@@ -423,13 +434,12 @@ def test_what_the_intervals_cover_is_a_list_one_line_per_kind_most_points_first(
         "method": ["ngram", "ngram", "ngram", "eagle", "vanilla"],
         "speedup_mean": [1.2, 0.9, 1.1, 0.8, 1.0],
         "interval_covers": [sequential, sequential, "3 server instances", sequential, None]})
+    table = plots.interval_coverage(points)
+    assert table.values.tolist() == [[sequential, 3], ["3 server instances", 1]]
+    assert plots.interval_coverage(points.iloc[4:]).empty
+    # what a speedup and its interval are is one link away; nothing said to lack the starts
     note = plots.speedup_note(points)
-    listed = note.split("What the intervals of this report's points cover:\n")[1]
-    assert listed.splitlines() == ["", f"- {sequential} (3 points)",
-                                   "- 3 server instances (1 point)"]
-    # every interval here carries the server starts' share: nothing said to lack it
-    assert "Server starts differ" in note and "do **not** cover" not in note
-    assert plots.speedup_note(points.iloc[4:]).endswith("cover:\n\n- no points")
+    assert "methods.html#speedups-and-intervals" in note and "do **not** cover" not in note
     measured = points.assign(speedup_instance_from="this class")
     assert "do **not** cover" not in plots.speedup_note(measured)
     alone = measured.assign(speedup_instance_from=[None, *measured["speedup_instance_from"][1:]])
@@ -535,7 +545,7 @@ def test_the_index_lists_the_dynamic_k_cells_with_round_1_whose_report_reads_the
                                                   dynamic_k.dynamic_k_specs(demo_config)[0])
     out = tmp_path / "index.html"
     write_index("demo", {}, [(placeholder, tmp_path / "derived.jsonl")], out)
-    row = out.read_text().split("<h2>Cells")[1].split("</tr>")[1]
+    row = out.read_text().split(">Cells (")[1].split("</tr>")[1]
     assert "<td>round1 (dynamic K)</td>" in row and "round3" not in row
 
 
@@ -646,7 +656,7 @@ def test_round1_report_sets_temperatures_side_by_side_with_the_known_answer(tmp_
     frame = apply_index(summarize([tmp_path / "cells.jsonl"]), None)
     write_frames(tables_in(tmp_path), frame, aggregate_points(frame), root=tmp_path)
     page = render_round1(tmp_path, repo)
-    section = page.split("Speculation under sampling")[1].split("What to configure")[0]
+    section = page.split("<h2>Speculation under sampling")[1].split("</details>")[0]
     for text in ("acceptance length at T=0", "acceptance length at T=1", "speedup at T=1",
                  "calibration-p k=5 (probabilistic draft)", "calibration k=5 (greedy draft)",
                  "unchanged: every token of an exact draft is accepted", ">holds<",
@@ -703,3 +713,28 @@ def _called(tree) -> set[str]:
     return {node.func.id if isinstance(node.func, ast.Name) else node.func.attr
             for node in ast.walk(tree) if isinstance(node, ast.Call)
             and isinstance(node.func, (ast.Name, ast.Attribute))}
+
+
+def test_the_methods_page_explains_each_section_once_and_the_rounds_link_there(repo, tmp_path):
+    """Six methods paragraphs repeated word for word on three pages: each explanation is now
+    written once on the methods page, with the glossary, and the round pages link to it."""
+    import nbformat
+
+    from sdbench.report.pages import write_methods
+    from sdbench.report.sections import explanations, methods_notebook
+
+    notebooks = [(f"Round {n}", repo / "workflow" / "notebooks" / f"round{n}.ipynb")
+                 for n in (1, 2, 3)]
+    page = methods_notebook(notebooks)
+    text = "\n".join(cell.source for cell in page.cells)
+    written = [e for _, path in notebooks
+               for e in explanations(nbformat.read(str(path), as_version=4))]
+    for item in written:  # every explanation there, each text once
+        assert text.count(item.text) == 1, item.title
+    assert text.count('id="lossless-check"') == 1  # explained in all three rounds, differently
+    assert "**Round 2.**" in text.split('id="lossless-check"')[1].split("<h2")[0]
+    for term in ("Bartlett", "Fieller", "Wilson", "Median-unbiased"):
+        assert term in text.split('id="glossary"')[1], term
+    out = tmp_path / "methods.html"
+    write_methods(notebooks, out, "unit test")
+    assert 'id="what-to-run"' in out.read_text()

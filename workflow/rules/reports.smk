@@ -26,9 +26,32 @@ rule report:
         "../scripts/render_report.py"
 
 
+rule methods:
+    input:
+        # each report section's explanation, written in its notebook
+        notebooks=[NOTEBOOKS / page.replace(".html", ".ipynb") for page in REPORTS.values()],
+        text=NOTEBOOKS / "methods.md",
+    output:
+        report(
+            layout.report_page("methods.html"),
+            caption="../report/methods.rst",
+            category="Reports",
+            labels={"report": "methods"},
+        ),
+    params:
+        titles=list(REPORTS),
+    log:
+        layout.REPORT_LOG.format(round="methods"),
+    conda:
+        ENV
+    script:
+        "../scripts/write_methods.py"
+
+
 rule index:
     input:
         reports=[layout.report_page(page) for page in REPORTS.values()],
+        methods=layout.report_page("methods.html"),
         summary=SUMMARY.summary,
         # the rounds' bottom lines
         points=SUMMARY.points,

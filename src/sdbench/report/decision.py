@@ -1,6 +1,7 @@
-"""What a report leads with: the bottom line, the setting to run per workload and load, latency
-targets (SLO goodput) and the throughput-latency front. Every sentence is generated from the
-numbers it cites (`analyze.decision.Claim` refuses one its interval does not carry)."""
+"""What a report leads with: the bottom line and the setting to run per workload and load, with
+what it does to latency and the SLOs (the SLO goodput and the front: `report.front`). Every
+sentence is generated from the numbers it cites (`analyze.decision.Claim` refuses one its
+interval does not carry)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,15 @@ import html
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import pandas as pd
 
 from sdbench.analyze.analysis import HELD_OUT
 from sdbench.analyze.decision import (
+    NO_WINNER,
     Claim,
     by_role,
     decision_rows,
     direction_of,
-    front_points,
 )
 from sdbench.analyze.decisions import RECOMMENDATION, in_round, of_kind, read_decisions
 from sdbench.analyze.slo import frame_slos
@@ -29,19 +29,17 @@ from sdbench.report.show import (
     cell_text,
     held_out_basis,
     held_out_of,
-    level_axis,
+    marked_verdict,
+    point_key,
     role_marks,
     setting_label,
     starts_text,
     with_interval,
-    wrapped,
 )
 
 # sentences about deployable settings in a bottom line (one per workload and load); the
 # recommendation table has all
 MAX_SENTENCES = 6
-# panels of a decision figure in one row
-PANELS_PER_ROW = 2
 GREY = ('<div class="sdbench-checks" style="color: #555; background: #f4f4f4; '
         'border-left: 4px solid #bbb; padding: 0.4em 0.8em; margin: 0.6em 0;">')
 
@@ -81,15 +79,38 @@ def _level_claim(row, points: pd.DataFrame | None = None) -> str:
                       direction_of(low, high), row["best_mean"], low, high, sample)
         return f"Run without speculation — {claim.text()}"
     starts = "" if points is None else _chosen_starts(points, row)
-    claim = Claim(f"{where}, {row['run']}", direction_of(row["gain_ci_low"],
-                                                          row["gain_ci_high"]),
-                  row["gain_mean"], row["gain_ci_low"], row["gain_ci_high"],
-                  _sample(row["repeats"], row["prompts"], row.get("gain_from"),
-                          row.get("heldout_repeats"))
-                  + (f"; server starts {starts}" if starts not in ("", "–") else ""))
+    sample = (_sample(row["repeats"], row["prompts"], row.get("gain_from"),
+                      row.get("heldout_repeats"))
+              + (f"; server starts {starts}" if starts not in ("", "–") else ""))
     rivals = (f" As good within the intervals: {row['rivals']}."
               if isinstance(row.get("rivals"), str) else "")
-    return claim.text() + rivals
+    if row["verdict"] == NO_WINNER:  # the choice is unsettled: no claim on a point
+        mde = Claim(where, "no clear gain", row["gain_mean"], row["gain_ci_low"],
+                    row["gain_ci_high"], sample).mde()
+        seen = "" if mde is None else f"; this design could not see gains below {mde:.2f}×"
+        held = with_interval(row["gain_mean"], row["gain_ci_low"], row["gain_ci_high"])
+        gain = (f"held-out {held}" if pd.notna(row["gain_mean"]) else
+                f"{row['mean']:.2f}× on the repeat it was chosen on, no interval")
+        return (f"{where}: no clear winner; {row['run']} measured best, {gain} "
+                f"({sample}){seen}.{rivals}")
+    claim = Claim(f"{where}, {row['run']}",
+                  "gain" if row["verdict"] == "speculate" else "loss",
+                  row["gain_mean"], row["gain_ci_low"], row["gain_ci_high"], sample)
+    return ("" if row["verdict"] == "speculate" else "Run without speculation — ") + \
+        claim.text() + rivals
+
+
+def recommendation_marks(row) -> dict:
+    """What a recommendation decides, for `show.marked_verdict`: its decision (target |
+    workload | c=<level>) and choice, and where its verdict is a claim on the chosen setting's
+    point (speculate; speculation off judged on a speculative choice), that point and claim."""
+    marks = {"decision": f"{row['target']} | {row['workload']} | c={int(row['concurrency'])}",
+             "choice": row["verdict"]}
+    if row["run"] != "speculation off" and row["verdict"] != NO_WINNER:
+        marks.update(point=point_key(row["target"], row["workload"], row["concurrency"],
+                                     row["speculator"], row["k"]),
+                     verdict="speculate" if row["verdict"] == "speculate" else "no speculation")
+    return marks
 
 
 def deployable_sentences(table: pd.DataFrame, points: pd.DataFrame | None = None) -> list[str]:
@@ -128,6 +149,23 @@ def _role_lines(points: pd.DataFrame, role: str) -> list[str]:
             for _, r in group.sort_values("concurrency").iterrows())
         lines.append(f"{label} on {workload} — {levels}")
     return lines
+
+
+def caveats(points: pd.DataFrame) -> list[str]:
+    """What the deployable verdicts must be read with: speedups whose two servers resolved
+    other engine settings than speculation (⚠ engine), with the most common difference."""
+    spec = by_role(points[(points["method"] != "vanilla") & points["speedup_mean"].notna()],
+                   DEPLOYABLE)
+    if "engine" in spec:
+        spec = spec[(spec["engine"] == "serve") & (spec["load"] == "concurrency")]
+    differs = spec.get("engine_differs", pd.Series(dtype=object)).dropna()
+    if spec.empty or differs.empty:
+        return []
+    common = differs.value_counts().index[0]
+    common = common if len(common) <= 160 else common[:157].rstrip() + "…"
+    return [f"{len(differs)} of {len(spec)} speculative speedups here ran other engine "
+            f"settings than their baseline (⚠ engine; most often: {common}), so they measure "
+            "that difference too."]
 
 
 def measured(frame: pd.DataFrame) -> str:
@@ -197,15 +235,24 @@ class BottomLine:
     asides: list[tuple[str, str, list[str]]]  # (title, what it is, lines): checks, what-ifs
     measured: str
     unanswered: list[str]
+    marks: list[dict] = ()  # what each verdict decides (`recommendation_marks`), for the page
+    caveats: list[str] = ()  # what every verdict above must be read with (`caveats`)
 
     def html(self, heading: str) -> str:
-        parts = [f"<h2>{html.escape(heading)}</h2>", f"<p>{INTRO}</p><ul>"]
-        parts += [f"<li>{html.escape(s)}</li>" for s in self.verdicts]
+        # what the verdicts are said once above them (none where there are none)
+        parts = [f"<h2>{html.escape(heading)}</h2>", f"<p>{INTRO}</p><ul>" if self.marks
+                 else "<ul>"]
+        marks = list(self.marks) + [{}] * (len(self.verdicts) - len(self.marks))
+        parts += [f"<li>{marked_verdict(s, **m)}</li>"
+                  for s, m in zip(self.verdicts, marks, strict=True)]
         parts.append("</ul>")
+        parts += [f"<p><strong>Read with:</strong> {html.escape(c)}</p>" for c in self.caveats]
         for title, what, lines in self.asides:
-            parts.append(GREY + f"<p><strong>{title}</strong> ({what}):</p><ul>"
+            # details on demand: a line per setting, collapsed under its count
+            parts.append(GREY + f"<details><summary><strong>{title}</strong> ({what}): "
+                         f"{_count(len(lines), 'setting')}</summary><ul>"
                          + "".join(f"<li>{html.escape(line)}</li>" for line in lines)
-                         + "</ul></div>")
+                         + "</ul></details></div>")
         parts.append(f"<p><strong>Measured:</strong> {html.escape(self.measured)}</p>")
         if self.unanswered:
             parts.append("<p><strong>Not answered by this run:</strong> "
@@ -213,7 +260,8 @@ class BottomLine:
         return "\n".join(parts)
 
     def text(self, heading: str) -> str:
-        lines = [heading, "=" * len(heading), INTRO, *(f"- {s}" for s in self.verdicts)]
+        lines = [heading, "=" * len(heading), INTRO, *(f"- {s}" for s in self.verdicts),
+                 *(f"Read with: {c}" for c in self.caveats)]
         for title, what, asides in self.asides:
             lines += [f"{title} ({what}):", *(f"  - {line}" for line in asides)]
         lines.append(f"Measured: {self.measured}")
@@ -231,8 +279,12 @@ def bottom_line(frame: pd.DataFrame, points: pd.DataFrame, round_name: str,
     table = of_kind(decided, RECOMMENDATION, round_name)
     asides = [(title, what, lines) for role, title, what in ASIDES
               if (lines := _role_lines(points, role))]
-    return BottomLine(deployable_sentences(table, points), asides, measured(frame),
-                      unanswered(frame, points, round_name))
+    sentences = deployable_sentences(table, points)
+    marks = [recommendation_marks(row) for _, row in table.iterrows()][:len(sentences)]
+    if len(sentences) < len(table) or table.empty:  # the last line counts the rest
+        marks = marks[:len(sentences) - 1]
+    return BottomLine(sentences, asides, measured(frame), unanswered(frame, points, round_name)
+                      + slo_summary(decided, points, round_name), marks, caveats(points))
 
 
 def bottom_line_html(frame: pd.DataFrame, points: pd.DataFrame, round_name: str,
@@ -259,51 +311,115 @@ def show_bottom_line(frame: pd.DataFrame, points: pd.DataFrame, round_name: str,
                      decided: pd.DataFrame) -> None:
     from IPython.display import HTML, display
 
-    display(HTML(bottom_line_html(frame, points, round_name, decided)))
+    display(HTML(f'<div id="bottom-line">'
+                 f"{bottom_line_html(frame, points, round_name, decided)}</div>"))
+
+
+# latency columns of the recommendation table: (points-table column, header), ms
+LATENCIES = (("median_tpot_ms", "TPOT p50 (ms)"), ("p90_tpot_ms", "TPOT p90 (ms)"),
+             ("mean_ttft_ms", "TTFT mean (ms)"), ("p90_ttft_ms", "TTFT p90 (ms)"))
+
+
+def _point_at(points: pd.DataFrame, target, workload, concurrency, speculator=None,
+              k=None) -> pd.Series | None:
+    """One point of the point table: a setting's (speculator, k) or, without them, no
+    speculation's at that target, workload and concurrency; None where there is none."""
+    rows = points[(points["target"] == target) & (points["workload"] == workload)
+                  & (points["concurrency"] == concurrency)]
+    rows = (rows[rows["method"] == "vanilla"] if speculator is None
+            else rows[(rows["speculator"] == speculator) & (rows["k"] == k)])
+    if "engine" in rows:
+        rows = rows[(rows["engine"] == "serve") & (rows["load"] == "concurrency")]
+    return rows.iloc[0] if len(rows) == 1 else None
+
+
+def compared_setting(row) -> tuple[str, int] | None:
+    """The speculative setting a recommendation speaks of: the chosen one, or where
+    speculation off is chosen the best deployable setting it was judged against."""
+    if row["run"] != "speculation off":
+        return row["speculator"], int(row["k"])
+    if isinstance(row.get("best_speculator"), str):
+        return row["best_speculator"], int(row["best_k"])
+    return None
+
+
+def _ms(point: pd.Series | None, column: str) -> str:
+    value = None if point is None else point.get(f"{column}_mean")
+    return "–" if value is None or pd.isna(value) else f"{value:,.0f}" if value >= 100 \
+        else f"{value:.1f}"
+
+
+def _slo_text(point: pd.Series | None, slo) -> str:
+    value = None if point is None else point.get(f"slo_meets_{slo.name}")
+    return "–" if value is None or pd.isna(value) else "meets" if value else "misses"
+
+
+def latency_effects(points: pd.DataFrame, row, slos) -> dict[str, str]:
+    """What a recommendation's setting does to latency and the SLOs: each latency and SLO
+    status without speculation → with the setting (`compared_setting`) at that load."""
+    setting = compared_setting(row)
+    off = _point_at(points, row["target"], row["workload"], row["concurrency"])
+    on = None if setting is None else _point_at(points, row["target"], row["workload"],
+                                                row["concurrency"], *setting)
+    out = {"compared": "–" if setting is None else f"{setting[0]} k={setting[1]}"}
+    for column, header in LATENCIES:
+        out[header] = f"{_ms(off, column)} → {_ms(on, column)}"
+    for slo in slos:
+        out[f"SLO {slo.name}"] = f"{_slo_text(off, slo)} → {_slo_text(on, slo)}"
+    return out
+
+
+# how the recommendation table's latency and SLO columns read, said under it
+EFFECTS_NOTE = ("Latency and SLO columns read *without speculation → with the setting* named "
+                "under *latency of* (the chosen one, else the best one judged against).")
 
 
 def recommendation_table(decided: pd.DataFrame, points: pd.DataFrame,
                          round_name: str) -> pd.DataFrame:
     """The setting to run per target, workload and load (the round's recommendations,
-    `analyze.decisions`), with whether it meets each SLO."""
+    `analyze.decisions`): its throughput gain and verdict, then what the setting compared
+    (the chosen one, else the best one judged against) does to latency and to each SLO."""
     table = of_kind(decided, RECOMMENDATION, round_name)
     if table.empty:
         return table
+    slos = frame_slos(points)
     out = pd.DataFrame({
         "target": table["target"], "workload": table["workload"],
         "concurrency": table["concurrency"], "run": table["run"],
-        "held-out gain": [with_interval(m, lo, hi) for m, lo, hi in zip(
+        "verdict": [marked_verdict(row["verdict"], **recommendation_marks(row))
+                    for _, row in table.iterrows()],
+        "throughput gain (held-out)": [with_interval(m, lo, hi) for m, lo, hi in zip(
             table["gain_mean"], table["gain_ci_low"], table["gain_ci_high"], strict=True)],
         "gain judged on": held_out_basis(table, "gain_from"),
-        "verdict": table["verdict"],
-        "server starts": [_chosen_starts(points, row) for _, row in table.iterrows()],
-        "as good within the intervals": table["rivals"],
-        "settings compared": table["candidates"],
-        "repeats × prompts": [f"{r} × {cell_text(p)}" for r, p in zip(
-            table["repeats"], table["prompts"], strict=True)]})
-    for slo in frame_slos(points):
-        meets = []
-        for _, row in table.iterrows():
-            hit = points[(points["target"] == row["target"])
-                         & (points["workload"] == row["workload"])
-                         & (points["concurrency"] == row["concurrency"])
-                         & ((points["method"] == "vanilla") if row["run"] == "speculation off"
-                            else (points["speculator"] == row["speculator"])
-                            & (points["k"] == row["k"]))]
-            value = hit[f"slo_meets_{slo.name}"].iloc[0] if len(hit) else None
-            meets.append("–" if value is None or pd.isna(value) else
-                         "meets" if value else "misses")
-        out[f"SLO {slo.name}"] = meets
+        "server starts": [_chosen_starts(points, row) for _, row in table.iterrows()]})
+    effects = pd.DataFrame([latency_effects(points, row, slos) for _, row in table.iterrows()])
+    out = pd.concat([out, effects.rename(columns={"compared": "latency of"})], axis=1)
+    out["as good within the intervals"] = table["rivals"]
+    out["rests on"] = [f"{_count(n, 'setting')}; {_count(r, 'repeat')} × {cell_text(p)} prompts"
+                       for n, r, p in zip(table["candidates"], table["repeats"],
+                                          table["prompts"], strict=True)]
     return out
+
+
+def slo_summary(decided: pd.DataFrame, points: pd.DataFrame, round_name: str) -> list[str]:
+    """Per SLO, one sentence where no recommendation's load meets it with or without
+    speculation (what a reader of a table of "misses" must not have to find out alone)."""
+    table = of_kind(decided, RECOMMENDATION, round_name)
+    lines = []
+    for slo in frame_slos(points):
+        effects = [latency_effects(points, row, [slo])[f"SLO {slo.name}"]
+                   for _, row in table.iterrows()]
+        if effects and not any("meets" in e for e in effects):
+            lines.append(f"No setting meets the latency target {slo.name} ({slo.describe()}) "
+                         "at any load measured, speculation off included.")
+    return lines
 
 
 def _point_starts(points: pd.DataFrame, target, workload, concurrency, speculator, k) -> str:
     """The server starts' share of one setting's point (`starts_text`); "–" where the point
     table has no such point."""
-    hit = points[(points["target"] == target) & (points["workload"] == workload)
-                 & (points["concurrency"] == concurrency)
-                 & (points["speculator"] == speculator) & (points["k"] == k)]
-    return starts_text(hit.iloc[0]) if len(hit) == 1 else "–"
+    hit = _point_at(points, target, workload, concurrency, speculator, k)
+    return "–" if hit is None else starts_text(hit)
 
 
 def _chosen_starts(points: pd.DataFrame, row) -> str:
@@ -345,145 +461,8 @@ def show_checks_note(points: pd.DataFrame) -> None:
 
 # --- SLO goodput --------------------------------------------------------------------------
 
-def slo_table(points: pd.DataFrame) -> pd.DataFrame:
-    """Per SLO, target, workload and setting (deployable, and no speculation): the highest
-    concurrency whose point meets the SLO, its goodput there, and the goodput gain over no
-    speculation at that concurrency (paired by repeat)."""
-    slos = frame_slos(points)
-    serve, _ = decision_rows(points[(points["engine"] == "serve")
-                                    & (points["load"] == "concurrency")])
-    rows = []
-    for slo in slos:
-        meets = f"slo_meets_{slo.name}"
-        for (target, workload), group in serve.groupby(["target", "workload"]):
-            group = group.assign(label=role_label(group))
-            for label, setting in group.groupby("label", sort=False):
-                ok = setting[setting[meets].fillna(False).astype(bool)]
-                row = {"SLO": f"{slo.name}: {slo.describe()}", "target": target,
-                       "workload": workload, "setting": label,
-                       "levels measured": len(setting)}
-                if ok.empty:
-                    row.update({"highest concurrency meeting it": "none"})
-                else:
-                    top = ok.loc[ok["concurrency"].idxmax()]
-                    tokens = f"goodput_tokens_{slo.name}"
-                    gain = f"goodput_gain_{slo.name}"
-                    row.update({
-                        "highest concurrency meeting it": int(top["concurrency"]),
-                        "attainment there": f"{top[f'slo_attainment_{slo.name}_mean']:.0%}",
-                        "goodput there (output tok/s)": with_interval(
-                            top[f"{tokens}_mean"], top[f"{tokens}_ci_low"],
-                            top[f"{tokens}_ci_high"], ""),
-                        "goodput gain over no speculation": (
-                            "–" if (setting["method"] == "vanilla").all() else with_interval(
-                                top[f"{gain}_mean"], top[f"{gain}_ci_low"],
-                                top[f"{gain}_ci_high"]))})
-                rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def _panels(count: int, width: float, height: float) -> tuple[plt.Figure, list]:
-    """A figure of `count` panels, at most PANELS_PER_ROW in a row (readable on a page)."""
-    columns = min(count, PANELS_PER_ROW)
-    rows = -(-count // columns)
-    fig, axes = plt.subplots(rows, columns, squeeze=False,
-                             figsize=(width * columns, height * rows))
-    flat = list(axes.flat)
-    for ax in flat[count:]:
-        ax.set_visible(False)
-    return fig, flat[:count]
-
-
-def goodput_plot(points: pd.DataFrame) -> plt.Figure | None:
-    """Goodput (output tokens/s of requests meeting the SLO) against concurrency, a line per
-    setting, a panel per SLO, target and workload; hollow markers where the point misses the
-    SLO."""
-    slos = frame_slos(points)
-    serve, _ = decision_rows(points[(points["engine"] == "serve")
-                                    & (points["load"] == "concurrency")])
-    if not slos or serve.empty:
-        return None
-    serve = serve.assign(label=role_label(serve))
-    panels = [(slo, key, part) for slo in slos
-              for key, part in serve.groupby(["target", "workload"])]
-    fig, axes = _panels(len(panels), 5.6, 3.8)
-    several = serve["target"].nunique() > 1
-    for ax, (slo, (target, workload), part) in zip(axes, panels, strict=True):
-        for label, line in part.groupby("label", sort=False):
-            line = line.sort_values("concurrency")
-            y = line[f"goodput_tokens_{slo.name}_mean"]
-            low = y - line[f"goodput_tokens_{slo.name}_ci_low"].fillna(y)
-            high = line[f"goodput_tokens_{slo.name}_ci_high"].fillna(y) - y
-            drawn = ax.errorbar(line["concurrency"], y, yerr=[low.clip(lower=0),
-                                                               high.clip(lower=0)],
-                                marker="o", capsize=3, label=label)
-            missed = ~line[f"slo_meets_{slo.name}"].fillna(False).astype(bool)
-            ax.scatter(line.loc[missed, "concurrency"], y[missed], s=60,
-                       facecolors="white", edgecolors=drawn[0].get_color(), zorder=3)
-        level_axis(ax, part["concurrency"].unique())
-        ax.set_title(f"{workload}{f' ({target})' if several else ''} — SLO {slo.name}",
-                     fontsize=10)
-        ax.set_xlabel("concurrency")
-        ax.set_ylabel("goodput (output tok/s within SLO)")
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8)
-    fig.suptitle("Goodput: output tokens/s of requests meeting each SLO "
-                 "(hollow: the point misses it)", fontsize=11)
-    fig.tight_layout()
-    return fig
-
 
 # --- the throughput-latency front ---------------------------------------------------------
-
-def front_plot(points: pd.DataFrame, latency: str = "p90_tpot_ms") -> plt.Figure | None:
-    """Output tokens/s per GPU against TPOT (p90 by default), a line per setting across
-    concurrency (labelled at each point), the Pareto front dashed: a panel per target and
-    workload."""
-    table = front_points(points, latency)
-    if table.empty:
-        table, latency = front_points(points, "mean_tpot_ms"), "mean_tpot_ms"
-    if table.empty:
-        return None
-    panels = list(table.groupby(["target", "workload"]))
-    fig, axes = _panels(len(panels), 5.6, 4.2)
-    names = {"p90_tpot_ms": "TPOT p90 (ms)", "mean_tpot_ms": "mean TPOT (ms)",
-             "median_tpot_ms": "TPOT p50 (ms)"}
-    for ax, ((target, workload), part) in zip(axes, panels, strict=True):
-        part = part.assign(label=wrapped(role_label(part)))
-        for label, line in part.groupby("label", sort=False):
-            line = line.sort_values("concurrency")
-            ax.plot(line["latency"], line["throughput_per_gpu"], marker="o", label=label)
-            for _, r in line.iterrows():
-                ax.annotate(f"c={int(r['concurrency'])}", (r["latency"],
-                                                          r["throughput_per_gpu"]),
-                            textcoords="offset points", xytext=(4, 4), fontsize=7)
-        front = part[part["on_front"]].sort_values("latency")
-        ax.plot(front["latency"], front["throughput_per_gpu"], linestyle="--", color="black",
-                linewidth=1, label="Pareto front", zorder=0)
-        ax.set_title(f"{workload} ({target})", fontsize=10)
-        ax.set_xlabel(names.get(latency, latency) + " — lower is better")
-        ax.set_ylabel("output tokens/s per GPU")
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8)
-    fig.suptitle("Throughput against per-user latency, a line per setting across concurrency",
-                 fontsize=11)
-    fig.tight_layout()
-    return fig
-
-
-def front_table(points: pd.DataFrame, latency: str = "p90_tpot_ms") -> pd.DataFrame:
-    """The points on the front, per target and workload, lowest latency first."""
-    table = front_points(points, latency)
-    if table.empty:
-        return table
-    front = table[table["on_front"]].sort_values(["target", "workload", "latency"])
-    return pd.DataFrame({
-        "target": front["target"], "workload": front["workload"],
-        "setting": role_label(front), "concurrency": front["concurrency"],
-        "output tok/s per GPU": front["throughput_per_gpu"].round(1),
-        "TPOT p90 (ms)" if latency == "p90_tpot_ms" else latency: front["latency"].round(1)}
-    ).reset_index(drop=True)
-
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,14 @@ from sdbench.plan.settings import settings
 from sdbench.plan.specs import Cell
 from sdbench.records import STOPPED, LoadPoint, RecordError, read_records
 from sdbench.report.decision import bottom_lines
+from sdbench.report.sections import (
+    KEEP_TAG,
+    LEAD_TAG,
+    METHODS_PAGE,
+    METHODS_TEXT,
+    methods_notebook,
+    sectioned,
+)
 from sdbench.report.show import EMPTY_MARK
 
 OFFLINE_TEMPLATE = REPO_ROOT / "workflow" / "notebooks" / "templates" / "offline.html.j2"
@@ -74,7 +82,8 @@ def _empty_text(cell) -> str | None:
 def fold_empty_sections(notebook):
     """An executed report without its empty sections: a section (a Markdown heading and the
     cells up to the next) whose code cells show nothing but "nothing to show" lines is left
-    out, its heading and lines listed under one last heading, "Not measured in this run"."""
+    out, its heading and lines listed under one last heading, "Not measured in this run"; a
+    lead section (`sections.LEAD_TAG`) stays and shows its line."""
     import nbformat
 
     cells, kept, left_out = notebook.cells, [], []
@@ -90,7 +99,9 @@ def fold_empty_sections(notebook):
             body = cells[i + 1:j]
             codes = [c for c in body if c.cell_type == "code"]
             texts = [_empty_text(c) for c in codes]
-            if codes and all(t is not None for t in texts):
+            # a lead section stays, saying why it is empty (the decision first, even "none")
+            if (codes and all(t is not None for t in texts)
+                    and LEAD_TAG not in cell.get("metadata", {}).get("tags", [])):
                 heading = source.splitlines()[0].lstrip("#").strip()
                 left_out.append(f"- **{heading}**: "
                                 + (" ".join(t for t in texts if t) or "nothing to show."))
@@ -99,7 +110,9 @@ def fold_empty_sections(notebook):
         kept.append(cell)
         i += 1
     if left_out:
-        kept.append(nbformat.v4.new_markdown_cell(NOT_MEASURED + "\n\n" + "\n".join(left_out)))
+        note = nbformat.v4.new_markdown_cell(NOT_MEASURED + "\n\n" + "\n".join(left_out))
+        note.metadata["tags"] = [KEEP_TAG]  # its list is the page's, not a method's text
+        kept.append(note)
     notebook.cells = kept
     return notebook
 
@@ -119,17 +132,31 @@ def without_stderr(notebook):
     return notebook
 
 
-def notebook_to_html(executed: str | Path, html_out: str | Path, title: str) -> None:
-    import nbformat
+def page_html(notebook, title: str) -> str:
+    """A notebook as one offline HTML page (the report template: no code, images inline)."""
     from nbconvert import HTMLExporter
 
     exporter = HTMLExporter(template_name="lab", template_file=str(OFFLINE_TEMPLATE),
                             exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True, embed_images=True)
-    notebook = fold_empty_sections(without_stderr(nbformat.read(str(executed),
-                                                               as_version=4)))
     body, _ = exporter.from_notebook_node(notebook, resources={"metadata": {"name": title}})
-    atomic_write_text(html_out, body)
+    return body
+
+
+def notebook_to_html(executed: str | Path, html_out: str | Path, title: str) -> None:
+    import nbformat
+
+    notebook = sectioned(fold_empty_sections(without_stderr(
+        nbformat.read(str(executed), as_version=4))))
+    atomic_write_text(html_out, page_html(notebook, title))
+
+
+def write_methods(notebooks: list[tuple[str, Path]], out: str | Path, study: str,
+                  text: Path = METHODS_TEXT) -> None:
+    """The methods page every round report links: each section's explanation once, after the
+    speedups' and intervals' method and the glossary (`text`; `sections.methods_notebook`)."""
+    atomic_write_text(out, page_html(methods_notebook(notebooks, Path(text)),
+                                     f"Methods — {study}"))
 
 
 def round_without_data(summary_path: str | Path, round_name: str) -> str | None:
@@ -270,8 +297,8 @@ def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str
     failed data and model jobs (`failed_jobs`); unpinned: hub downloads on a moving revision
     (`lock.unpinned`); bottom_line: the rounds' bottom lines (HTML, `index_bottom_line`),
     first on the page; stopped: points the adaptive rule stopped (`stopped_points`)."""
-    links = "\n".join(f'<li><a href="{html.escape(href)}">{html.escape(title)}</a></li>'
-                      for title, href in reports.items())
+    links = " · ".join(f'<a href="{html.escape(href)}">{html.escape(title)}</a>'
+                       for title, href in reports.items())
     rows, problems, counts = [], [], {}
     for cell, output in cells:
         status, detail = cell_status(output)
@@ -324,15 +351,15 @@ def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str
 <p>Generated {datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}.{html.escape(note)}</p>
 {_unpinned_note(unpinned)}
 {bottom_line}
-<h2>Reports</h2><ul>{links}</ul>
+<h2>Reports</h2><p>{links} · <a href="{METHODS_PAGE}">methods and glossary</a></p>
 {problem_table}
-<h2>Cells ({len(cells)}: {summary})</h2>
+<details><summary><h2 style="display: inline">Cells ({len(cells)}: {summary})</h2></summary>
 <p>One cell = one vLLM server configuration × one workload; records in
 <code>results/cells/&lt;cell id&gt;.jsonl</code>, server logs in <code>logs/cells/</code>.</p>
 <table><tr><th>round</th><th>target</th><th>workload</th><th>method</th><th>k</th>
 <th>concurrency</th><th>cell id</th><th>status</th></tr>
 {chr(10).join(rows)}
-</table></body></html>
+</table></details></body></html>
 """
     atomic_write_text(out, page)
 

@@ -17,7 +17,6 @@ import seaborn as sns
 from sdbench.analyze.aggregate import DERIVED_SETTING
 from sdbench.analyze.analysis import speculative
 from sdbench.analyze.decisions import (
-    BEST_SETTING,
     CROSSOVER,
     PRECISION,
     SWITCH_GAIN,
@@ -35,12 +34,12 @@ from sdbench.report.point_tables import (
     pair_issue_table,
     problem_table,
 )
+from sdbench.report.sections import METHODS_PAGE
 from sdbench.report.show import (
     ENGINE_MARK,
     METRIC_LABELS,
     _fmt,
     _sd_text,
-    held_out_basis,
     level_axis,
     mde_text,
     method_names,
@@ -316,27 +315,6 @@ def calibration_table(points: pd.DataFrame) -> pd.DataFrame:
         "reading": table["reading"]})
 
 
-def best_settings_table(decided: pd.DataFrame) -> pd.DataFrame:
-    """Per load of round 1 (`analyze.decisions`), the best setting (speculation off a
-    candidate) with its speedup (the point table's where it has one), the held-out estimate
-    that corrects for choosing the best of many, what its interval rests on, and the verdict
-    from it."""
-    best = of_kind(decided, BEST_SETTING, "round1")
-    if best.empty:
-        return best
-    return pd.DataFrame({
-        "target": best["target"], "workload": best["workload"],
-        "concurrency": best["concurrency"],
-        "best setting": ["off" if s == "off" else f"{s} k={int(k)}"
-                         for s, k in zip(best["speculator"], best["k"], strict=True)],
-        "its speedup (all repeats)": [speedup_text(r) for _, r in best.iterrows()],
-        "held-out estimate": [with_interval(m, lo, hi) for m, lo, hi in zip(
-            best["heldout_mean"], best["heldout_ci_low"], best["heldout_ci_high"],
-            strict=True)],
-        "held-out interval from": held_out_basis(best, "heldout_from"),
-        "verdict": best["verdict"]})
-
-
 def switch_gain_table(decided: pd.DataFrame) -> pd.DataFrame:
     """The gain of switching settings with load over the best static one (round 1,
     `analyze.decisions`), its interval from the noise model."""
@@ -354,6 +332,28 @@ def switch_gain_table(decided: pd.DataFrame) -> pd.DataFrame:
         "evaluated": table["evaluation"],
         "switch picks": table["switch_choice"],
         "levels without a speedup": table["missing_levels"].fillna("–")})
+
+
+def schedule_text(schedule: list[list[int]]) -> str:
+    """A num_speculative_tokens_per_batch_size schedule as a reader reads it: "k=5 at
+    concurrency 1; off (k=0) at 2–24"."""
+    parts = []
+    for low, high, k in schedule:
+        levels = f"{low}" if low == high else f"{low}–{high}"
+        parts.append(f"{'off (k=0)' if k == 0 else f'k={k}'} at concurrency {levels}")
+    return "; ".join(parts)
+
+
+def schedule_lines(frame: pd.DataFrame, schedules: dict[str, list]) -> str:
+    """Each measured dynamic-K schedule (Markdown), named by its method, target and workload
+    (`frame`: rows with the schedules' cells), not by its cell id."""
+    lines = []
+    for cell_id, schedule in schedules.items():
+        rows = frame[frame["cell_id"] == cell_id]
+        name = (f"{rows['speculator'].iloc[0]} ({rows['target'].iloc[0]}, "
+                f"{rows['workload'].iloc[0]})" if len(rows) else "a dynamic-K cell")
+        lines.append(f"- {name}: {schedule_text(schedule)}")
+    return "\n".join(lines)
 
 
 def dynamic_k_table(frame: pd.DataFrame, schedules: dict[str, list]) -> pd.DataFrame:
@@ -439,60 +439,38 @@ def latency_plot(frame: pd.DataFrame, metric: str) -> plt.Figure | None:
 
 
 def speedup_note(points: pd.DataFrame) -> str:
-    """What a speedup and its interval are in this report (Markdown), with what the intervals
-    of its points cover, read from the points."""
+    """What this report's speedups rest on (Markdown), counted from its points: what their
+    intervals cover, the points flagged for output drift or engine settings that differ, and
+    those whose interval lacks the server starts' share. What a speedup and an interval are is
+    said once, on the methods page."""
     spec = points[(points["method"] != "vanilla") & points["speedup_mean"].notna()]
-    covers = (spec["interval_covers"].value_counts() if "interval_covers" in spec
-              else pd.Series(dtype=int))
-    # one line per kind of interval (the most points first), readable where a run has many
-    listed = "".join(f"\n- {text} ({n} point{'' if n == 1 else 's'})"
-                     for text, n in covers.items()) or "\n- no points"
     # (a point whose class and none near it measured two starts has no `instance_from`)
     not_covered = ("speedup_instance_from" in spec
                    and not spec["speedup_instance_from"].notna().all())
     drifted = int(spec.get("drift_flag", pd.Series(dtype=bool)).fillna(False).sum())
     engine_flagged = int(spec.get("engine_differs", pd.Series(dtype=object)).notna().sum())
+    flags = [f"{n} with output drift above 2 % (⚠)" for n in [drifted] if n] + [
+        f"{n} where the two servers resolved other engine settings than speculation "
+        f"({ENGINE_MARK.strip()}: the speedup measures that difference too)"
+        for n in [engine_flagged] if n]
     return (
-        "**Speedup** = output-token throughput (output tokens per second) of a speculative "
-        "server ÷ that of the same target **without speculation, under the same server "
-        "arguments**, on the same prompts at the same load, **paired by repeat** (repeat *r* "
-        "÷ the baseline's repeat *r*). The total-token ratio (prompt + output tokens) is a "
-        "column of the points table only: with long prompts it tends to a ratio of durations "
-        "and moves with the output length. Outputs end where the model stops (unless "
-        "`loadgen.ignore_eos`), so each pair's output tokens are compared: **output drift** "
-        f"above 2 % is flagged ⚠ ({drifted} points here). A pair is compared only on the same "
-        "device, vLLM build, dtype, prompt count and prefix-cache state (prefix caching is "
-        "off unless a setting turns it on); other pairs get no speedup and are listed with "
-        "their issue. Where the two servers resolved other engine settings than speculation "
-        "(vLLM's CUDA-graph mode, attention backend, KV cache, …, read from its logs) the "
-        f"speedup is marked{ENGINE_MARK} ({engine_flagged} points here) and the points table's "
-        "*engine differs* says how: the speedup then measures that difference too.\n\n"
-        "**Intervals**: a speedup's 95 % interval comes from the study's noise model: each "
-        "run's log speedup is the truth plus the offsets of the two server starts that "
-        "measured it, the baseline run's noise and its own; these components are estimated "
-        "per engine, target, method and concurrency (workloads and settings pooled, each "
-        "point's own spread shrunk toward theirs), and a point's interval is a Student t on "
-        "the log scale with their weights and degrees of freedom (the interval over a point's "
-        "own repeats is the points table's `speedup_unpooled_ci_*`), each repeat with its own "
-        "seed. **Server starts differ** (instances of one configuration up to 26 % apart on "
-        "an H100): the starts' share is carried in every interval, measured where a "
-        "configuration ran on several starts (chained cells, `loadgen.server_instances`, the "
-        "instance probe) and otherwise borrowed from the nearest class that measured it; the "
-        "points table's *server starts* column and each verdict say how large it is and "
-        "where it was measured. They hold the prompts fixed: the same "
-        "prompts are sent in every repeat, so the points table's **over prompts** column "
-        "gives the part that comes from which prompts were drawn (a paired bootstrap over "
-        "prompts of output tokens per second of request time, both sides and every repeat "
-        "resampled together) and, after *both*, an interval for the servers' noise and the "
-        "prompt sample together: the one to read for prompts of the same workload not in "
-        "this sample."
-        + (" Some intervals here do **not** cover the difference between two starts (no "
-           "class of their engine ran a configuration on several starts; the list below "
-           "names them): set `instance_probe:` or `loadgen.server_instances`."
-           if not_covered else "")
-        + " Verdicts come from intervals: *no clear gain* when the interval spans 1; beside "
-        "each, the smallest speedup the design could have told from 1 with 80 % power.\n\n"
-        f"What the intervals of this report's points cover:\n{listed}")
+        f'Speedups are paired output-token throughput ratios; [how they and their intervals '
+        f'are computed]({METHODS_PAGE}#speedups-and-intervals).'
+        + (f" Of {len(spec)} speculative points, " + " and ".join(flags) + "." if flags
+           else "")
+        + (" Some intervals do **not** cover the difference between two starts: no class of "
+           "their engine ran a configuration on several starts (set the instance probe or "
+           "more server instances)." if not_covered else ""))
+
+
+def interval_coverage(points: pd.DataFrame) -> pd.DataFrame:
+    """What the intervals of a report's points cover: one row per kind of interval, the most
+    points first."""
+    spec = points[(points["method"] != "vanilla") & points["speedup_mean"].notna()]
+    covers = (spec["interval_covers"].value_counts() if "interval_covers" in spec
+              else pd.Series(dtype=int))
+    return pd.DataFrame({"what the interval rests on": list(covers.index),
+                         "points": list(covers.values)})
 
 
 def methods_table(points: pd.DataFrame) -> pd.DataFrame:

@@ -15,8 +15,10 @@ from sdbench.report.show import (
     MDE_SHOWN,
     MIN_DRAFTS,
     cell_text,
+    marked_verdict,
     method_names,
     percent_text,
+    point_key,
     speedup_text,
     starts_text,
     stat_text,
@@ -107,9 +109,7 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
             points["total_token_throughput_ci_high"], strict=True)],
         "speedup": [speedup_text(r) for _, r in points.iterrows()],
         "over prompts": [_prompt_text(r) for _, r in points.iterrows()],
-        "verdict": [verdict_text(v, m) for v, m in zip(
-            points.get("verdict", pd.Series(None, index=points.index)),
-            points.get("speedup_mde", pd.Series(np.nan, index=points.index)), strict=True)],
+        "verdict": [_verdict_cell(r) for _, r in points.iterrows()],
         "server starts": [starts_text(r) if r["method"] != "vanilla" else None
                           for _, r in points.iterrows()],
         "total-token speedup": [stat_text(r, "total_speedup") for _, r in points.iterrows()],
@@ -139,6 +139,17 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
     if out["round"].nunique() <= 1:
         empty.append("round")
     return out.drop(columns=empty)
+
+
+def _verdict_cell(row):
+    """A point's verdict with its minimum detectable speedup, marked as this point's
+    (`show.marked_verdict`); None without one (no speculation, no speedup)."""
+    text = verdict_text(row.get("verdict"), row.get("speedup_mde", np.nan))
+    if text is None:
+        return None
+    return marked_verdict(text, point_key(row["target"], row["workload"], row["concurrency"],
+                                          row["speculator"], row["k"], row.get("setting")),
+                          row["verdict"])
 
 
 def _percentiles_text(row, latency: str, which: tuple[str, ...]) -> str:

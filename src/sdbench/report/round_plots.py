@@ -448,8 +448,8 @@ def seeds_note(summary: pd.DataFrame) -> str:
         return ""
     seeds = sampled.get("request_seed", pd.Series(dtype=float)).dropna()
     if seeds.empty:
-        return ("Sampled requests carried no seed of their own (`loadgen.request_seed` off): "
-                "vLLM sampled them from each server's own random state.")
-    return (f"Every sampled request carried its repeat's seed (`loadgen.request_seed`: seeds "
-            f"{int(seeds.min())}–{int(seeds.max())} over {len(sampled)} measurements, "
-            "`request_seed` in the summary), the same on both servers of a pair.")
+        return ("Sampled requests carried no seed of their own (the load generator's "
+                "request seed was off): vLLM sampled them from each server's own random state.")
+    return (f"Every sampled request carried its repeat's seed (seeds {int(seeds.min())}–"
+            f"{int(seeds.max())} over {len(sampled)} measurements), the same on both servers "
+            "of a pair.")

@@ -4,7 +4,10 @@ every round report and the index share."""
 
 from __future__ import annotations
 
+import html
+import re
 import textwrap
+from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -28,10 +31,56 @@ METRIC_LABELS = {
 }
 
 
+@dataclass(frozen=True)
+class Html:
+    """A table cell that is HTML already (a marked verdict): `table_html` does not escape it
+    (not a str: pandas would turn a column of them into plain strings)."""
+
+    html: str
+
+    def __str__(self) -> str:
+        return self.html
+
+
+# how a verdict reads in one word, for the marks a page check compares (`marked_verdict`)
+VERDICT_CLASS = {"speculate": "gain", "no speculation": "loss", "speculation off": "loss",
+                 "no clear winner": "unclear"}
+
+
+def verdict_class(verdict) -> str | None:
+    """"gain", "loss" or "unclear" (any "no clear gain …") of a point's or a choice's verdict."""
+    if not isinstance(verdict, str):
+        return None
+    return VERDICT_CLASS.get(verdict, "unclear" if verdict.startswith("no clear") else None)
+
+
+def point_key(target, workload, concurrency, speculator, k, setting=None) -> str:
+    """A point as a page names it in its marks: target | workload | c=<level> | <setting>."""
+    level = "–" if concurrency is None or pd.isna(concurrency) else int(concurrency)
+    name = f"{speculator} k={int(k)}" if k is not None and pd.notna(k) else str(speculator)
+    if isinstance(setting, str) and setting != "default":
+        name += f" [{setting}]"
+    return f"{target} | {workload} | c={level} | {name}"
+
+
+def marked_verdict(text: str, point: str | None = None, verdict=None,
+                   decision: str | None = None, choice=None) -> Html:
+    """`text` in a span that carries what it decides, for a check of every rendered page (one
+    verdict per point): `point` (`point_key`) and its `verdict`, and for a recommendation the
+    `decision` (target | workload | c=<level>) and its `choice` verdict."""
+    data = {"point": point, "verdict": verdict_class(verdict), "decision": decision,
+            "choice": verdict_class(choice)}
+    attrs = "".join(f' data-{name}="{html.escape(str(value), quote=True)}"'
+                    for name, value in data.items() if value is not None)
+    return Html(f'<span class="sdbench-verdict"{attrs}>{html.escape(text)}</span>')
+
+
 def cell_text(value) -> str:
     """One table cell as a reader wants it: "–" where nothing applies (None, NaN, <NA>), whole
     numbers without decimals, large numbers with thousands separators and no decimals, others
     with two decimals, small ones with three significant digits."""
+    if isinstance(value, Html):  # its text without the markup
+        return re.sub(r"<[^>]+>", "", value.html)
     if isinstance(value, (list, tuple, dict, np.ndarray)):
         return str(value)
     if value is None or (not isinstance(value, str) and pd.isna(value)):
@@ -68,12 +117,16 @@ def table_html(table: pd.DataFrame) -> str:
     unnamed = all(name is None for name in table.index.names)
     shown = (table if isinstance(table.index, pd.RangeIndex)
              else table.reset_index(drop=unnamed))
-    shown = shown.astype(object).apply(lambda column: column.map(cell_text))
+    shown = shown.astype(object).apply(lambda column: column.map(_escaped_cell))
     # the columns' own name (a pivot's "bucket") would head a column of its own, over nothing
     shown.columns.name = None
-    shown.columns = [header_text(c) for c in shown.columns]
+    shown.columns = [html.escape(header_text(c)) for c in shown.columns]
     return ('<div class="sdbench-table" style="overflow-x: auto; max-width: 100%;">'
-            + shown.to_html(index=False, border=0) + "</div>")
+            + shown.to_html(index=False, border=0, escape=False) + "</div>")
+
+
+def _escaped_cell(value) -> str:
+    return value.html if isinstance(value, Html) else html.escape(cell_text(value))
 
 
 # the output metadata key of a "nothing to show" line: a section whose outputs are all such
@@ -121,7 +174,6 @@ def figure_html(fig: plt.Figure, caption: str | None = None) -> str:
     """`fig` as an HTML figure: the PNG inline, its alt text (`figure_text`) and a caption
     (`caption`, else its title), so that no report figure goes without either."""
     import base64
-    import html
     import io
 
     buffer = io.BytesIO()
@@ -213,7 +265,7 @@ def with_interval(mean: float, low: float, high: float, unit: str = "×") -> str
     """'1.23× [1.10, 1.35]'; without brackets when there is no interval (one repeat)."""
     if pd.isna(mean):
         return "–"
-    if pd.isna(low) or pd.isna(high):
+    if pd.isna(low) or pd.isna(high) or low == high:  # none, or no width: no interval
         return f"{interval_number(mean)}{unit}"
     return (f"{interval_number(mean)}{unit} [{interval_number(low)}, "
             f"{interval_number(high)}]")
