@@ -1,6 +1,8 @@
 """What the engine really ran: the settings vLLM resolved, read from its log, in every record,
 and pairs whose servers resolved other settings than speculation flagged in one sentence."""
 
+import pandas as pd
+
 from sdbench.analyze import engine
 from sdbench.analyze.aggregate import add_speedups, records_frame
 from sdbench.analyze.point_intervals import aggregate_points
@@ -140,14 +142,22 @@ def test_the_summary_and_the_report_flag_a_pair_that_ran_differently():
     assert not speedup_text(points.loc["n"]).endswith(ENGINE_MARK)
     table = points_table(points.reset_index()).set_index("cell")
     assert table.loc["s", "engine differs"] == sentence
-    # what each cell's engine ran: its settings, warnings and the difference, one row a cell
-    ran = effective_engine_table(frame).set_index("cell")
-    assert ran.loc["s", "CUDA graphs"] == "PIECEWISE"
-    assert ran.loc["v", "CUDA graphs"] == "FULL_AND_PIECEWISE"
-    assert ran.loc["s", "attention"] == "FLASH_ATTN" and ran.loc["s", "KV tokens"] == "1,000,000"
-    assert ran.loc["s", "differs from its baseline"] == sentence
-    assert ran.loc["n", "differs from its baseline"] == "–"
-    assert ran.loc["s", "performance warnings"] == "Overriding cudagraph_mode"
+    # what each configuration's engine ran: its settings, warnings and the difference, one
+    # row a server configuration (the workloads it served listed, not its cells' ids)
+    ran = effective_engine_table(frame).set_index("method")
+    assert ran.loc["draft_model", "CUDA graphs"] == "PIECEWISE"
+    assert ran.loc["vanilla", "CUDA graphs"] == "FULL_AND_PIECEWISE"
+    assert ran.loc["draft_model", "attention"] == "FLASH_ATTN"
+    assert ran.loc["draft_model", "KV tokens"] == "1,000,000"
+    assert ran.loc["draft_model", "differs from its baseline"] == sentence
+    assert ran.loc["ngram", "differs from its baseline"] == "–"
+    assert ran.loc["draft_model", "performance warnings"] == "Overriding cudagraph_mode"
+    assert "cell" not in ran and ran.loc["ngram", "workloads served"] == "w"
+    # the same configuration on a second workload: still one row, both workloads listed
+    again = frame[frame["cell_id"] == "n"].assign(cell_id="n2", workload="w2")
+    twice = effective_engine_table(pd.concat([frame, again]))
+    assert (twice["method"] == "ngram").sum() == 1
+    assert twice.set_index("method").loc["ngram", "workloads served"] == "w, w2"
     assert "model runner" not in ran  # no log said: no column
     # records without the engine's report (written before it existed): nothing flagged
     plain = add_speedups(records_frame([

@@ -35,7 +35,7 @@ KEY = ["cell_id", *LEVEL, "repeat"]
 POINT_KEYS = ["round", "setting", "role", "cell_id", "speculator", "method", "k", "target",
               "quantization", "full_precision", "draft", "workload", "dataset", "subset",
               "engine", "load", "concurrency", "request_rate", "baseline_cell_id", "dtype", "gpus",
-              "temperature", "draft_sample_method"]
+              "device_kind", "temperature", "draft_sample_method"]
 
 
 # statistics over repeats: mean, std, 95 % interval

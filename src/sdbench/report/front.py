@@ -110,6 +110,35 @@ def goodput_plot(points: pd.DataFrame) -> plt.Figure | None:
     return fig
 
 
+def per_device(points: pd.DataFrame) -> str:
+    """What a throughput is divided by: "per GPU", or on a CPU run "per server" (a CPU server
+    counts as one device; `gpus` is 1 there)."""
+    kinds = set(points["device_kind"].dropna()) if "device_kind" in points else {"gpu"}
+    return "per GPU" if "gpu" in kinds or not kinds else "per server (CPU)"
+
+
+def front_finding(points: pd.DataFrame, latency: str = "p90_tpot_ms") -> str:
+    """What the front shows, in a sentence per target and workload: which settings it holds
+    (speculation off included) and at which concurrency, "" where there is none."""
+    table = front_points(points, latency)
+    if table.empty:
+        return ""
+    fronts = table[table["on_front"]]
+    if (fronts["method"] == "vanilla").all():
+        return ("No speculative setting is on any panel's front: speculation off gives the "
+                "best throughput-latency trade-off measured.")
+    sentences = []
+    for (target, workload), part in table.groupby(["target", "workload"]):
+        front = part[part["on_front"]].assign(label=role_label(part[part["on_front"]]))
+        held = "; ".join(
+            f"{label} at c={', '.join(str(int(c)) for c in sorted(group['concurrency']))}"
+            for label, group in front.groupby("label", sort=False))
+        speculative = (front["method"] != "vanilla").any()
+        sentences.append(f"{workload} ({target}): the front holds {held}"
+                         + ("" if speculative else " — no speculative setting is on it") + ".")
+    return " ".join(sentences)
+
+
 def front_plot(points: pd.DataFrame, latency: str = "p90_tpot_ms") -> plt.Figure | None:
     """Output tokens/s per GPU against TPOT (p90 by default), a line per setting across
     concurrency (labelled at each point), the Pareto front dashed: a panel per target and
@@ -137,7 +166,7 @@ def front_plot(points: pd.DataFrame, latency: str = "p90_tpot_ms") -> plt.Figure
                 linewidth=1, label="Pareto front", zorder=0)
         ax.set_title(f"{workload} ({target})", fontsize=10)
         ax.set_xlabel(names.get(latency, latency) + " — lower is better")
-        ax.set_ylabel("output tokens/s per GPU")
+        ax.set_ylabel(f"output tokens/s {per_device(points)}")
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
     fig.suptitle("Throughput against per-user latency, a line per setting across concurrency",
@@ -155,6 +184,6 @@ def front_table(points: pd.DataFrame, latency: str = "p90_tpot_ms") -> pd.DataFr
     return pd.DataFrame({
         "target": front["target"], "workload": front["workload"],
         "setting": role_label(front), "concurrency": front["concurrency"],
-        "output tok/s per GPU": front["throughput_per_gpu"].round(1),
+        f"output tok/s {per_device(points)}": front["throughput_per_gpu"].round(1),
         "TPOT p90 (ms)" if latency == "p90_tpot_ms" else latency: front["latency"].round(1)}
     ).reset_index(drop=True)

@@ -251,7 +251,8 @@ def speedup_heatmaps(points: pd.DataFrame, metric: str = "speedup") -> plt.Figur
             grid = part.pivot_table(index="k", columns="concurrency", values=column,
                                     aggfunc="mean")
             sns.heatmap(grid, ax=ax, annot=True, fmt=".2f", cmap="RdYlGn", center=1.0, vmin=0,
-                        vmax=vmax, cbar=False, linewidths=0.5)
+                        vmax=vmax, linewidths=0.5,
+                        cbar_kws={"label": "speedup (×)", "shrink": 0.8})
             ax.set_title(f"{speculator} | {workload}", fontsize=10)
             ax.set_xlabel("concurrency")
             ax.set_ylabel("k")

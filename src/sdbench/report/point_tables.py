@@ -286,13 +286,15 @@ def _engine_value(key: str, value) -> str:
 
 
 def effective_engine_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """What each cell's engine really ran (vLLM's own reports, read from its log when it was
-    ready): one row per cell, its settings, its performance warnings, and how it differs from
-    its baseline's beyond speculation. Empty where no record carries the engine's report."""
+    """What each server configuration's engine really ran (vLLM's own reports, read from its
+    log when it was ready): one row per configuration (target, method, k and what vLLM
+    resolved; the workloads it served listed), its settings, its performance warnings, and how
+    it differs from its baseline's beyond speculation. Empty where no record carries the
+    engine's report."""
     if "engine_settings" not in frame or frame["engine_settings"].isna().all():
         return pd.DataFrame()
     rows = []
-    for cell_id, group in frame[frame["engine_settings"].notna()].groupby("cell_id",
+    for _, group in frame[frame["engine_settings"].notna()].groupby("cell_id",
                                                                          sort=False):
         first = group.iloc[0]
         settings = json.loads(first["engine_settings"])
@@ -300,13 +302,18 @@ def effective_engine_table(frame: pd.DataFrame) -> pd.DataFrame:
                            for w in json.loads(text)})
         differs = sorted(set(group.get("engine_differs", pd.Series(dtype=object)).dropna()))
         rows.append({"target": first["target"], "engine": first["engine"],
-                     "method": first["speculator"], "k": first["k"],
+                     "method": first["speculator"], "k": cell_text(first["k"]),
                      **{label: _engine_value(key, settings.get(key))
                         for key, label in ENGINE_COLUMNS.items()},
                      "differs from its baseline": "; ".join(differs) or "–",
                      "performance warnings": " · ".join(warnings) or "–",
-                     "cell": cell_id})
-    out = pd.DataFrame(rows)
+                     "workload": first["workload"]})
+    cells = pd.DataFrame(rows)
+    # one row per configuration: the cells of one server configuration (its workloads) alike
+    same = [c for c in cells.columns if c != "workload"]
+    out = cells.groupby(same, sort=False, dropna=False)["workload"].agg(
+        lambda w: ", ".join(dict.fromkeys(w))).reset_index().rename(
+        columns={"workload": "workloads served"})
     shown = out.astype(object).apply(lambda column: column.map(cell_text))
     return out.drop(columns=[c for c in ENGINE_COLUMNS.values() if (shown[c] == "–").all()])
 

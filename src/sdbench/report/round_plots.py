@@ -80,7 +80,8 @@ def bucket_heatmaps(points: pd.DataFrame) -> plt.Figure | None:
                                     aggfunc="mean")
             grid = grid.reindex(bucket_order(grid.index))
             sns.heatmap(grid, ax=ax, annot=True, fmt=".2f", cmap="RdYlGn", center=1.0, vmin=0,
-                        vmax=vmax, cbar=False, linewidths=0.5)
+                        vmax=vmax, linewidths=0.5,
+                        cbar_kws={"label": "speedup (×)", "shrink": 0.8})
             ax.set_title(f"{target}\n{setting} | {task}", fontsize=9)
             ax.set_xlabel("concurrency")
             ax.set_ylabel("bucket")
@@ -194,7 +195,8 @@ def setting_heatmaps(points: pd.DataFrame) -> plt.Figure | None:
         grid = spec[spec["panel"] == panel].pivot_table(
             index="setting", columns="concurrency", values="speedup_mean", aggfunc="mean")
         sns.heatmap(grid, ax=ax, annot=True, fmt=".2f", cmap="RdYlGn", center=1.0, vmin=0,
-                    vmax=vmax, cbar=False, linewidths=0.5)
+                    vmax=vmax, linewidths=0.5,
+                        cbar_kws={"label": "speedup (×)", "shrink": 0.8})
         ax.set_title(panel, fontsize=9)
         ax.set_xlabel("concurrency")
         ax.set_ylabel("setting")

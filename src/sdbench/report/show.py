@@ -170,7 +170,7 @@ def figure_text(fig: plt.Figure) -> str:
     return " ".join(text.split()) or "A figure of the report"
 
 
-def figure_html(fig: plt.Figure, caption: str | None = None) -> str:
+def figure_html(fig: plt.Figure, caption: str | None = None, finding: str = "") -> str:
     """`fig` as an HTML figure: the PNG inline, its alt text (`figure_text`) and a caption
     (`caption`, else its title), so that no report figure goes without either."""
     import base64
@@ -179,8 +179,8 @@ def figure_html(fig: plt.Figure, caption: str | None = None) -> str:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", bbox_inches="tight", dpi=fig.dpi)
     data = base64.b64encode(buffer.getvalue()).decode("ascii")
-    alt = figure_text(fig)
-    caption = caption or alt
+    alt = " ".join(t for t in (finding, figure_text(fig)) if t)  # the finding first
+    caption = " ".join(t for t in (finding, caption or figure_text(fig)) if t)
     return (f'<figure class="sdbench-figure" style="margin: 0 0 1em 0;"><img alt="'
             f'{html.escape(alt, quote=True)}" src="data:image/png;base64,{data}" '
             'style="max-width: 100%;"/><figcaption style="font-size: 0.9em; color: #444;">'
@@ -188,7 +188,7 @@ def figure_html(fig: plt.Figure, caption: str | None = None) -> str:
 
 
 def show_figure(fig: plt.Figure | None, empty: str | None = None,
-                caption: str | None = None) -> None:
+                caption: str | None = None, finding: str = "") -> None:
     """Display `fig` in a report with its alt text and caption (`figure_html`) and close it,
     or the Markdown `empty` when there is none."""
     from IPython.display import HTML, display
@@ -197,7 +197,7 @@ def show_figure(fig: plt.Figure | None, empty: str | None = None,
         if empty:
             show_empty(empty)
         return
-    display(HTML(figure_html(fig, caption)))
+    display(HTML(figure_html(fig, caption, finding)))
     plt.close(fig)
 
 
