@@ -194,7 +194,7 @@ def aggregate_points(frame: pd.DataFrame) -> pd.DataFrame:
         # what each point's interval says ("no clear gain" when it spans 1); none for vanilla
         points["verdict"] = [
             (verdict(low, high, "one repeat" if pd.isna(df) or df >= MIN_INTERVAL_DF
-                     else f"{df:.1f} degrees of freedom")
+                     else f"fewer than {MIN_INTERVAL_DF:g} degrees of freedom")
              if method != "vanilla" and pd.notna(mean) else None)
             for method, mean, low, high, df in zip(
                 points["method"], points["speedup_mean"], points["speedup_ci_low"],

@@ -193,7 +193,7 @@ def run_derived(design: Design, scenario: str, studies: int, seed: int = 0) -> d
     rng = np.random.default_rng(seed)
     curves = CURVES[scenario]
     true_cross = [crossing(list(LEVELS), np.log(curve)) for curve in curves]
-    cross_hits, gain_hits, widths = [], [], []
+    cross_hits, gain_hits, widths, unstated = [], [], [], 0
     for _ in range(studies):
         frame = levels_frame(design, curves, rng, LEVELS)
         noise = point_noise(frame)
@@ -204,12 +204,16 @@ def run_derived(design: Design, scenario: str, studies: int, seed: int = 0) -> d
             cross_hits.append(bool(high == np.inf) if truth is None
                               else row["crossover_low"] <= truth <= high)
         for row in switch_gain(frame, noise).to_dict("records"):
+            if pd.isna(row["gain_ci_low"]):  # no interval: the same setting both ways, or
+                unstated += 1               # fewer than 2 degrees of freedom
+                continue
             truth = np.expm1(_true_gain(curves, row))
             gain_hits.append(row["gain_ci_low"] <= truth <= row["gain_ci_high"])
             widths.append(row["gain_ci_high"] - row["gain_ci_low"])
     return {**asdict(design), "scenario": scenario, "studies": studies,
             "crossover coverage": float(np.mean(cross_hits)),
             "switch gain coverage": float(np.mean(gain_hits)),
+            "switch gains without an interval": unstated,
             "switch gain interval width": float(np.median(widths))}
 
 

@@ -14,12 +14,10 @@ from sdbench.analyze.slo import frame_slos
 from sdbench.report.decision import role_label
 from sdbench.report.show import (
     level_axis,
+    panel_grid,
     with_interval,
     wrapped,
 )
-
-# panels of a decision figure in one row
-PANELS_PER_ROW = 2
 
 
 def slo_table(points: pd.DataFrame) -> pd.DataFrame:
@@ -59,18 +57,6 @@ def slo_table(points: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _panels(count: int, width: float, height: float) -> tuple[plt.Figure, list]:
-    """A figure of `count` panels, at most PANELS_PER_ROW in a row (readable on a page)."""
-    columns = min(count, PANELS_PER_ROW)
-    rows = -(-count // columns)
-    fig, axes = plt.subplots(rows, columns, squeeze=False,
-                             figsize=(width * columns, height * rows))
-    flat = list(axes.flat)
-    for ax in flat[count:]:
-        ax.set_visible(False)
-    return fig, flat[:count]
-
-
 def goodput_plot(points: pd.DataFrame) -> plt.Figure | None:
     """Goodput (output tokens/s of requests meeting the SLO) against concurrency, a line per
     setting, a panel per SLO, target and workload; hollow markers where the point misses the
@@ -83,7 +69,7 @@ def goodput_plot(points: pd.DataFrame) -> plt.Figure | None:
     serve = serve.assign(label=role_label(serve))
     panels = [(slo, key, part) for slo in slos
               for key, part in serve.groupby(["target", "workload"])]
-    fig, axes = _panels(len(panels), 5.6, 3.8)
+    fig, axes = panel_grid(len(panels), 5.6, 3.8)
     several = serve["target"].nunique() > 1
     for ax, (slo, (target, workload), part) in zip(axes, panels, strict=True):
         for label, line in part.groupby("label", sort=False):
@@ -149,7 +135,7 @@ def front_plot(points: pd.DataFrame, latency: str = "p90_tpot_ms") -> plt.Figure
     if table.empty:
         return None
     panels = list(table.groupby(["target", "workload"]))
-    fig, axes = _panels(len(panels), 5.6, 3.0)
+    fig, axes = panel_grid(len(panels), 5.6, 3.0)
     names = {"p90_tpot_ms": "TPOT p90 (ms)", "mean_tpot_ms": "mean TPOT (ms)",
              "median_tpot_ms": "TPOT p50 (ms)"}
     for ax, ((target, workload), part) in zip(axes, panels, strict=True):

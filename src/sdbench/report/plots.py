@@ -43,6 +43,7 @@ from sdbench.report.show import (
     level_axis,
     mde_text,
     method_names,
+    panel_grid,
     percent_text,
     role_marks,
     select,
@@ -501,8 +502,8 @@ def speedup_lines(points: pd.DataFrame, x: str, metric: str = "speedup") -> plt.
     spec = spec.assign(setting=wrapped(setting_label(spec)),
                        panel=spec["target"] + " | " + spec["workload"])
     panels = list(dict.fromkeys(spec["panel"]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), squeeze=False)
-    for ax, panel in zip(axes[0], panels, strict=True):
+    fig, axes = panel_grid(len(panels), 5.6, 3.6)
+    for ax, panel in zip(axes, panels, strict=True):
         part = spec[spec["panel"] == panel].sort_values(x)
         for setting, line in part.groupby("setting", sort=False):
             mean = line[f"{metric}_mean"]

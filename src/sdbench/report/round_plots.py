@@ -122,6 +122,9 @@ def acceptance_by_bucket_plot(points: pd.DataFrame) -> plt.Figure | None:
                         top=max(ax.get_ylim()[1], ACCEPTANCE_FLOOR[metric] + 1))
             if ax.get_legend() is not None and (i, j) != (0, len(tasks) - 1):
                 ax.get_legend().remove()
+            elif ax.get_legend() is not None:  # a reader's name, outside the data
+                ax.legend(title="target", fontsize=8, title_fontsize=8,
+                          loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.suptitle("Acceptance vs context length (all concurrency levels pooled)", fontsize=11)
     fig.tight_layout()
     return fig

@@ -201,6 +201,22 @@ def show_figure(fig: plt.Figure | None, empty: str | None = None,
     plt.close(fig)
 
 
+# panels of a report figure in one row: at the page's width each stays readable
+PANELS_PER_ROW = 2
+
+
+def panel_grid(count: int, width: float, height: float) -> tuple[plt.Figure, list]:
+    """A figure of `count` panels, at most PANELS_PER_ROW in a row (readable on a page)."""
+    columns = min(count, PANELS_PER_ROW)
+    rows = -(-count // columns)
+    fig, axes = plt.subplots(rows, columns, squeeze=False,
+                             figsize=(width * columns, height * rows))
+    flat = list(axes.flat)
+    for ax in flat[count:]:
+        ax.set_visible(False)
+    return fig, flat[:count]
+
+
 def level_axis(ax, levels, scale_log2: bool = True) -> None:
     """The reports' one convention for a load axis: ticks at the levels measured, labelled as
     they are (1, 2, 4, 24: no 1.2 or 1.900-2.100), concurrency on a log2 scale."""
