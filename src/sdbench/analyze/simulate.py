@@ -382,10 +382,13 @@ def write_table(table: pd.DataFrame, path: Path, studies: int,
                   "(`analysis.crossover`) that contain where the true curve falls below 1. "
                   "Switch gain coverage: the share of 95 % intervals (`analysis.switch_gain`) "
                   "that contain the true gain of the switch and static setting the study "
-                  "picked; width: the interval's median width (on the speedup ratio).", "",
+                  "picked, over the gains that have an interval; width: the interval's median "
+                  "width (on the speedup ratio); without an interval: the gains a study gave "
+                  "none (the switch kept the static setting at every level, or the points had "
+                  "fewer than 2 degrees of freedom), of the studies × 2 workloads.", "",
                   "| design | instance noise | run noise | scenario | crossover coverage | "
-                  "switch gain coverage | switch gain interval width |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+                  "switch gain coverage | switch gain interval width | without an interval |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for row in derived.to_dict("records"):
             design = Design(**{k: row[k] for k in Design.__dataclass_fields__})
             lines.append(
@@ -393,7 +396,8 @@ def write_table(table: pd.DataFrame, path: Path, studies: int,
                 f"{row['instance_noise']:.0%} | {row['measurement_noise']:.0%} | "
                 f"{row['scenario']} | {_pct(row['crossover coverage'])} | "
                 f"{_pct(row['switch gain coverage'])} | "
-                f"{row['switch gain interval width']:.3f} |")
+                f"{row['switch gain interval width']:.3f} | "
+                f"{row['switch gains without an interval']} |")
     path.write_text("\n".join(lines) + "\n")
 
 

@@ -77,7 +77,9 @@ def _level_claim(row, points: pd.DataFrame | None = None) -> str:
         low, high = row["best_ci_low"], row["best_ci_high"]
         claim = Claim(f"{where}, best deployable setting {speculator} k={int(k)}",
                       direction_of(low, high), row["best_mean"], low, high, sample)
-        return f"Run without speculation — {claim.text()}"
+        lead = ("Run without speculation" if row["verdict"] == "speculation off" else
+                "No clear winner, speculation off measured best")  # (a setting clearly pays)
+        return f"{lead} — {claim.text()}"
     starts = "" if points is None else _chosen_starts(points, row)
     sample = (_sample(row["repeats"], row["prompts"], row.get("gain_from"),
                       row.get("heldout_repeats"))

@@ -450,6 +450,14 @@ def salvage(config: dict, cells: list[tuple[Cell, str]], reports: dict[str, str]
                                   f"(log: {layout.REPORT_LOG.format(round=name)})")
             except Exception as again:
                 print(f"sdbench: not even a note page for {name}: {again}", file=sys.stderr)
+    try:  # the page the reports link for each section's method (its rule's, when it ran)
+        if not Path(layout.report_page(METHODS_PAGE)).exists():
+            write_methods([(title, notebooks / page.replace(".html", ".ipynb"))
+                           for title, page in reports.items()],
+                          layout.report_page(METHODS_PAGE), config["study"])
+    except Exception as exc:
+        print(f"sdbench: could not write the methods page: {first_line(str(exc))}",
+              file=sys.stderr)
     try:
         write_index(config["study"], reports, cells, layout.report_page("index.html"), points,
                     note=" This run had failed jobs: the reports show what was measured.",

@@ -137,7 +137,7 @@ def sectioned(notebook):
         body = ""
         if KEEP_TAG in _tags(section[0]):
             body = "\n".join(section[0].source.strip().splitlines()[1:]).strip()
-        opened = section in lead
+        opened = index < len(lead)
         if index == len(lead):
             cells.append(contents_cell([_section_title(s[0]) for s in rest]))
         cells.append(_markdown_cell(body, {SECTION_KEY: {
