@@ -62,7 +62,7 @@ def test_the_methodologys_simulated_ranges_are_the_generated_tables():
                    span(r[7] for r in chained), span(r[3] for r in probe),
                    span(r[3] for r in tails), span(r[5] for r in tails)):
         assert quoted in text, quoted
-    crossing = [r for r in _rows(derived, 7) if r[0].startswith("chained")]
+    crossing = [r for r in _rows(derived, 8) if r[0].startswith("chained")]
     assert span(r[4] for r in crossing) in text and span(r[5] for r in crossing) in text
     halves = [float(x.rstrip("%")) for r in rows if "3x noisier" in r[0]
               for x in r[4].split(" / ")]
