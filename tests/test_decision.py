@@ -206,7 +206,7 @@ def test_the_recommendation_says_what_speculation_does_to_latency_and_the_slo():
     verdict spoke alone, and "misses" in every SLO cell, speculation off included, unsaid."""
     import json
 
-    from sdbench.analyze.decisions import RECOMMENDATION, combine
+    from sdbench.analyze.decisions import RECOMMENDATION, combine, of_kind
     from sdbench.report import decision
     from sdbench.report.show import cell_text
 
@@ -228,7 +228,15 @@ def test_the_recommendation_says_what_speculation_does_to_latency_and_the_slo():
     row = decision.recommendation_table(decided, points, "round1").iloc[0]
     assert (row["latency of"], row["TPOT p50 (ms)"], row["TPOT p90 (ms)"]) == (
         "ngram k=3", "88.0 → 109", "106 → 131")
-    assert row["SLO chat"] == "misses → misses"
+    assert row["SLO chat"] == "misses → misses" and row["throughput gain (held-out)"] == \
+        "1.35× [1.07, 1.70]"
+    # speculation off chosen: its gain over itself is no finding
+    off = combine([of_kind(decided, RECOMMENDATION).assign(
+        run="speculation off", verdict="speculation off", speculator=None, k=None,
+        gain_mean=1.0, gain_ci_low=1.0, gain_ci_high=1.0, best_speculator="ngram", best_k=3,
+        decision=RECOMMENDATION, round="round1")])
+    shown = decision.recommendation_table(off, points, "round1").iloc[0]
+    assert shown["throughput gain (held-out)"] == "–" and shown["latency of"] == "ngram k=3"
     # the verdict is marked with its decision and the point it claims (one verdict per point)
     assert cell_text(row["verdict"]) == "speculate"
     assert 'data-point="t | w | c=1 | ngram k=3" data-verdict="gain"' in str(row["verdict"])
