@@ -52,6 +52,12 @@ def test_recommendation_held_out_and_no_clear_winner():
     assert table.loc[8, "verdict"] == "no clear winner"
     assert "speculation off" in table.loc[8, "rivals"]
     assert table.loc[8, "gain_ci_low"] > 0
+    # off in every fold: off held out against off is 1 by construction, no gain is reported
+    slow = pd.DataFrame(_rows("ngram", 3, 16, [0.80, 0.82, 0.79, 0.81]))
+    off = recommendations(slow).iloc[0]
+    assert off["run"] == "speculation off" and off["verdict"] == "speculation off"
+    assert pd.isna(off["gain_mean"]) and pd.isna(off["gain_ci_low"])
+    assert off["gain_from"] == "speculation off in every fold: no gain to hold out"
 
 
 def _point(method, speculator, k, workload, level, role, tps, tpot, speedup=None):
@@ -171,7 +177,9 @@ def test_one_repeat_judged_on_the_point_interval_the_point_table_shows():
     assert recommendations(frame).iloc[0]["rivals"] == "ngram k=3"
     table = recommendations(frame, points).iloc[0]
     assert table["run"] == "speculation off" and table["rivals"] is None
-    assert table["gain_from"] == "held out"  # off chosen in every fold: 1, exactly
+    # off chosen in every fold: 1 exactly, so no gain is reported
+    assert table["gain_from"] == "speculation off in every fold: no gain to hold out"
+    assert pd.isna(table["gain_mean"])
 
 
 def test_what_round_2_could_not_answer_is_said():
@@ -233,7 +241,9 @@ def test_the_recommendation_says_what_speculation_does_to_latency_and_the_slo():
     # speculation off chosen: its gain over itself is no finding
     off = combine([of_kind(decided, RECOMMENDATION).assign(
         run="speculation off", verdict="speculation off", speculator=None, k=None,
-        gain_mean=1.0, gain_ci_low=1.0, gain_ci_high=1.0, best_speculator="ngram", best_k=3,
+        gain_mean=float("nan"), gain_ci_low=float("nan"), gain_ci_high=float("nan"),
+        gain_from="speculation off in every fold: no gain to hold out",
+        best_speculator="ngram", best_k=3,
         decision=RECOMMENDATION, round="round1")])
     shown = decision.recommendation_table(off, points, "round1").iloc[0]
     assert shown["throughput gain (held-out)"] == "–" and shown["latency of"] == "ngram k=3"

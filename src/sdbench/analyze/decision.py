@@ -120,6 +120,10 @@ def point_interval(points: pd.DataFrame | None, target: str, workload: str, leve
             float(row["speedup_ci_high"]), point_basis(row))
 
 
+# what a recommendation's gain rests on where every fold chose speculation off
+OFF_EVERY_FOLD = "speculation off in every fold: no gain to hold out"
+
+
 def _verdict(choice: str, held: tuple[float, float], own: tuple[float, float],
              lows: list[float]) -> str:
     """A recommendation's verdict that no point's own verdict contradicts: "speculate" where the
@@ -168,6 +172,10 @@ def recommendations(frame: pd.DataFrame, points: pd.DataFrame | None = None) -> 
             at = cube.xs(level, axis=1, level="concurrency")
             found = points_at(points, target, workload, level)
             gain, low, high, gain_from = judged(at, found, choice, held, picks)
+            if picks and all(pick == OFF for pick in picks):
+                # off held out against off in every fold: 1 by construction, not a finding
+                gain = low = high = np.nan
+                gain_from = OFF_EVERY_FOLD
             speculator, _, k = choice.partition(" k=")
             mean, c_low, c_high = own_interval(at, found, choice)
             rivals = []
