@@ -3,8 +3,8 @@
 # installs environment-vllm-VERSION-MINOR.yml's pip packages (vLLM from PyPI, its CUDA build)
 # into an environment of their own, then checks every vLLM cell of CONFIG through that
 # release's own parsers and config fields (scripts/vllm_args_check.py) and writes what changed
-# to docs/runs/<today>-vllm-VERSION-arguments.md (a dated record). Not part of CI (a ~4 GB
-# download).
+# to docs/runs/vllm-VERSION-arguments.md (a record dated in its first line; an existing one
+# is kept and the new one numbered -2, -3, ...). Not part of CI (a ~4 GB download).
 #   scripts/check_vllm_version.sh 0.33.0 [CONFIG]      (CHECK_ENV: where the environment goes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +24,8 @@ print('\n'.join(next(d['pip'] for d in deps if isinstance(d, dict))))" "$envfile
 fi
 "$project" scripts/vllm_args_check.py dump --config "$config" > "$env/cells.json"
 "$env/bin/python" scripts/vllm_args_check.py check "$env/cells.json" > "$env/checked.json" 2> "$env/check.log"
-record="docs/runs/$(date +%F)-vllm-$version-arguments.md"
+record="docs/runs/vllm-$version-arguments.md"
+n=2
+while [ -e "$record" ]; do record="docs/runs/vllm-$version-arguments-$n.md"; n=$((n + 1)); done
 "$project" scripts/vllm_args_check.py report "$env/checked.json" --config "$config" > "$record"
 tail -1 "$record"

@@ -6,7 +6,7 @@ probability min(1, p(x) / q(x)), and q = p), and with `greedy` (the default) at 
 the first drafted token is accepted with the target's probability of its argmax token, whose
 mean over the model's own sampled text the script measures too (from vLLM's logprobs, without
 speculation). The workflow's round 1 report checks the first on the calibration pair
-(docs/runs/2026-11-27-sampling-known-answer.md); this script reproduces it with vLLM's
+(docs/runs/sampling-known-answer.md); this script reproduces it with vLLM's
 offline engine in about a minute on a CPU, no server, no workflow:
 
     python scripts/sampled_acceptance_check.py resources/models/smollm2-135m [--dtype float32]

@@ -114,7 +114,7 @@ def test_model_sizes_come_from_configs_sources_and_names(real, tmp_path):
 
 def test_the_h100_rates_reproduce_the_exact_pairs_measured_speedups(tmp_path):
     """The decode model against what it was fitted to
-    (docs/runs/2026-11-23-calibration-pair-7b-h100.md): the exact draft's
+    (docs/runs/calibration-pair-7b-h100.md): the exact draft's
     TPOT speedups 2.62/2.45/2.10/1.54 at concurrency 1/4/16/64, within 10 %."""
     config = load_config(REPO / "config" / "gpu-calibration.yaml")
     cells = grid.all_cells(config)

@@ -111,16 +111,21 @@ def test_every_make_plan_figure_in_the_docs_is_what_the_command_prints(tmp_path)
 
 
 def test_the_guides_and_configs_state_no_dates():
-    """README.md, docs/*.md and the configs say what is true now: a date belongs to a run
-    record in docs/runs/, which the guides reach through docs/runs/README.md by topic."""
+    """README.md, docs/*.md, the run records' index and the configs say what is true now: a
+    date belongs to a run record in docs/runs/, which states it in its first lines and which
+    the guides reach through docs/runs/README.md by topic."""
     date = re.compile(r"20\d\d-\d\d-\d\d")
-    pages = [REPO / "README.md", *(REPO / "docs").glob("*.md"),
+    runs = REPO / "docs" / "runs"
+    pages = [REPO / "README.md", *(REPO / "docs").glob("*.md"), runs / "README.md",
              *(REPO / "config").rglob("*.yaml")]
     dated = [f"{page.relative_to(REPO)}:{n}: {line.strip()[:80]}"
              for page in pages for n, line in enumerate(page.read_text().splitlines(), 1)
              if date.search(line)]
     assert not dated, "\n".join(dated)
-    # every record is listed in the index the guides link to
-    index = (REPO / "docs" / "runs" / "README.md").read_text()
-    records = sorted((REPO / "docs" / "runs").glob("20*.md"))
+    # every record is dated in its first lines and listed in the index the guides link to
+    index = (runs / "README.md").read_text()
+    records = sorted(r for r in runs.glob("*.md") if r.name != "README.md")
     assert records and all(f"]({r.name})" in index for r in records)
+    undated = [r.name for r in records
+               if not date.search("\n".join(r.read_text().splitlines()[:8]))]
+    assert not undated, undated

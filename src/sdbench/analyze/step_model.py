@@ -48,7 +48,7 @@ def _step_time(levels: np.ndarray, times: np.ndarray, batch: float) -> tuple[flo
     of the line through 1 and 64 (6.1 and 6.4 ms measured, 6.07 and 6.36 on the line) and
     5-8 % under the log-log curve this took until 2026-11-29 (6.45, 6.96), its draft's within
     2 % of the line and 15-23 % under the curve
-    (docs/runs/2026-11-23-calibration-pair-7b-h100.md). NaN where it would not be positive."""
+    (docs/runs/calibration-pair-7b-h100.md). NaN where it would not be positive."""
     weights, how = _step_weights(levels, batch)
     if not weights:
         return np.nan, how

@@ -17,7 +17,7 @@ the environment runs the engine as installed.
   uninitialised memory. The target's logits are then divided by garbage, its probabilities
   come out NaN, flat or one-hot, and sampled speculation accepts almost nothing (an exact
   probabilistic draft 1-3 % of its tokens at temperature 1.0, where a correct sampler accepts
-  all; docs/runs/2026-11-27-sampling-known-answer.md). A batch of greedy requests never uses
+  all; docs/runs/sampling-known-answer.md). A batch of greedy requests never uses
   it. The fix is the
   Triton kernel's own definition written in torch; with it the same exact draft is accepted
   every time.

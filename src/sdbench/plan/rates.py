@@ -55,7 +55,7 @@ DEVICES = {
         source="1 x H100 80GB HBM3, vLLM 0.26.0: decode steps of the 7B-shape target (6.0 ms "
                "at c=1, 7.5 at 64) and its 0.8B draft (2.1, 4.0), the exact pair's TPOT "
                "speedups (2.62/2.45/2.10/1.54 at 1/4/16/64 give draft_step_share 0.6; "
-               "2026-11-23, docs/runs/2026-11-23-calibration-pair-7b-h100.md); "
+               "2026-11-23, docs/runs/calibration-pair-7b-h100.md); "
                "start-ups 104-110 s warm, 132-154 s cold "
                "(vLLM imported twice, ~28 s each; init 39-66 s), 0.7-0.9 s of the load "
                "generator's own per point, 3.5-4 s of the rest per session (2026-11-25, "
@@ -67,7 +67,7 @@ DEVICES = {
         gpu=True,
         source="the H100's rates with the weight-bound term scaled by memory bandwidth "
                "(3.35 -> 4.8 TB/s); start-ups 35-69 s seen on 2 x H200 for a 135M model "
-               "(docs/runs/2026-11-21-gpu-smoke-overhead-fidelity.md); not fitted on an H200"),
+               "(docs/runs/gpu-smoke-overhead-fidelity.md); not fitted on an H200"),
     "cpu-avx2": DeviceRates(
         "cpu-avx2", fixed_ms=0.0, per_b_ms=430.0, per_seq_ms=0.0, per_seq_per_b_ms=75.0,
         prefill_ms_per_token_per_b=18.0, draft_step_share=0.8,
@@ -98,7 +98,7 @@ EXACT_ACCEPTANCE = {True: 0.97, False: 1.0}  # GPU (bf16 verification rounds), C
 # output throughput, where nothing has measured it: on a GPU the mechanism overrides
 # cudagraph_mode FULL_AND_PIECEWISE -> PIECEWISE (draft models and n-gram; EAGLE on the V1
 # model runner), and a draft model's constant schedule ran 0.69x [0.66, 0.72] of the same
-# static k (an H100, vLLM 0.26.0: docs/runs/2026-11-23-what-the-engine-ran-h100.md); a CPU
+# static k (an H100, vLLM 0.26.0: docs/runs/what-the-engine-ran-h100.md); a CPU
 # has no CUDA graphs to lose
 DYNAMIC_K_MECHANISM = {True: 0.69, False: 1.0}  # GPU, CPU
 # drafts the workflow builds for plumbing (untrained head, truncated layers): ~0 accepted
