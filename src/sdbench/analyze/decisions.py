@@ -53,7 +53,10 @@ def in_round(table: pd.DataFrame, round_name: str) -> pd.DataFrame:
 
 
 def closed_loop(frame: pd.DataFrame) -> pd.DataFrame:
-    """The vLLM server's closed-loop rows: what the decisions per load are about."""
+    """The vLLM server's closed-loop rows: what the decisions per load are about (a table
+    without engine and load columns is all such rows)."""
+    if "engine" not in frame:
+        return frame
     return frame[(frame["engine"] == "serve") & (frame["load"] == "concurrency")]
 
 
@@ -95,7 +98,7 @@ def round_recommendations(summary: pd.DataFrame, points: pd.DataFrame,
 def _clearly_below(points: pd.DataFrame, row) -> list[int]:
     """The levels at which a crossover row's setting has a point whose own interval (the one
     the point table, the recommendations and the bottom line show) lies below 1."""
-    at = closed_loop(points) if "engine" in points else points
+    at = closed_loop(points)
     at = at[(at["target"] == row["target"]) & (at["workload"] == row["workload"])
             & (at["speculator"] == row["speculator"]) & (at["k"] == row["k"])
             & (at["verdict"] == "no speculation")]

@@ -20,13 +20,20 @@ from sdbench.analyze.decision import (
     decision_rows,
     direction_of,
 )
-from sdbench.analyze.decisions import RECOMMENDATION, in_round, of_kind, read_decisions
+from sdbench.analyze.decisions import (
+    RECOMMENDATION,
+    closed_loop,
+    in_round,
+    of_kind,
+    read_decisions,
+)
 from sdbench.analyze.slo import frame_slos
 from sdbench.layout import SummaryTables
 from sdbench.plan.grid import CHECK, DEPLOYABLE, WHAT_IF
 from sdbench.plan.settings import ROUND_TITLES
 from sdbench.report.show import (
     cell_text,
+    decision_key,
     held_out_basis,
     held_out_of,
     marked_verdict,
@@ -106,7 +113,7 @@ def recommendation_marks(row) -> dict:
     """What a recommendation decides, for `show.marked_verdict`: its decision (target |
     workload | c=<level>) and choice, and where its verdict is a claim on the chosen setting's
     point (speculate; speculation off judged on a speculative choice), that point and claim."""
-    marks = {"decision": f"{row['target']} | {row['workload']} | c={int(row['concurrency'])}",
+    marks = {"decision": decision_key(row["target"], row["workload"], row["concurrency"]),
              "choice": row["verdict"]}
     if row["run"] != "speculation off" and row["verdict"] != NO_WINNER:
         marks.update(point=point_key(row["target"], row["workload"], row["concurrency"],
@@ -133,8 +140,7 @@ def deployable_sentences(table: pd.DataFrame, points: pd.DataFrame | None = None
 def _role_lines(points: pd.DataFrame, role: str) -> list[str]:
     spec = by_role(points, role)
     spec = spec[(spec["method"] != "vanilla") & spec["speedup_mean"].notna()]
-    if "engine" in spec:
-        spec = spec[(spec["engine"] == "serve") & (spec["load"] == "concurrency")]
+    spec = closed_loop(spec)
     lines = []
     labels = setting_label(spec) if len(spec) else pd.Series(dtype=object)
     if spec["setting"].nunique() > 1:  # round 3: the server setting too
@@ -158,8 +164,7 @@ def caveats(points: pd.DataFrame) -> list[str]:
     other engine settings than speculation (⚠ engine), with the most common difference."""
     spec = by_role(points[(points["method"] != "vanilla") & points["speedup_mean"].notna()],
                    DEPLOYABLE)
-    if "engine" in spec:
-        spec = spec[(spec["engine"] == "serve") & (spec["load"] == "concurrency")]
+    spec = closed_loop(spec)
     differs = spec.get("engine_differs", pd.Series(dtype=object)).dropna()
     if spec.empty or differs.empty:
         return []
@@ -330,8 +335,7 @@ def _point_at(points: pd.DataFrame, target, workload, concurrency, speculator=No
                   & (points["concurrency"] == concurrency)]
     rows = (rows[rows["method"] == "vanilla"] if speculator is None
             else rows[(rows["speculator"] == speculator) & (rows["k"] == k)])
-    if "engine" in rows:
-        rows = rows[(rows["engine"] == "serve") & (rows["load"] == "concurrency")]
+    rows = closed_loop(rows)
     return rows.iloc[0] if len(rows) == 1 else None
 
 
@@ -356,13 +360,18 @@ def _slo_text(point: pd.Series | None, slo) -> str:
     return "–" if value is None or pd.isna(value) else "meets" if value else "misses"
 
 
+def _compared_points(points: pd.DataFrame, row) -> tuple[pd.Series | None, pd.Series | None]:
+    """(no speculation's point, the compared setting's point) at a recommendation's load."""
+    setting = compared_setting(row)
+    at = (row["target"], row["workload"], row["concurrency"])
+    return _point_at(points, *at), None if setting is None else _point_at(points, *at, *setting)
+
+
 def latency_effects(points: pd.DataFrame, row, slos) -> dict[str, str]:
     """What a recommendation's setting does to latency and the SLOs: each latency and SLO
     status without speculation → with the setting (`compared_setting`) at that load."""
     setting = compared_setting(row)
-    off = _point_at(points, row["target"], row["workload"], row["concurrency"])
-    on = None if setting is None else _point_at(points, row["target"], row["workload"],
-                                                row["concurrency"], *setting)
+    off, on = _compared_points(points, row)
     out = {"compared": "–" if setting is None else f"{setting[0]} k={setting[1]}"}
     for column, header in LATENCIES:
         out[header] = f"{_ms(off, column)} → {_ms(on, column)}"
@@ -409,9 +418,9 @@ def slo_summary(decided: pd.DataFrame, points: pd.DataFrame, round_name: str) ->
     table = of_kind(decided, RECOMMENDATION, round_name)
     lines = []
     for slo in frame_slos(points):
-        effects = [latency_effects(points, row, [slo])[f"SLO {slo.name}"]
-                   for _, row in table.iterrows()]
-        if effects and not any("meets" in e for e in effects):
+        met = [_slo_text(point, slo) == "meets" for _, row in table.iterrows()
+               for point in _compared_points(points, row)]
+        if met and not any(met):
             lines.append(f"No setting meets the latency target {slo.name} ({slo.describe()}) "
                          "at any load measured, speculation off included.")
     return lines
@@ -446,7 +455,7 @@ def role_label(frame: pd.DataFrame) -> pd.Series:
 def checks_note(points: pd.DataFrame) -> str:
     """A line for the front and goodput sections of a run without a deployable speculative
     setting: what they show instead ("" otherwise)."""
-    serve = points[(points["engine"] == "serve") & (points["load"] == "concurrency")]
+    serve = closed_loop(points)
     if serve.empty or not decision_rows(serve)[1]:
         return ""
     return ("No deployable speculative setting was measured, so this section shows the "

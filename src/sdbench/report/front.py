@@ -10,6 +10,7 @@ from sdbench.analyze.decision import (
     decision_rows,
     front_points,
 )
+from sdbench.analyze.decisions import closed_loop
 from sdbench.analyze.slo import frame_slos
 from sdbench.report.decision import role_label
 from sdbench.report.show import (
@@ -25,8 +26,7 @@ def slo_table(points: pd.DataFrame) -> pd.DataFrame:
     concurrency whose point meets the SLO, its goodput there, and the goodput gain over no
     speculation at that concurrency (paired by repeat)."""
     slos = frame_slos(points)
-    serve, _ = decision_rows(points[(points["engine"] == "serve")
-                                    & (points["load"] == "concurrency")])
+    serve, _ = decision_rows(closed_loop(points))
     rows = []
     for slo in slos:
         meets = f"slo_meets_{slo.name}"
@@ -62,8 +62,7 @@ def goodput_plot(points: pd.DataFrame) -> plt.Figure | None:
     setting, a panel per SLO, target and workload; hollow markers where the point misses the
     SLO."""
     slos = frame_slos(points)
-    serve, _ = decision_rows(points[(points["engine"] == "serve")
-                                    & (points["load"] == "concurrency")])
+    serve, _ = decision_rows(closed_loop(points))
     if not slos or serve.empty:
         return None
     serve = serve.assign(label=role_label(serve))

@@ -63,6 +63,12 @@ def point_key(target, workload, concurrency, speculator, k, setting=None) -> str
     return f"{target} | {workload} | c={level} | {name}"
 
 
+def decision_key(target, workload, concurrency) -> str:
+    """A recommendation's decision as a page names it in its marks: target | workload |
+    c=<level> (`point_key` without the setting)."""
+    return f"{target} | {workload} | c={int(concurrency)}"
+
+
 def marked_verdict(text: str, point: str | None = None, verdict=None,
                    decision: str | None = None, choice=None) -> Html:
     """`text` in a span that carries what it decides, for a check of every rendered page (one
