@@ -19,6 +19,7 @@ prints one line per problem and exits 1 if there is any.
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import sys
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ import pandas as pd
 from sdbench.analyze.decisions import RECOMMENDATION, of_kind
 from sdbench.analyze.stats import MIN_INTERVAL_DF
 from sdbench.report.sections import METHODS_PAGE
-from sdbench.report.show import VERDICT_CLASS, point_key, verdict_class
+from sdbench.report.show import decision_key, point_key, verdict_class
 
 MAX_WORDS = 80
 # a ratio's interval as pages print it: "1.23× [1.10, 1.35]"
@@ -52,9 +53,15 @@ class Problem:
 
 
 def _soup(page: Path):
+    """The page parsed, once per version of it (the page and the verdict checks both read it)."""
+    return _parsed(str(page), page.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(page: str, _version: int):
     from bs4 import BeautifulSoup
 
-    return BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser")
+    return BeautifulSoup(Path(page).read_text(encoding="utf-8"), "html.parser")
 
 
 def _number(text: str) -> float:
@@ -117,7 +124,7 @@ def table_verdicts(points: pd.DataFrame, decided: pd.DataFrame) -> tuple[dict, d
             verdict_class(row["verdict"])
     by_decision = {}
     for _, row in of_kind(decided, RECOMMENDATION).iterrows():
-        by_decision[f"{row['target']} | {row['workload']} | c={int(row['concurrency'])}"] = \
+        by_decision[decision_key(row["target"], row["workload"], row["concurrency"])] = \
             verdict_class(row["verdict"])
     return by_point, by_decision
 
@@ -141,10 +148,10 @@ def verdict_problems(pages: list[Path], points: pd.DataFrame,
                                               f"tables {table[key]}"))
     for decision, choice in chosen.items():
         level = [v for key, v in own.items() if key.startswith(decision + " | ")]
-        if choice == VERDICT_CLASS["speculate"] and "gain" not in level:
+        if choice == "gain" and "gain" not in level:
             problems.append(Problem("decision", f"{decision}: speculate, but no point there is "
                                                 "clearly above 1"))
-        if choice == VERDICT_CLASS["speculation off"] and "gain" in level:
+        if choice == "loss" and "gain" in level:
             problems.append(Problem("decision", f"{decision}: speculation off, but a point "
                                                 "there is clearly above 1"))
     return problems

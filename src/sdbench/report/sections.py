@@ -78,12 +78,16 @@ def _split(cells) -> tuple[list, list[list]]:
     return head, sections
 
 
+def _below_title(heading) -> str:
+    """A heading cell's text below its title."""
+    return "\n".join(heading.source.strip().splitlines()[1:]).strip()
+
+
 def _explanation(section: list) -> tuple[str, list]:
     """(a section's explanation text, its cells without it): the heading cell's text below the
     title and the section's other Markdown cells, except cells tagged `keep` (which stay)."""
     heading, rest = section[0], section[1:]
-    parts = [] if KEEP_TAG in _tags(heading) else [
-        "\n".join(heading.source.strip().splitlines()[1:]).strip()]
+    parts = [] if KEEP_TAG in _tags(heading) else [_below_title(heading)]
     kept = []
     for cell in rest:
         if cell.cell_type == "markdown" and KEEP_TAG not in _tags(cell):
@@ -134,9 +138,7 @@ def sectioned(notebook):
     for index, section in enumerate(lead + rest):
         title = _section_title(section[0])
         text, kept = _explanation(section)
-        body = ""
-        if KEEP_TAG in _tags(section[0]):
-            body = "\n".join(section[0].source.strip().splitlines()[1:]).strip()
+        body = _below_title(section[0]) if KEEP_TAG in _tags(section[0]) else ""
         opened = index < len(lead)
         if index == len(lead):
             cells.append(contents_cell([_section_title(s[0]) for s in rest]))
