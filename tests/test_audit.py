@@ -34,9 +34,10 @@ def test_a_page_with_meaningless_numbers_long_paragraphs_or_raw_ids_is_caught(tm
     assert "a raw cell id in prose: 22fa08119e7c" in found
     assert "a config key in prose: loadgen.request_seed" in found
     assert len(found) == 5, found
-    # the methods page explains config keys at length: only its numbers are checked
-    methods = _page(tmp_path, "methods.html", f"<p>{long} loadgen.request_seed</p>")
-    assert audit.page_problems(methods) == []
+    # the methods page explains config keys, in paragraphs as short as a round page's
+    methods = _page(tmp_path, "methods.html", f"<p>{long}</p><p>set loadgen.request_seed</p>")
+    assert [p.what for p in audit.page_problems(methods)] == [
+        "a paragraph of 81 words: " + " ".join(["word"] * 12) + " …"]
 
 
 def test_a_point_given_two_verdicts_or_a_choice_a_point_contradicts_is_caught(tmp_path):
