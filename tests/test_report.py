@@ -526,8 +526,10 @@ def test_a_filtered_tables_row_labels_are_no_column_and_tails_stand_beside_speed
 
 def test_round_pages_count_the_cells_they_show():
     """Round 1's page shows the dynamic-K cells derived from it (recorded under round 3); its
-    header counts them, and round 3's page leaves them out."""
+    header counts them, and round 3's page leaves them out. Every page and table names their
+    round the same way ("round1 (dynamic K)"): the points table, what was spent, the index."""
     from sdbench.analyze.aggregate import DYNAMIC_K_SETTINGS
+    from sdbench.analyze.decisions import shown_rounds
 
     derived = sorted(DYNAMIC_K_SETTINGS)[0]
     table = pd.DataFrame({"round": ["round1", "round3", "round3"],
@@ -535,6 +537,16 @@ def test_round_pages_count_the_cells_they_show():
                           "cell_id": ["a", "b", "c"]})
     assert list(plots.in_round(table, "round1")["cell_id"]) == ["a", "b"]
     assert list(plots.in_round(table, "round3")["cell_id"]) == ["c"]
+    assert shown_rounds(table) == ["round1", "round1 (dynamic K)", "round3"]
+    # round 1's account of what was spent: its own row and the dynamic-K cells', which the
+    # header's count of measurements includes (planned 3 + 2 = 5 rows of the table)
+    runs = pd.DataFrame({"round": ["round1"] * 3 + ["round3"] * 2,
+                         "setting": ["default"] * 3 + [derived] * 2,
+                         "status": ["ok", "ok", "stopped", "ok", "ok"], "duration": 1.0,
+                         "cell_id": ["a"] * 3 + ["b"] * 2, "concurrency": 1, "request_rate": None})
+    spent = point_tables.adaptive_table(runs)
+    assert list(spent["round"]) == ["round1", "round1 (dynamic K)"]
+    assert list(spent["repeats planned"]) == [3, 2] and list(spent["stopped early"]) == [1, 0]
 
 
 def test_the_index_lists_the_dynamic_k_cells_with_round_1_whose_report_reads_them(
@@ -599,6 +611,7 @@ def test_a_round_page_reads_its_own_rows_of_every_table(tmp_path):
     three, one = load("round3"), load("round1")
     for table in (three.all_frame, three.all_points, three.buckets):
         assert list(table["cell_id"]) == ["c"]
+    assert list(one.all_frame["cell_id"]) == ["a", "b"]
     assert list(one.all_points["cell_id"]) == ["a", "b"]
     assert list(one.buckets["cell_id"]) == ["a", "b"]
 

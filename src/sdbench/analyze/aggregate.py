@@ -314,10 +314,15 @@ ARM_SETTINGS = {dynamic_k.STATIC_ARM: "best static k (beside dynamic K)",
 DYNAMIC_K_SETTINGS = tuple(ARM_SETTINGS.values())
 
 
+def arm_setting(speculator: str) -> str | None:
+    """The setting of a dynamic-K cell, by its name's suffix; None for any other cell."""
+    return next((setting for suffix, setting in ARM_SETTINGS.items()
+                 if speculator.endswith(suffix)), None)
+
+
 def _derived_setting(speculator: str) -> str:
     """The setting of a cell that is not in the config's grid (a derived dynamic-K cell)."""
-    return next((setting for suffix, setting in ARM_SETTINGS.items()
-                 if speculator.endswith(suffix)), DERIVED_SETTING)
+    return arm_setting(speculator) or DERIVED_SETTING
 
 
 def build_summary(record_files: list[str | Path], partial_files: list[str | Path],

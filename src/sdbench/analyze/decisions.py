@@ -52,6 +52,23 @@ def in_round(table: pd.DataFrame, round_name: str) -> pd.DataFrame:
     return table[rows]
 
 
+# the round the dynamic-K cells are read in, as every page and table names it
+DYNAMIC_K_ROUND = "round1 (dynamic K)"
+
+
+def shown_round(round_name: str, setting: str | None) -> str:
+    """The round a row is read in, by name: the dynamic-K cells (`in_round`) are recorded under
+    round 3 but compared in round 1, so the index, the points tables and what was spent call
+    them so (a row of another setting keeps its round)."""
+    return DYNAMIC_K_ROUND if setting in DYNAMIC_K_SETTINGS else round_name
+
+
+def shown_rounds(table: pd.DataFrame) -> list[str]:
+    """`shown_round` of each row of a summary table (one without settings: their rounds)."""
+    settings = table["setting"] if "setting" in table else [None] * len(table)
+    return [shown_round(r, s) for r, s in zip(table["round"], settings, strict=True)]
+
+
 def closed_loop(frame: pd.DataFrame) -> pd.DataFrame:
     """The vLLM server's closed-loop rows: what the decisions per load are about (a table
     without engine and load columns is all such rows)."""

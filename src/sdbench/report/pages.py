@@ -14,13 +14,15 @@ from pathlib import Path
 import pandas as pd
 
 from sdbench import layout
+from sdbench.analyze.aggregate import arm_setting
+from sdbench.analyze.decisions import shown_round
 from sdbench.analyze.summary import write_tables
 from sdbench.data.builders import subsets_of
 from sdbench.data.sources import raw_path
 from sdbench.files import atomic_path, atomic_write_text
 from sdbench.layout import SummaryTables, cell_log, error_output, partial_output
 from sdbench.logcause import first_line, job_cause
-from sdbench.plan import dynamic_k, lock, specs
+from sdbench.plan import lock, specs
 from sdbench.plan.config import REPO_ROOT
 from sdbench.plan.hostcaps import UNSUPPORTED
 from sdbench.plan.settings import settings
@@ -305,10 +307,8 @@ def write_index(study: str, reports: dict[str, str], cells: list[tuple[Cell, str
         counts[status] = counts.get(status, 0) + 1
         server = cell.server_config
         method = cell.speculator + ("" if cell.engine == "serve" else f" ({cell.engine})")
-        # the dynamic-K cells are recorded under round 3 but read in round 1's report
-        shown_round = ("round1 (dynamic K)" if cell.cell_id == dynamic_k.DERIVED_ID
-                       else cell.round)
-        fields = (shown_round, server["target"]["name"], cell.workload["name"], method,
+        fields = (shown_round(cell.round, arm_setting(cell.speculator)),
+                  server["target"]["name"], cell.workload["name"], method,
                   server["num_speculative_tokens"] or "",
                   ", ".join([*map(str, cell.concurrency),
                              *(f"{r:g}/s" for r in cell.request_rates)]),

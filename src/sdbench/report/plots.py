@@ -62,8 +62,8 @@ class RoundData:
     """What a round's report reads, from the summary stage's tables (`layout.SummaryTables`).
 
     summary: every measurement of the study; all_frame / all_points: this round's measurements
-    and points, every engine and load (round 1's points with the dynamic-K cells derived from
-    it); frame / points: of those, the vLLM server's closed-loop ones (most sections);
+    and points, every engine and load (round 1's with the dynamic-K cells derived from it,
+    `in_round`); frame / points: of those, the vLLM server's closed-loop ones (most sections);
     buckets: the per-bucket TPOT speedups of `frame`; schedules: cell id -> the dynamic-K
     schedule it measured; cards: workload -> data card (None where it is missing)."""
 
@@ -87,9 +87,7 @@ def load_round(round_name: str, summary: str, points: str, buckets: str, schedul
     """One round's tables (the arguments: the summary stage's files, as the report rule and
     the notebooks' parameters name them)."""
     measurements = pd.read_parquet(summary)
-    all_frame = measurements[measurements["round"] == round_name]
-    if round_name == "round3":  # the dynamic-K cells belong to round 1's report
-        all_frame = in_round(all_frame, round_name)
+    all_frame = in_round(measurements, round_name)
     all_points = in_round(pd.read_parquet(points), round_name)
     per_bucket = pd.read_parquet(buckets)
     per_bucket = select(in_round(per_bucket, round_name), load="concurrency")

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from sdbench.analyze import stops
+from sdbench.analyze.decisions import shown_rounds
 from sdbench.analyze.stats import interval_number
 from sdbench.report.show import (
     MDE_SHOWN,
@@ -99,7 +100,7 @@ def points_table(points: pd.DataFrame) -> pd.DataFrame:
     CPU) are left out, and the round too where the points are of one; what each interval
     covers is said once above the report (`speedup_note`), not in every row."""
     out = pd.DataFrame({
-        "round": points["round"], "setting": points.get("setting"),
+        "round": shown_rounds(points), "setting": points.get("setting"),
         "target": points["target"], "workload": points["workload"],
         "method": method_names(points), "k": points["k"].astype("Int64"),
         "concurrency": points["concurrency"],
@@ -196,7 +197,7 @@ def adaptive_table(frame: pd.DataFrame) -> pd.DataFrame:
     counted as runs, then all of them in whole repeats: a block 1/b of one), the measuring
     time they took and an estimate of what the stopped ones would have taken (at the mean of
     the measured points), and the report's recomputation of every stop decision."""
-    savings = stops.savings(frame)
+    savings = stops.savings(frame.assign(round=shown_rounds(frame)))
     checks = stops.recheck_frame(frame)
     if savings.empty:
         return savings
