@@ -460,7 +460,7 @@ def test_every_figure_has_alt_text_and_a_caption():
     assert html.startswith("<figure") and "data:image/png;base64," in html
     assert ('alt="Speedup vs load. 2 panel(s): spec_bench; speedup against concurrency | '
             'sharegpt; speedup against concurrency"') in html
-    assert "<figcaption" in html and "Paired speedup &amp; its interval</figcaption>" in html
+    assert "<figcaption" in html and "Paired speedup &amp; its interval</p></figcaption>" in html
     bare, _ = plt.subplots()
     assert 'alt="A figure of the report"' in show.figure_html(bare)
     plt.close(bare)
@@ -751,3 +751,48 @@ def test_the_methods_page_explains_each_section_once_and_the_rounds_link_there(r
     out = tmp_path / "methods.html"
     write_methods(notebooks, out, "unit test")
     assert 'id="what-to-run"' in out.read_text()
+
+
+def test_a_figures_finding_counts_the_points_verdicts_and_names_the_best_deployable():
+    """The sentence a figure's caption and alt text lead with: verdicts as the points table
+    gives them, deployable settings apart from pipeline checks, the latency at the top load."""
+    from sdbench.report import findings
+
+    points = pd.DataFrame({
+        "method": ["vanilla", "ngram", "ngram", "draft_model", "vanilla"],
+        "speculator": ["vanilla", "ngram", "ngram", "check", "vanilla"],
+        "k": [None, 3, 3, 4, None], "concurrency": [1, 1, 8, 8, 8],
+        "target": "t", "workload": "w", "setting": "default",
+        "role": ["deployable", "deployable", "deployable", "pipeline check", "deployable"],
+        "speedup_mean": [1.0, 1.25, 0.8, 2.0, 1.0],
+        "verdict": [None, "speculate", "no speculation", "speculate", None],
+        "mean_tpot_ms_mean": [10.0, 8.0, 30.0, 12.0, 20.0]})
+    assert findings.speedup_finding(points) == (
+        "Of 2 deployable speculative points, 1 clearly faster than no speculation, 1 clearly "
+        "slower, 0 with no clear difference; the highest mean speedup ngram k=3 on w at "
+        "concurrency 1, 1.25×. The other 1 are pipeline checks or what-ifs.")
+    checks = points[points["role"] == "pipeline check"]
+    assert findings.speedup_finding(checks).startswith(
+        "Of 1 speculative points, all pipeline checks or what-ifs, 1 clearly faster")
+    assert findings.latency_finding(points, "mean_tpot_ms") == (
+        "At concurrency 8 on w (t): mean TPOT 20 ms without speculation, 30 ms at best with "
+        "it (ngram k=3).")
+    assert findings.speedup_finding(points[points["method"] == "vanilla"]) == ""
+
+
+def test_a_heatmap_drawn_as_dots_says_so_in_its_caption():
+    """One cell a panel draws dots with intervals: the caption describes the dots, not the
+    heatmap the notebook asked for."""
+    from sdbench.report import round_plots, show
+
+    points = pd.DataFrame({
+        "method": ["draft_model"], "speculator": ["d"], "k": [3], "concurrency": [4],
+        "target": ["t"], "workload": ["news_1k"], "dataset": ["news"], "subset": ["1k"],
+        "round": ["round2"], "quantization": [None], "speedup_mean": [0.5],
+        "speedup_ci_low": [0.4], "speedup_ci_high": [0.6]})
+    page = show.figure_html(round_plots.bucket_heatmaps(points), caption="Heatmaps per bucket",
+                            finding="found.")
+    caption = page.split("<figcaption")[1]
+    assert ('>found.</p><p style="margin: 0.2em 0;">Speedup (output-token throughput ÷ '
+            "vanilla) of each point") in caption
+    assert "Heatmaps per bucket" not in caption

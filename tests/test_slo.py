@@ -81,6 +81,12 @@ def test_points_carry_goodput_gain_and_whether_they_meet_the_slo():
     assert points.loc[("ng", 8), "slo_meets_chat"]
     assert np.isnan(points.loc[("ng", 8), "goodput_gain_chat_mean"])
     assert points.loc[("ng", 8), "goodput_tokens_chat_mean"] == pytest.approx(44.0)
+    # the goodput figure's finding: how far each setting carries the target
+    from sdbench.report.front import goodput_finding
+
+    assert goodput_finding(points.reset_index()) == (
+        "SLO chat on w (t) is met by no speculation up to concurrency 1; ngram k=2 up to "
+        "concurrency 8.")
     # an engine that times no first token (offline, Transformers): no goodput, not an error
     untimed = {cell: {key: {k: v for k, v in d.items() if k != "ttfts"}
                       for key, d in points_.items()} for cell, points_ in _keyed(details).items()}

@@ -96,6 +96,10 @@ def test_the_report_sets_temperatures_side_by_side_and_flags_drifted_lengths():
     assert "⚠ outputs +40% long" in row["speedup at T=1"]
     assert "⚠" not in row["speedup at T=0"]
     assert round_plots.temperature_plot(points) is not None
+    # the figure's finding: each line's ends, from the lowest temperature to the highest
+    assert round_plots.temperature_finding(points) == (
+        "ngram k=5 at c=1 on w, temperature 0 → 1: speedup 1.07× → 1.30×, acceptance length "
+        "2.8 → 1.2.")
 
 
 def test_a_probabilistic_draft_not_measured_at_0_shows_the_greedy_draft_s_acceptance():

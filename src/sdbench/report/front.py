@@ -57,6 +57,29 @@ def slo_table(points: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def goodput_finding(points: pd.DataFrame, most: int = 3) -> str:
+    """What the goodput figure shows, from `slo_table`: per SLO, target and workload (at most
+    `most` of them) the highest concurrency that meets it without speculation and with each
+    setting: 'SLO chat on spec_bench (t): no speculation meets it up to concurrency 8, ngram
+    k=3 up to 4.'"""
+    table = slo_table(points)
+    if table.empty:
+        return ""
+    sentences = []
+    for (slo, target, workload), part in table.groupby(["SLO", "target", "workload"],
+                                                      sort=False):
+        part = part.assign(name=part["setting"].replace("vanilla", "no speculation"))
+        part = part.sort_values("name", key=lambda n: n != "no speculation", kind="stable")
+        reach = [f"{row['name']} " + ("at no load measured" if row[
+            "highest concurrency meeting it"] == "none" else
+            f"up to concurrency {row['highest concurrency meeting it']}")
+            for _, row in part.iterrows()]
+        sentences.append(f"SLO {slo.split(':')[0]} on {workload} ({target}) is met by "
+                         + "; ".join(reach) + ".")
+    more = len(sentences) - most
+    return " ".join(sentences[:most]) + (f" ({more} more in the table.)" if more > 0 else "")
+
+
 def goodput_plot(points: pd.DataFrame) -> plt.Figure | None:
     """Goodput (output tokens/s of requests meeting the SLO) against concurrency, a line per
     setting, a panel per SLO, target and workload; hollow markers where the point misses the

@@ -38,6 +38,7 @@ from sdbench.report.sections import METHODS_PAGE
 from sdbench.report.show import (
     ENGINE_MARK,
     METRIC_LABELS,
+    OWN_CAPTION,
     _fmt,
     _sd_text,
     level_axis,
@@ -222,6 +223,11 @@ def interval_dots(spec: pd.DataFrame, labels: pd.Series, title: str,
     ax.set_xlabel(METRIC_LABELS[metric])
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
+    setattr(fig, OWN_CAPTION, (
+        f"{METRIC_LABELS[metric].capitalize()} of each point (a row each: setting, workload or "
+        "bucket, concurrency) at its mean over repeats with its 95 % interval where it has one; "
+        "the dashed line is no speedup. Dots in place of a heatmap: each panel would hold one "
+        "cell."))
     return fig
 
 

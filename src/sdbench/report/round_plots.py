@@ -22,6 +22,7 @@ from sdbench.analyze.temperature import (
     by_temperature,
     exact_draft_check,
 )
+from sdbench.plan.grid import DEPLOYABLE
 from sdbench.report.plots import interval_dots, one_cell_panels
 from sdbench.report.show import (
     METRIC_LABELS,
@@ -392,10 +393,11 @@ def temperature_plot(points: pd.DataFrame) -> plt.Figure | None:
         return None
     rows = rows.assign(line=_sampled_label(rows) + " c=" + rows["concurrency"].astype(str))
     workloads = list(dict.fromkeys(rows["base_workload"]))
-    metrics = (("spec_decode_acceptance_length", "acceptance length (tokens per step)"),
-               ("speedup", METRIC_LABELS["speedup"]))
+    # each axis name on two lines: one line of each ran into the other panel's
+    metrics = (("spec_decode_acceptance_length", "acceptance length\n(tokens per step)"),
+               ("speedup", "speedup\n(output-token throughput ÷ vanilla)"))
     fig, axes = plt.subplots(2, len(workloads), squeeze=False,
-                             figsize=(max(7.0, 5.5 * len(workloads) + 2.5), 7.0))
+                             figsize=(max(7.0, 5.5 * len(workloads) + 2.5), 7.5))
     for j, workload in enumerate(workloads):
         part = rows[rows["base_workload"] == workload]
         for i, (metric, label) in enumerate(metrics):
@@ -420,6 +422,29 @@ def temperature_plot(points: pd.DataFrame) -> plt.Figure | None:
     fig.suptitle("Acceptance and speedup against sampling temperature", fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def temperature_finding(points: pd.DataFrame) -> str:
+    """Per line of `temperature_plot` (deployable settings where there are any; at most three):
+    its speedup and acceptance length at the lowest and the highest temperature measured."""
+    rows = sampled_settings(by_temperature(points))
+    if rows.empty:
+        return ""
+    rows = rows.assign(line=_sampled_label(rows) + " at c=" + rows["concurrency"].astype(str))
+    if "role" in rows and (rows["role"] == DEPLOYABLE).any():
+        rows = rows[rows["role"] == DEPLOYABLE]
+    sentences = []
+    for (workload, line), one in rows.groupby(["base_workload", "line"], sort=False):
+        if len(one) < 2:
+            continue
+        ends = one.sort_values("temperature").iloc[[0, -1]]
+        speedups = " → ".join(f"{v:.2f}×" for v in ends["speedup_mean"])
+        lengths = " → ".join("–" if pd.isna(v) else f"{v:.1f}"
+                             for v in ends["spec_decode_acceptance_length_mean"])
+        sentences.append(f"{line} on {workload}, temperature {ends['temperature'].iloc[0]:g} → "
+                         f"{ends['temperature'].iloc[-1]:g}: speedup {speedups}, acceptance "
+                         f"length {lengths}.")
+    return " ".join(sentences[:3])
 
 
 def exact_draft_table(points: pd.DataFrame) -> pd.DataFrame:

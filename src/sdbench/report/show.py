@@ -176,9 +176,15 @@ def figure_text(fig: plt.Figure) -> str:
     return " ".join(text.split()) or "A figure of the report"
 
 
+# a figure drawn otherwise than its notebook asked (dots in place of a heatmap of one cell a
+# panel) carries its own caption under this attribute: `figure_html` prefers it
+OWN_CAPTION = "sdbench_caption"
+
+
 def figure_html(fig: plt.Figure, caption: str | None = None, finding: str = "") -> str:
     """`fig` as an HTML figure: the PNG inline, its alt text (`figure_text`) and a caption
-    (`caption`, else its title), so that no report figure goes without either."""
+    (the figure's own, `OWN_CAPTION`, else `caption`, else its title), so that no report
+    figure goes without either; `finding` leads both."""
     import base64
     import io
 
@@ -186,11 +192,14 @@ def figure_html(fig: plt.Figure, caption: str | None = None, finding: str = "") 
     fig.savefig(buffer, format="png", bbox_inches="tight", dpi=fig.dpi)
     data = base64.b64encode(buffer.getvalue()).decode("ascii")
     alt = " ".join(t for t in (finding, figure_text(fig)) if t)  # the finding first
-    caption = " ".join(t for t in (finding, caption or figure_text(fig)) if t)
+    caption = getattr(fig, OWN_CAPTION, None) or caption or figure_text(fig)
+    # the finding and what is drawn, a paragraph each
+    caption = "".join(f'<p style="margin: 0.2em 0;">{html.escape(t)}</p>'
+                      for t in (finding, caption) if t)
     return (f'<figure class="sdbench-figure" style="margin: 0 0 1em 0;"><img alt="'
             f'{html.escape(alt, quote=True)}" src="data:image/png;base64,{data}" '
             'style="max-width: 100%;"/><figcaption style="font-size: 0.9em; color: #444;">'
-            f"{html.escape(caption)}</figcaption></figure>")
+            f"{caption}</figcaption></figure>")
 
 
 def show_figure(fig: plt.Figure | None, empty: str | None = None,
