@@ -38,6 +38,7 @@ localrules:
     dynamic_k_schedule,
     summary,
     report,
+    methods,
     index,
 
 

@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from sdbench.files import read_jsonl
 from sdbench.measure.serving import VllmServer, server_command
 
 from workflow_helpers import (
@@ -410,7 +411,8 @@ def test_12_a_session_killed_at_its_limit_resumes_on_retry(workdir, base):
     def finished() -> list:
         # a point's file once written (not the hidden temporary file it is written to, which
         # a SIGTERM in that instant removes: the test then killed before any point was kept)
-        return [p for p in points.iterdir() if not p.name.startswith(".")] \
+        return [p for p in points.iterdir()
+                if not p.name.startswith(".") and p.name.endswith(".json.gz")] \
             if points.is_dir() else []
 
     while not finished():
@@ -433,7 +435,12 @@ def test_12_a_session_killed_at_its_limit_resumes_on_retry(workdir, base):
     cached, total, measured = map(int, starts[-1])
     assert cached == len(kept) and 1 <= cached < total and measured == total - cached
     assert {p.name: p.stat().st_mtime_ns for p in points.iterdir() if p.name in kept} == kept
-    assert len(list(points.iterdir())) == total
+    assert len(finished()) == total
+    # the load generator ran once per point over both attempts, two processes between them
+    journal = read_jsonl(points / "measured.jsonl")
+    assert sorted(tuple(j["point"]) for j in journal) == sorted({tuple(j["point"])
+                                                                 for j in journal})
+    assert len(journal) == total and len({j["pid"] for j in journal}) == 2
     assert sorted((r["concurrency"], r["repeat"]) for r in map(json.loads, records.read_text()
                   .splitlines())) == [(1, r) for r in range(3)]
     assert_no_server_left(workdir)

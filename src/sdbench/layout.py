@@ -6,7 +6,8 @@ library's readers both take them from here (relative to the working directory).
     resources/models/<model>/                 a built or downloaded checkpoint
     results/cells/<cell id>.jsonl             a cell's records (.partial until it finishes),
                                               .requests.jsonl.gz, .error.json
-    results/points/<cell id>/                 the point cache
+    results/points/<cell id>/                 the point cache; measured.jsonl: every point
+                                              measured, by which job (appended, never reset)
     results/sessions/<session id>.json        a session's manifest (what it measured, and its
                                               time split); standalone/: sessions of one cell
     results/derived/<target>/<workload>/<method>.jsonl   a dynamic-K cell; .schedule.json
@@ -120,6 +121,12 @@ def cell_log(output: str | Path) -> Path:
 def point_cache(cell_id: str) -> Path:
     """The folder of a cell's cached measurements, one file per point."""
     return Path(POINTS_DIR) / cell_id
+
+
+def measured_journal(cell_id: str) -> Path:
+    """A line per point measured for a cell, whichever attempt or job measured it: what each
+    attempt of a killed and resumed session did, and that none measured a point twice."""
+    return point_cache(cell_id) / "measured.jsonl"
 
 
 def partial_lock(cell_id: str) -> Path:

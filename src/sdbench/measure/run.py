@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -237,8 +238,15 @@ class CellRun:
     def add(self, pid: tuple, measured: dict) -> None:
         """A measured point: into the cache when valid (only valid points are done), into the
         partial records in any case."""
-        if measured["record"]["status"] in ("ok", stopping.STOPPED):
-            points.write_point(self.paths[pid], measured["record"], measured["detail"])
+        record = measured["record"]
+        if record["status"] in ("ok", stopping.STOPPED):
+            points.write_point(self.paths[pid], record, measured["detail"])
+        if record["status"] != stopping.STOPPED:  # the load generator ran
+            self.paths[pid].parent.mkdir(parents=True, exist_ok=True)
+            append_jsonl(layout.measured_journal(self.cell_id), {
+                "point": LoadPoint.of_load(record["load"], record["repeat"]).key,
+                "status": record["status"], "job": os.environ.get("SLURM_JOB_ID"),
+                "pid": os.getpid(), "finished_at": record["provenance"]["finished_at"]})
         self.points[pid] = measured
         with locked(self.lock):
             append_jsonl(self.partial, measured["record"])
