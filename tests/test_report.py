@@ -770,7 +770,7 @@ def test_a_figures_finding_counts_the_points_verdicts_and_names_the_best_deploya
     assert findings.speedup_finding(points) == (
         "Of 2 deployable speculative points, 1 clearly faster than no speculation, 1 clearly "
         "slower, 0 with no clear difference; the highest mean speedup ngram k=3 on w at "
-        "concurrency 1, 1.25×. The other 1 are pipeline checks or what-ifs.")
+        "concurrency 1, 1.25×. Also drawn: 1 point(s) of pipeline checks or what-ifs.")
     checks = points[points["role"] == "pipeline check"]
     assert findings.speedup_finding(checks).startswith(
         "Of 1 speculative points, all pipeline checks or what-ifs, 1 clearly faster")

@@ -242,7 +242,6 @@ class CellRun:
         if record["status"] in ("ok", stopping.STOPPED):
             points.write_point(self.paths[pid], record, measured["detail"])
         if record["status"] != stopping.STOPPED:  # the load generator ran
-            self.paths[pid].parent.mkdir(parents=True, exist_ok=True)
             append_jsonl(layout.measured_journal(self.cell_id), {
                 "point": LoadPoint.of_load(record["load"], record["repeat"]).key,
                 "status": record["status"], "job": os.environ.get("SLURM_JOB_ID"),

@@ -22,7 +22,7 @@ def _named(rows: pd.DataFrame) -> pd.Series:
             + settings.map(lambda s: f" [{s}]" if isinstance(s, str) and s != "default" else ""))
 
 
-def _deployable(rows: pd.DataFrame) -> pd.Series:
+def deployable_mask(rows: pd.DataFrame) -> pd.Series:
     """Whether each row is of a setting to deploy (no pipeline check or what-if)."""
     if "role" not in rows:
         return pd.Series(True, index=rows.index)
@@ -32,12 +32,13 @@ def _deployable(rows: pd.DataFrame) -> pd.Series:
 def speedup_finding(points: pd.DataFrame) -> str:
     """'Of 4 deployable speculative points, 0 clearly faster than no speculation, 4 clearly
     slower, 0 with no clear difference; the highest mean speedup ngram k=3 on spec_bench at
-    concurrency 1, 0.80×. The other 8 are pipeline checks or what-ifs.' (the counts and the
-    best of the checks where nothing deployable is drawn); "" where no point has a speedup."""
+    concurrency 1, 0.80×. Also drawn: 8 point(s) of pipeline checks or what-ifs.' (the counts
+    and the best of the checks where nothing deployable is drawn); "" where no point has a
+    speedup."""
     spec = speculative(points)
     if spec.empty:
         return ""
-    deployable = _deployable(spec)
+    deployable = deployable_mask(spec)
     counted = spec[deployable] if deployable.any() else spec
     kind = "deployable speculative points" if deployable.any() else (
         "speculative points, all pipeline checks or what-ifs")
@@ -51,7 +52,8 @@ def speedup_finding(points: pd.DataFrame) -> str:
             f"concurrency {cell_text(best['concurrency'].iloc[0])}, "
             f"{best['speedup_mean'].iloc[0]:.2f}×.")
     others = len(spec) - len(counted)
-    return text + (f" The other {others} are pipeline checks or what-ifs." if others else "")
+    return text + (f" Also drawn: {others} point(s) of pipeline checks or what-ifs."
+                   if others else "")
 
 
 def latency_finding(points: pd.DataFrame, metric: str) -> str:
@@ -67,7 +69,7 @@ def latency_finding(points: pd.DataFrame, metric: str) -> str:
     panels = rows.groupby(["target", "workload"], sort=True)
     # the panels with a deployable setting, where there are any
     deployable = [key for key, part in panels
-                  if (_deployable(part) & (part["method"] != "vanilla")).any()]
+                  if (deployable_mask(part) & (part["method"] != "vanilla")).any()]
     sentences = []
     for (target, workload), part in panels:
         if deployable and (target, workload) not in deployable:
@@ -76,7 +78,7 @@ def latency_finding(points: pd.DataFrame, metric: str) -> str:
         base, spec = top[top["method"] == "vanilla"], top[top["method"] != "vanilla"]
         if base.empty or spec.empty:
             continue
-        spec = spec[_deployable(spec)] if _deployable(spec).any() else spec
+        spec = spec[deployable_mask(spec)] if deployable_mask(spec).any() else spec
         lowest = spec.loc[[spec[column].idxmin()]]
         sentences.append(
             f"At concurrency {cell_text(top['concurrency'].iloc[0])} on {workload} "

@@ -60,8 +60,8 @@ def slo_table(points: pd.DataFrame) -> pd.DataFrame:
 def goodput_finding(points: pd.DataFrame, most: int = 3) -> str:
     """What the goodput figure shows, from `slo_table`: per SLO, target and workload (at most
     `most` of them) the highest concurrency that meets it without speculation and with each
-    setting: 'SLO chat on spec_bench (t): no speculation meets it up to concurrency 8, ngram
-    k=3 up to 4.'"""
+    setting: 'SLO chat on spec_bench (t) is met by no speculation up to concurrency 8; ngram
+    k=3 up to concurrency 4.'"""
     table = slo_table(points)
     if table.empty:
         return ""

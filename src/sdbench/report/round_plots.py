@@ -22,7 +22,7 @@ from sdbench.analyze.temperature import (
     by_temperature,
     exact_draft_check,
 )
-from sdbench.plan.grid import DEPLOYABLE
+from sdbench.report.findings import MAX_SENTENCES, deployable_mask
 from sdbench.report.plots import interval_dots, one_cell_panels
 from sdbench.report.show import (
     METRIC_LABELS,
@@ -431,8 +431,8 @@ def temperature_finding(points: pd.DataFrame) -> str:
     if rows.empty:
         return ""
     rows = rows.assign(line=_sampled_label(rows) + " at c=" + rows["concurrency"].astype(str))
-    if "role" in rows and (rows["role"] == DEPLOYABLE).any():
-        rows = rows[rows["role"] == DEPLOYABLE]
+    if deployable_mask(rows).any():
+        rows = rows[deployable_mask(rows)]
     sentences = []
     for (workload, line), one in rows.groupby(["base_workload", "line"], sort=False):
         if len(one) < 2:
@@ -444,7 +444,7 @@ def temperature_finding(points: pd.DataFrame) -> str:
         sentences.append(f"{line} on {workload}, temperature {ends['temperature'].iloc[0]:g} → "
                          f"{ends['temperature'].iloc[-1]:g}: speedup {speedups}, acceptance "
                          f"length {lengths}.")
-    return " ".join(sentences[:3])
+    return " ".join(sentences[:MAX_SENTENCES])
 
 
 def exact_draft_table(points: pd.DataFrame) -> pd.DataFrame:
