@@ -437,7 +437,7 @@ def test_12_a_session_killed_at_its_limit_resumes_on_retry(workdir, base):
     assert {p.name: p.stat().st_mtime_ns for p in points.iterdir() if p.name in kept} == kept
     assert len(finished()) == total
     # the load generator ran once per point over both attempts, two processes between them
-    journal = read_jsonl(points / "measured.jsonl")
+    journal = read_jsonl(workdir / "logs" / "points" / f"{cell_id}.jsonl")
     assert sorted(tuple(j["point"]) for j in journal) == sorted({tuple(j["point"])
                                                                  for j in journal})
     assert len(journal) == total and len({j["pid"] for j in journal}) == 2

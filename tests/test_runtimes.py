@@ -92,8 +92,10 @@ def test_retries_get_more_time_up_to_the_cap_and_a_number_is_kept(config, tmp_pa
     assert runtimes.session_minutes(config, session, cells, attempt=2) == 2 * first
     config["cells"]["max_runtime"] = first + 1
     assert runtimes.session_minutes(config, session, cells, attempt=3) == first + 1
-    config["cells"]["runtime"] = 240
-    assert runtimes.session_minutes(config, session, cells, attempt=3) == 240
+    # a fixed limit grows the same way on a retry, up to max_runtime
+    config["cells"].update(runtime=40, max_runtime=100)
+    assert [runtimes.session_minutes(config, session, cells, attempt=a) for a in (1, 2, 3)] \
+        == [40, 80, 100]
 
 
 def test_a_session_asks_for_its_cells_work_and_one_start_per_server(config, tmp_path,

@@ -6,8 +6,7 @@ library's readers both take them from here (relative to the working directory).
     resources/models/<model>/                 a built or downloaded checkpoint
     results/cells/<cell id>.jsonl             a cell's records (.partial until it finishes),
                                               .requests.jsonl.gz, .error.json
-    results/points/<cell id>/                 the point cache; measured.jsonl: every point
-                                              measured, by which job (appended, never reset)
+    results/points/<cell id>/                 the point cache
     results/sessions/<session id>.json        a session's manifest (what it measured, and its
                                               time split); standalone/: sessions of one cell
     results/derived/<target>/<workload>/<method>.jsonl   a dynamic-K cell; .schedule.json
@@ -16,6 +15,8 @@ library's readers both take them from here (relative to the working directory).
     results/notebooks/<round>.ipynb           an executed report notebook
     reports/<round>.html, reports/index.html  the reports
     logs/...                                  one log per job (the patterns below)
+    logs/points/<cell id>.jsonl               every load-generator run of a cell, by which job
+                                              (appended across attempts, never reset)
     benchmarks/<rule>/<job>.tsv               Snakemake's per-job timing
 """
 
@@ -125,8 +126,10 @@ def point_cache(cell_id: str) -> Path:
 
 def measured_journal(cell_id: str) -> Path:
     """A line per point measured for a cell, whichever attempt or job measured it: what each
-    attempt of a killed and resumed session did, and that none measured a point twice."""
-    return point_cache(cell_id) / "measured.jsonl"
+    attempt of a killed and resumed session did, and that none measured a point twice (beside
+    the logs: the point cache holds valid points only, and Snakemake clears a job's own log
+    before each attempt)."""
+    return Path("logs") / "points" / f"{cell_id}.jsonl"
 
 
 def partial_lock(cell_id: str) -> Path:

@@ -241,7 +241,7 @@ class CellRun:
         record = measured["record"]
         if record["status"] in ("ok", stopping.STOPPED):
             points.write_point(self.paths[pid], record, measured["detail"])
-        if record["status"] != stopping.STOPPED:  # the load generator ran
+        if record["status"] not in (stopping.STOPPED, UNSUPPORTED):  # the load generator ran
             append_jsonl(layout.measured_journal(self.cell_id), {
                 "point": LoadPoint.of_load(record["load"], record["repeat"]).key,
                 "status": record["status"], "job": os.environ.get("SLURM_JOB_ID"),

@@ -57,12 +57,13 @@ class ConservativeRates:
 
 def session_minutes(config: dict, session: Session, cells: dict[str, specs.Cell],
                     attempt: int = 1) -> int:
-    """The `runtime` (minutes) of one session job on its `attempt`-th try; the prompt sets'
+    """The `runtime` (minutes) of one session job on its `attempt`-th try (a fixed
+    `cells.runtime` or the estimate, times the attempt, up to `max_runtime`); the prompt sets'
     data cards are read where they are built (Snakemake asks again once a job's inputs
     exist: a card built since counts then)."""
     limits = settings(config).cells
     if limits.runtime != AUTO:
-        return int(limits.runtime)
+        return min(int(limits.runtime) * attempt, limits.max_runtime)
     work = session_work(session, cells, ConservativeRates(config))
     minutes = max(ASSEMBLE_MINUTES, math.ceil(work.total_s / 60)) * attempt
     return min(minutes, limits.max_runtime)
@@ -73,7 +74,7 @@ def cell_minutes(config: dict, cells: list[specs.Cell], attempt: int = 1) -> int
     sessions one after another."""
     limits = settings(config).cells
     if limits.runtime != AUTO:
-        return int(limits.runtime)
+        return min(int(limits.runtime) * attempt, limits.max_runtime)
     seconds = sum(session_work(s, {cell.cell_id: cell}, ConservativeRates(config)).total_s
                   for cell in cells for s in standalone(cell).values())
     minutes = max(ASSEMBLE_MINUTES, math.ceil(seconds / 60)) * attempt
