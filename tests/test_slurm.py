@@ -125,7 +125,7 @@ def test_sessions_are_slurm_jobs_killed_at_their_limit_resumed_and_contained(
               if any(state[j] == "TIMEOUT" for j in ids)}
     assert killed, state
     # the n-gram cell: its planned points once each in its records, and the load generator
-    # ran once per point over all its session's attempts (the journal), in several jobs
+    # ran once per point over all its session's attempts (the journal), in this run's jobs
     ngram = next(c for c, name in cells.items() if name == "ngram")
     records = read_jsonl(tmp_path / "results" / "cells" / f"{ngram}.jsonl")
     keys = [(r["load"]["concurrency"], r["repeat"]) for r in records]
